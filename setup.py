@@ -1,0 +1,18 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="vaswani_plugin",
+    version="0.1.0",
+    description='The Transformer of "Attention Is All You Need" (Vaswani et al., 2017) as a fairseq plugin',
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["vaswani_plugin", "vaswani_plugin.*"]),
+    python_requires=">=3.9",
+    # torch >= 2.0 for scaled_dot_product_attention. fairseq is an extra so that installing the plugin
+    # into an environment with its own fairseq never replaces it.
+    install_requires=["torch>=2.0"],
+    extras_require={
+        "fairseq": ["ve-fairseq==0.12.3"],
+        "test": ["pytest"],
+    },
+)

@@ -1,0 +1,27 @@
+"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017) as a fairseq plugin.
+
+Importing this package (``--user-dir``) registers the architecture family ``vaswani_transformer``, the LR
+scheduler ``noam`` and the criterion ``vaswani_label_smoothed_cross_entropy``, and allow-lists the classes
+that fairseq checkpoints hold for torch's safe (``weights_only``) loading.
+"""
+
+try:
+    import fairseq  # noqa: F401
+except ImportError as error:
+    raise ImportError(
+        "vaswani_plugin needs fairseq, which is not importable here "
+        f"({error}). Install it with `pip install 'vaswani_plugin[fairseq]'` "
+        "(ve-fairseq 0.12.3), or use an environment that has its own fairseq."
+    ) from None
+
+from vaswani_plugin.errors import VaswaniConfigError, install_error_hook
+from vaswani_plugin.checkpoint_loading import allow_fairseq_checkpoint_classes
+
+install_error_hook()
+allow_fairseq_checkpoint_classes()
+
+from vaswani_plugin.models import vaswani_transformer  # noqa: E402,F401  (registers the model and archs)
+from vaswani_plugin.criterions import vaswani_label_smoothed_cross_entropy  # noqa: E402,F401
+from vaswani_plugin.lr_scheduler import noam  # noqa: E402,F401
+
+__all__ = ["VaswaniConfigError"]

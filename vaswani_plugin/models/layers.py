@@ -1,0 +1,244 @@
+"""The building blocks of §3: positional encodings, multi-head attention, feed-forward and the layers.
+
+Tensors are batch-first throughout: (batch, time, channels) for activations and (batch, heads, time, d_k)
+inside attention, which is the layout torch's scaled_dot_product_attention wants.
+"""
+
+import math
+from typing import Dict, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+Cache = Dict[str, Optional[Tensor]]
+
+
+def sinusoidal_positions(positions: Tensor, dim: int) -> Tensor:
+    """§3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))."""
+    # float64 so that the encodings equal the formula to fp32 precision at any position.
+    two_i = torch.arange(0, dim, 2, device=positions.device, dtype=torch.float64)
+    angle = positions.to(torch.float64).unsqueeze(-1) / torch.pow(10000.0, two_i / dim)
+    encoding = torch.empty(*positions.shape, dim, device=positions.device, dtype=torch.float64)
+    encoding[..., 0::2] = torch.sin(angle)
+    encoding[..., 1::2] = torch.cos(angle[..., : dim // 2])
+    return encoding
+
+
+def position_indices(padding_mask: Tensor) -> Tensor:
+    """Position of each token counted from 0 at the first real token, for left- or right-padded batches."""
+    return ((~padding_mask).long().cumsum(dim=1) - 1).clamp(min=0)
+
+
+class TokenEmbedding(nn.Module):
+    """§3.4 + §3.5 + §5.4: Dropout(Embedding(token) · √d_model + PE(pos))."""
+
+    def __init__(self, embed_tokens: nn.Embedding, dropout: float, learned_positions: int = 0):
+        super().__init__()
+        self.embed_tokens = embed_tokens
+        self.dim = embed_tokens.embedding_dim
+        self.scale = math.sqrt(self.dim)
+        # Table 3 row (E): learned positional embeddings instead of sinusoids; 0 = sinusoidal.
+        self.learned_positions = (
+            nn.Embedding(learned_positions, self.dim) if learned_positions > 0 else None
+        )
+        if self.learned_positions is not None:
+            nn.init.normal_(self.learned_positions.weight, mean=0.0, std=self.dim**-0.5)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        x = self.embed_tokens(tokens) * self.scale
+        if self.learned_positions is not None:
+            x = x + self.learned_positions(positions)
+        else:
+            x = x + sinusoidal_positions(positions, self.dim).to(x.dtype)
+        return self.dropout(x)
+
+
+def padding_attention_mask(key_padding: Tensor) -> Optional[Tensor]:
+    """Boolean SDPA mask (True = may attend), shape (batch, 1, 1, keys); None when nothing is padded."""
+    if not key_padding.any():
+        return None
+    return (~key_padding)[:, None, None, :]
+
+
+def causal_attention_mask(key_padding: Tensor) -> Tuple[Optional[Tensor], bool]:
+    """Decoder self-attention mask (§3.2.3): no position attends to later ones, nor to padding.
+
+    Returns (mask, is_causal). Without padding the causal flag alone lets SDPA pick its fused kernels.
+    A query always keeps its own key, so a padding query never has an empty row (which would give NaN).
+    """
+    if not key_padding.any():
+        return None, True
+    length = key_padding.size(1)
+    causal = torch.ones(length, length, dtype=torch.bool, device=key_padding.device).tril()
+    own_key = torch.eye(length, dtype=torch.bool, device=key_padding.device)
+    mask = causal & ((~key_padding)[:, None, None, :] | own_key)
+    return mask, False
+
+
+class MultiHeadAttention(nn.Module):
+    """§3.2.2: MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O, head_i = Attention(QW_i^Q, KW_i^K, VW_i^V).
+
+    Self-attention projects Q, K and V with one fused matrix; encoder-decoder attention projects Q from the
+    decoder and K, V (fused) from the encoder output ("memory"). d_k and d_v are free (Table 3 rows A, B).
+    """
+
+    def __init__(self, dim: int, heads: int, key_dim: int, value_dim: int, dropout: float,
+                 memory_dim: Optional[int] = None):
+        super().__init__()
+        self.heads, self.key_dim, self.value_dim = heads, key_dim, value_dim
+        self.dropout = dropout
+        self.self_attention = memory_dim is None
+        qk, v = heads * key_dim, heads * value_dim
+        if self.self_attention:
+            self.qkv_proj = nn.Linear(dim, 2 * qk + v)
+            self.split_sizes = (qk, qk, v)
+        else:
+            self.q_proj = nn.Linear(dim, qk)
+            self.kv_proj = nn.Linear(memory_dim, qk + v)
+        self.out_proj = nn.Linear(v, dim)
+        # Xavier-uniform per projection matrix (W^Q, W^K, W^V, W^O), also inside the fused ones.
+        fused_blocks = [(self.qkv_proj, (qk, qk, v))] if self.self_attention else \
+            [(self.q_proj, (qk,)), (self.kv_proj, (qk, v))]
+        for linear, sizes in fused_blocks + [(self.out_proj, (dim,))]:
+            for block in linear.weight.split(sizes, dim=0):
+                nn.init.xavier_uniform_(block)
+            nn.init.zeros_(linear.bias)
+
+    def _split_heads(self, x: Tensor, head_dim: int) -> Tensor:
+        batch, length, _ = x.shape
+        return x.view(batch, length, self.heads, head_dim).transpose(1, 2)
+
+    def _keys_values(self, memory: Tensor) -> Tuple[Tensor, Tensor]:
+        k, v = self.kv_proj(memory).split((self.heads * self.key_dim, self.heads * self.value_dim), dim=-1)
+        return self._split_heads(k, self.key_dim), self._split_heads(v, self.value_dim)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Optional[Tensor] = None,
+        mask: Optional[Tensor] = None,
+        is_causal: bool = False,
+        cache: Optional[Cache] = None,
+        need_weights: bool = False,
+    ) -> Tuple[Tensor, Optional[Tensor]]:
+        """x: (batch, time, dim). cache: per-layer dict for incremental decoding (keys/values so far).
+
+        Returns the output and, if need_weights, the attention probabilities averaged over heads
+        (batch, queries, keys).
+        """
+        if self.self_attention:
+            q, k, v = self.qkv_proj(x).split(self.split_sizes, dim=-1)
+            q, k, v = self._split_heads(q, self.key_dim), self._split_heads(k, self.key_dim), \
+                self._split_heads(v, self.value_dim)
+            if cache is not None:
+                if cache.get("self_k") is not None:
+                    k = torch.cat([cache["self_k"], k], dim=2)
+                    v = torch.cat([cache["self_v"], v], dim=2)
+                cache["self_k"], cache["self_v"] = k, v
+        else:
+            q = self._split_heads(self.q_proj(x), self.key_dim)
+            if cache is not None and cache.get("memory_k") is not None:
+                # Encoder-decoder keys/values are computed once per sentence, then reused every step.
+                k, v = cache["memory_k"], cache["memory_v"]
+            else:
+                k, v = self._keys_values(memory)
+                if cache is not None:
+                    cache["memory_k"], cache["memory_v"] = k, v
+
+        dropout = self.dropout if self.training else 0.0
+        weights = None
+        if need_weights:
+            out, weights = attention_with_weights(q, k, v, mask, is_causal, dropout)
+        else:
+            # Eq. 1: Attention(Q, K, V) = softmax(QK^T / √d_k) V.
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
+                                                 is_causal=is_causal)
+        batch, _, length, _ = out.shape
+        out = out.transpose(1, 2).reshape(batch, length, self.heads * self.value_dim)
+        return self.out_proj(out), weights
+
+
+def attention_with_weights(q, k, v, mask, is_causal, dropout):
+    """Eq. 1 written out, for when the probabilities themselves are wanted (alignment, pictures)."""
+    scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.size(-1))
+    if is_causal:
+        mask = torch.ones(q.size(2), k.size(2), dtype=torch.bool, device=q.device).tril()
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    probs = torch.softmax(scores.float(), dim=-1).type_as(q)
+    out = torch.matmul(F.dropout(probs, dropout), v)
+    return out, probs.mean(dim=1)
+
+
+class FeedForward(nn.Module):
+    """§3.3, eq. 2: FFN(x) = max(0, xW_1 + b_1) W_2 + b_2."""
+
+    def __init__(self, dim: int, inner_dim: int, activation_dropout: float):
+        super().__init__()
+        self.inner = nn.Linear(dim, inner_dim)
+        self.outer = nn.Linear(inner_dim, dim)
+        self.activation_dropout = nn.Dropout(activation_dropout)
+        for linear in (self.inner, self.outer):
+            nn.init.xavier_uniform_(linear.weight)
+            nn.init.zeros_(linear.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.outer(self.activation_dropout(F.relu(self.inner(x))))
+
+
+class Residual(nn.Module):
+    """§3.1 + §5.4: LayerNorm(x + Dropout(Sublayer(x))); pre-norm: x + Dropout(Sublayer(LayerNorm(x)))."""
+
+    def __init__(self, sublayer: nn.Module, dim: int, dropout: float, normalize_before: bool):
+        super().__init__()
+        self.sublayer = sublayer
+        self.norm = nn.LayerNorm(dim)
+        self.dropout = nn.Dropout(dropout)
+        self.normalize_before = normalize_before
+
+    def forward(self, x: Tensor, **kwargs) -> Tuple[Tensor, Optional[Tensor]]:
+        out = self.sublayer(self.norm(x) if self.normalize_before else x, **kwargs)
+        out, weights = out if isinstance(out, tuple) else (out, None)
+        x = x + self.dropout(out)
+        return (x if self.normalize_before else self.norm(x)), weights
+
+
+class EncoderLayer(nn.Module):
+    """§3.1: multi-head self-attention, then the position-wise feed-forward network."""
+
+    def __init__(self, dim, ffn_dim, heads, key_dim, value_dim, dropout, attention_dropout,
+                 activation_dropout, normalize_before):
+        super().__init__()
+        self.self_attention = Residual(MultiHeadAttention(dim, heads, key_dim, value_dim, attention_dropout),
+                                       dim, dropout, normalize_before)
+        self.feed_forward = Residual(FeedForward(dim, ffn_dim, activation_dropout), dim, dropout,
+                                     normalize_before)
+
+    def forward(self, x: Tensor, mask: Optional[Tensor]) -> Tensor:
+        x, _ = self.self_attention(x, mask=mask)
+        x, _ = self.feed_forward(x)
+        return x
+
+
+class DecoderLayer(nn.Module):
+    """§3.1: masked self-attention, encoder-decoder attention, then the feed-forward network."""
+
+    def __init__(self, dim, memory_dim, ffn_dim, heads, key_dim, value_dim, dropout, attention_dropout,
+                 activation_dropout, normalize_before):
+        super().__init__()
+        self.self_attention = Residual(MultiHeadAttention(dim, heads, key_dim, value_dim, attention_dropout),
+                                       dim, dropout, normalize_before)
+        self.encoder_attention = Residual(
+            MultiHeadAttention(dim, heads, key_dim, value_dim, attention_dropout, memory_dim=memory_dim),
+            dim, dropout, normalize_before)
+        self.feed_forward = Residual(FeedForward(dim, ffn_dim, activation_dropout), dim, dropout,
+                                     normalize_before)
+
+    def forward(self, x, memory, self_mask, self_is_causal, memory_mask, cache=None, need_weights=False):
+        x, _ = self.self_attention(x, mask=self_mask, is_causal=self_is_causal, cache=cache)
+        x, weights = self.encoder_attention(x, memory=memory, mask=memory_mask, cache=cache,
+                                            need_weights=need_weights)
+        x, _ = self.feed_forward(x)
+        return x, weights

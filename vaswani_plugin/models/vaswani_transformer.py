@@ -1,0 +1,272 @@
+"""The model `vaswani_transformer` (§3) and its architectures (Table 3: base, big; §6.3: parsing)."""
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from fairseq.dataclass import FairseqDataclass
+from fairseq.models import (
+    FairseqEncoder,
+    FairseqEncoderDecoderModel,
+    FairseqIncrementalDecoder,
+    register_model,
+    register_model_architecture,
+)
+from fairseq.utils import safe_getattr, safe_hasattr
+from torch import Tensor, nn
+
+from vaswani_plugin.errors import VaswaniConfigError
+from vaswani_plugin.models.layers import (
+    DecoderLayer,
+    EncoderLayer,
+    TokenEmbedding,
+    causal_attention_mask,
+    padding_attention_mask,
+    position_indices,
+)
+
+
+@dataclass
+class VaswaniTransformerConfig(FairseqDataclass):
+    """Defaults are the base model of Table 3. Option names are fairseq's `transformer` ones where it has one."""
+
+    encoder_embed_dim: int = field(default=512, metadata={"help": "encoder d_model (§3.1)"})
+    encoder_ffn_embed_dim: int = field(default=2048, metadata={"help": "encoder d_ff, FFN inner size (§3.3)"})
+    encoder_layers: int = field(default=6, metadata={"help": "encoder N, number of layers (§3.1)"})
+    encoder_attention_heads: int = field(default=8, metadata={"help": "encoder h, attention heads (§3.2.2)"})
+    encoder_normalize_before: bool = field(
+        default=False, metadata={"help": "pre-norm x + Sublayer(LayerNorm(x)) instead of the paper's post-norm"})
+    encoder_learned_pos: bool = field(
+        default=False, metadata={"help": "learned positional embeddings instead of sinusoids (Table 3 row E)"})
+    decoder_embed_dim: int = field(default=512, metadata={"help": "decoder d_model (§3.1)"})
+    decoder_ffn_embed_dim: int = field(default=2048, metadata={"help": "decoder d_ff, FFN inner size (§3.3)"})
+    decoder_layers: int = field(default=6, metadata={"help": "decoder N, number of layers (§3.1)"})
+    decoder_attention_heads: int = field(default=8, metadata={"help": "decoder h, attention heads (§3.2.2)"})
+    decoder_normalize_before: bool = field(
+        default=False, metadata={"help": "pre-norm x + Sublayer(LayerNorm(x)) instead of the paper's post-norm"})
+    decoder_learned_pos: bool = field(
+        default=False, metadata={"help": "learned positional embeddings instead of sinusoids (Table 3 row E)"})
+    attention_key_dim: Optional[int] = field(
+        default=None, metadata={"help": "d_k, query/key size per head (§3.2.2, Table 3 rows A, B); "
+                                        "default d_model / h"})
+    attention_value_dim: Optional[int] = field(
+        default=None, metadata={"help": "d_v, value size per head (§3.2.2, Table 3 row A); default d_model / h"})
+    dropout: float = field(
+        default=0.1, metadata={"help": "P_drop on every sub-layer output and on embedding + PE sums (§5.4)"})
+    attention_dropout: float = field(default=0.0, metadata={"help": "dropout on attention probabilities"})
+    activation_dropout: float = field(default=0.0, metadata={"help": "dropout after the FFN's ReLU"})
+    share_all_embeddings: bool = field(
+        default=False, metadata={"help": "one matrix for source and target embeddings and the pre-softmax "
+                                         "projection (§3.4); needs a joined dictionary"})
+    share_decoder_input_output_embed: bool = field(
+        default=False, metadata={"help": "share the target embedding and the pre-softmax projection (§3.4)"})
+    max_source_positions: int = field(
+        default=1024, metadata={"help": "longest source accepted (sinusoids themselves have no limit)"})
+    max_target_positions: int = field(
+        default=1024, metadata={"help": "longest target accepted (sinusoids themselves have no limit)"})
+
+
+def head_dims(cfg, side: str):
+    """(d_k, d_v) of one stack: the configured sizes, or d_model / h (§3.2.2) when left at default."""
+    dim, heads = getattr(cfg, f"{side}_embed_dim"), getattr(cfg, f"{side}_attention_heads")
+    key_dim, value_dim = cfg.attention_key_dim, cfg.attention_value_dim
+    if (key_dim is None or value_dim is None) and dim % heads != 0:
+        raise VaswaniConfigError(
+            f"--{side}-embed-dim {dim} is not divisible by --{side}-attention-heads {heads}; change one, "
+            "or set --attention-key-dim and --attention-value-dim (d_k, d_v) explicitly")
+    return key_dim or dim // heads, value_dim or dim // heads
+
+
+def build_embedding(dictionary, dim: int) -> nn.Embedding:
+    """N(0, d_model^-1/2), so that the embedding times √d_model (§3.4) has unit scale; padding row zero."""
+    embedding = nn.Embedding(len(dictionary), dim, padding_idx=dictionary.pad())
+    nn.init.normal_(embedding.weight, mean=0.0, std=dim**-0.5)
+    nn.init.zeros_(embedding.weight[dictionary.pad()])
+    return embedding
+
+
+@register_model("vaswani_transformer", dataclass=VaswaniTransformerConfig)
+class VaswaniTransformerModel(FairseqEncoderDecoderModel):
+    """The Transformer of "Attention Is All You Need" (§3)."""
+
+    @classmethod
+    def build_model(cls, cfg, task):
+        source_dict, target_dict = task.source_dictionary, task.target_dictionary
+        if cfg.share_all_embeddings:
+            if source_dict != target_dict:
+                raise VaswaniConfigError(
+                    "--share-all-embeddings needs one dictionary for source and target; binarize with "
+                    "fairseq-preprocess --joined-dictionary (or drop --share-all-embeddings)")
+            if cfg.encoder_embed_dim != cfg.decoder_embed_dim:
+                raise VaswaniConfigError(
+                    "--share-all-embeddings needs --encoder-embed-dim == --decoder-embed-dim "
+                    f"(got {cfg.encoder_embed_dim} and {cfg.decoder_embed_dim})")
+            encoder_embedding = decoder_embedding = build_embedding(source_dict, cfg.encoder_embed_dim)
+        else:
+            encoder_embedding = build_embedding(source_dict, cfg.encoder_embed_dim)
+            decoder_embedding = build_embedding(target_dict, cfg.decoder_embed_dim)
+        encoder = VaswaniEncoder(cfg, source_dict, encoder_embedding)
+        decoder = VaswaniDecoder(cfg, target_dict, decoder_embedding,
+                                 share_output=cfg.share_all_embeddings or cfg.share_decoder_input_output_embed)
+        return cls(encoder, decoder)
+
+
+class VaswaniEncoder(FairseqEncoder):
+    """§3.1: a stack of N identical layers over the embedded source."""
+
+    def __init__(self, cfg, dictionary, embed_tokens: nn.Embedding):
+        super().__init__(dictionary)
+        self.padding_idx = dictionary.pad()
+        self.max_source_positions = cfg.max_source_positions
+        dim = cfg.encoder_embed_dim
+        key_dim, value_dim = head_dims(cfg, "encoder")
+        self.embedding = TokenEmbedding(embed_tokens, cfg.dropout,
+                                        cfg.max_source_positions if cfg.encoder_learned_pos else 0)
+        self.layers = nn.ModuleList(
+            EncoderLayer(dim, cfg.encoder_ffn_embed_dim, cfg.encoder_attention_heads, key_dim, value_dim,
+                         cfg.dropout, cfg.attention_dropout, cfg.activation_dropout, cfg.encoder_normalize_before)
+            for _ in range(cfg.encoder_layers))
+        # Pre-norm leaves the last residual sum un-normalised; post-norm (the paper) needs no extra norm.
+        self.final_norm = nn.LayerNorm(dim) if cfg.encoder_normalize_before else None
+
+    def forward(self, src_tokens: Tensor, src_lengths: Optional[Tensor] = None, **kwargs):
+        """Returns {"memory": [x (batch, src_len, d_model)], "memory_padding_mask": [(batch, src_len)]}."""
+        padding = src_tokens.eq(self.padding_idx)
+        x = self.embedding(src_tokens, position_indices(padding))
+        mask = padding_attention_mask(padding)
+        for layer in self.layers:
+            x = layer(x, mask)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return {"memory": [x], "memory_padding_mask": [padding]}
+
+    def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order: Tensor):
+        return {key: [t.index_select(0, new_order) for t in tensors] for key, tensors in encoder_out.items()}
+
+    def max_positions(self):
+        return self.max_source_positions
+
+
+class VaswaniDecoder(FairseqIncrementalDecoder):
+    """§3.1: a stack of N identical layers, each attending to the encoder output; then the softmax (§3.4)."""
+
+    def __init__(self, cfg, dictionary, embed_tokens: nn.Embedding, share_output: bool):
+        super().__init__(dictionary)
+        self.padding_idx = dictionary.pad()
+        self.max_target_positions = cfg.max_target_positions
+        dim = cfg.decoder_embed_dim
+        key_dim, value_dim = head_dims(cfg, "decoder")
+        self.embedding = TokenEmbedding(embed_tokens, cfg.dropout,
+                                        cfg.max_target_positions if cfg.decoder_learned_pos else 0)
+        self.layers = nn.ModuleList(
+            DecoderLayer(dim, cfg.encoder_embed_dim, cfg.decoder_ffn_embed_dim, cfg.decoder_attention_heads,
+                         key_dim, value_dim, cfg.dropout, cfg.attention_dropout, cfg.activation_dropout,
+                         cfg.decoder_normalize_before)
+            for _ in range(cfg.decoder_layers))
+        self.final_norm = nn.LayerNorm(dim) if cfg.decoder_normalize_before else None
+        # §3.4: the pre-softmax linear transformation, without bias; shares the embedding matrix if asked.
+        self.output_projection = nn.Linear(dim, len(dictionary), bias=False)
+        if share_output:
+            self.output_projection.weight = embed_tokens.weight
+        else:
+            nn.init.normal_(self.output_projection.weight, mean=0.0, std=dim**-0.5)
+
+    def forward(self, prev_output_tokens, encoder_out=None, incremental_state=None, features_only=False,
+                return_attention: Optional[bool] = None, **kwargs):
+        x, extra = self.extract_features(prev_output_tokens, encoder_out, incremental_state, return_attention)
+        if not features_only:
+            x = self.output_layer(x)
+        return x, extra
+
+    def extract_features(self, prev_output_tokens, encoder_out=None, incremental_state=None,
+                         return_attention: Optional[bool] = None, **kwargs):
+        """Returns (features, {"attn": [encoder-decoder attention of the last layer, averaged over heads]}).
+
+        The attention is computed in eval mode (generation, --print-alignment) or when return_attention is
+        set; training skips it so that every attention can run in SDPA's fused kernels.
+        """
+        padding = prev_output_tokens.eq(self.padding_idx)
+        positions = position_indices(padding)
+        tokens = prev_output_tokens
+        if incremental_state is not None:
+            # Only the newest position is computed; earlier keys/values come from the cache.
+            tokens, positions = tokens[:, -1:], positions[:, -1:]
+            self_mask, self_is_causal = padding_attention_mask(padding), False
+        else:
+            self_mask, self_is_causal = causal_attention_mask(padding)
+        memory = encoder_out["memory"][0]
+        memory_mask = padding_attention_mask(encoder_out["memory_padding_mask"][0])
+        if return_attention is None:
+            return_attention = not self.training
+
+        x = self.embedding(tokens, positions)
+        attention = None
+        for index, layer in enumerate(self.layers):
+            cache = None if incremental_state is None else incremental_state.setdefault(f"vaswani_layer{index}", {})
+            is_last = index == len(self.layers) - 1
+            x, weights = layer(x, memory, self_mask, self_is_causal, memory_mask, cache=cache,
+                               need_weights=return_attention and is_last)
+            if weights is not None:
+                attention = weights
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x, {"attn": [attention]}
+
+    def output_layer(self, features: Tensor) -> Tensor:
+        return self.output_projection(features)
+
+    def reorder_incremental_state(self, incremental_state: Dict[str, Dict[str, Optional[Tensor]]],
+                                  new_order: Tensor):
+        """Beam search moved hypotheses around: select the cached keys/values of the surviving ones."""
+        for key, cache in incremental_state.items():
+            if not key.startswith("vaswani_layer"):
+                continue
+            for name, tensor in cache.items():
+                if tensor is None:
+                    continue
+                if name.startswith("memory_") and tensor.size(0) == new_order.size(0):
+                    # Within a sentence all beams share the same source, so the encoder-decoder keys/values
+                    # only need selecting when finished sentences leave the batch.
+                    continue
+                cache[name] = tensor.index_select(0, new_order)
+
+    def max_positions(self):
+        return self.max_target_positions
+
+
+def set_sizes(args, **sizes):
+    """An architecture's own sizes, where the command line left them unset."""
+    for name, value in sizes.items():
+        if safe_getattr(args, name, None) is None:
+            setattr(args, name, value)
+
+
+# `--arch vaswani_transformer` is the base model of Table 3 (N = 6, d_model = 512, d_ff = 2048, h = 8,
+# d_k = d_v = 64, P_drop = 0.1): the config dataclass's defaults, registered by register_model itself.
+def base_defaults(args):
+    """Every option still unset takes the base model's value (the other architectures end here)."""
+    for config_field in dataclasses.fields(VaswaniTransformerConfig):
+        if not safe_hasattr(args, config_field.name):
+            setattr(args, config_field.name, config_field.default)
+
+
+@register_model_architecture("vaswani_transformer", "vaswani_transformer_big")
+def vaswani_transformer_big(args):
+    """Big model, Table 3 (WMT14 En-De): d_model = 1024, d_ff = 4096, h = 16, P_drop = 0.3."""
+    set_sizes(args, encoder_embed_dim=1024, encoder_ffn_embed_dim=4096, encoder_attention_heads=16,
+              decoder_embed_dim=1024, decoder_ffn_embed_dim=4096, decoder_attention_heads=16, dropout=0.3)
+    base_defaults(args)
+
+
+@register_model_architecture("vaswani_transformer", "vaswani_transformer_big_en_fr")
+def vaswani_transformer_big_en_fr(args):
+    """Big model for WMT14 En-Fr (§6.1): as big, with P_drop = 0.1."""
+    set_sizes(args, dropout=0.1)
+    vaswani_transformer_big(args)
+
+
+@register_model_architecture("vaswani_transformer", "vaswani_transformer_parsing")
+def vaswani_transformer_parsing(args):
+    """Constituency parsing (§6.3): 4 layers, d_model = 1024, other settings as the base model."""
+    set_sizes(args, encoder_layers=4, decoder_layers=4, encoder_embed_dim=1024, decoder_embed_dim=1024)
+    base_defaults(args)
