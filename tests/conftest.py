@@ -1,0 +1,55 @@
+"""Shared helpers: tiny dictionaries and models built through the plugin's own config and build_model."""
+
+import dataclasses
+from types import SimpleNamespace
+
+import pytest
+import torch
+from fairseq.data import Dictionary
+
+import vaswani_plugin  # noqa: F401  (registers the plugin's components)
+from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerModel
+
+TINY_SIZES = dict(
+    encoder_embed_dim=32, decoder_embed_dim=32, encoder_ffn_embed_dim=64, decoder_ffn_embed_dim=64,
+    encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+)
+
+
+def make_dictionary(symbols: int) -> Dictionary:
+    """fairseq's dictionary: <s>, <pad>, </s>, <unk> and `symbols` words w0, w1, ..."""
+    dictionary = Dictionary()
+    for index in range(symbols):
+        dictionary.add_symbol(f"w{index}")
+    return dictionary
+
+
+def build_model(dictionary=None, target_dictionary=None, **options) -> VaswaniTransformerModel:
+    """A vaswani_transformer built as fairseq builds it; options override TINY_SIZES and the defaults."""
+    dictionary = dictionary or make_dictionary(20)
+    cfg = VaswaniTransformerConfig(**{**TINY_SIZES, **options})
+    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=target_dictionary or dictionary)
+    return VaswaniTransformerModel.build_model(cfg, task)
+
+
+def random_tokens(dictionary, batch, length, generator=None, lengths=None, left_pad=False):
+    """Random word tokens ending in </s>, padded to `length` (on the right unless left_pad)."""
+    lengths = lengths or [length] * batch
+    tokens = torch.full((batch, length), dictionary.pad(), dtype=torch.long)
+    for row, n in enumerate(lengths):
+        words = torch.randint(dictionary.nspecial, len(dictionary), (n,), generator=generator)
+        words[-1] = dictionary.eos()
+        if left_pad:
+            tokens[row, length - n:] = words
+        else:
+            tokens[row, :n] = words
+    return tokens
+
+
+def config_field_names():
+    return [f.name for f in dataclasses.fields(VaswaniTransformerConfig)]
+
+
+@pytest.fixture
+def dictionary():
+    return make_dictionary(20)
