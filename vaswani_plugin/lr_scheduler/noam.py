@@ -20,8 +20,9 @@ class NoamConfig(FairseqDataclass):
         default=None, metadata={"help": "d_model of eq. 3; default: the model's --encoder-embed-dim"})
     factor: float = field(default=1.0, metadata={"help": "multiplies eq. 3 (1.0 in the paper)"})
     lr: List[float] = II("optimization.lr")
-    # Not command-line options (no help): read from the rest of the configuration.
-    model_encoder_embed_dim: Optional[int] = II("model.encoder_embed_dim")
+    # Not a command-line option (no help): the model's d_model. fairseq copies the flat argparse value for
+    # argparse-style models (its `transformer`) and resolves the interpolation for dataclass models (ours).
+    encoder_embed_dim: Optional[int] = II("model.encoder_embed_dim")
 
 
 def noam_learning_rate(step: int, model_dim: int, warmup_updates: int, factor: float = 1.0) -> float:
@@ -32,7 +33,7 @@ def noam_learning_rate(step: int, model_dim: int, warmup_updates: int, factor: f
 def model_dim_from_config(cfg) -> int:
     """The model's --encoder-embed-dim, or a clear error for models that have none."""
     try:
-        model_dim = cfg.model_encoder_embed_dim
+        model_dim = cfg.encoder_embed_dim
     except Exception:  # omegaconf raises several error types for a missing interpolation target
         model_dim = None
     if model_dim is None:
