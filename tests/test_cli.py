@@ -200,19 +200,3 @@ def test_checkpoint_without_user_dir_fails_as_the_readme_says(data, trained, tmp
     readme = (REPO / "README.md").read_text()
     assert last_line in readme and '"Available models: {}"' in readme
 
-
-def test_readme_documents_every_option():
-    from vaswani_plugin.criterions.vaswani_label_smoothed_cross_entropy import VaswaniLabelSmoothedCrossEntropyConfig
-    from vaswani_plugin.lr_scheduler.noam import NoamConfig
-    from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerConfig
-    import dataclasses
-
-    readme = (REPO / "README.md").read_text()
-    for config in (VaswaniTransformerConfig, NoamConfig, VaswaniLabelSmoothedCrossEntropyConfig):
-        for option in dataclasses.fields(config):
-            if option.metadata.get("help"):  # fields without help are not command-line options
-                assert f"`--{option.name.replace('_', '-')}" in readme or \
-                    f"--{option.name.replace('_', '-')}`" in readme, option.name
-    for name in ("vaswani_transformer", "vaswani_transformer_big", "vaswani_transformer_big_en_fr",
-                 "vaswani_transformer_parsing", "noam", "vaswani_label_smoothed_cross_entropy"):
-        assert f"| `{name}` |" in readme
