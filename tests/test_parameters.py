@@ -90,3 +90,19 @@ def test_architectures_set_the_papers_sizes_and_yield_to_the_command_line(arch, 
     assert not cfg.encoder_normalize_before and not cfg.encoder_learned_pos
     overridden = arch_config(arch, dropout=0.25, encoder_layers=3)
     assert overridden.dropout == 0.25 and overridden.encoder_layers == 3
+
+
+def test_sharing_options_tie_the_right_matrices():
+    dictionary = make_dictionary(30)
+    task = Namespace(source_dictionary=dictionary, target_dictionary=dictionary)
+    with torch.device("meta"):
+        tied = VaswaniTransformerModel.build_model(arch_config("vaswani_transformer",
+                                                               share_decoder_input_output_embed=True), task)
+        shared = VaswaniTransformerModel.build_model(arch_config("vaswani_transformer",
+                                                                 share_all_embeddings=True), task)
+    decoder_embedding = tied.decoder.embedding.embed_tokens.weight
+    assert tied.decoder.output_projection.weight is decoder_embedding
+    assert tied.encoder.embedding.embed_tokens.weight is not decoder_embedding
+    assert shared.encoder.embedding.embed_tokens.weight is shared.decoder.embedding.embed_tokens.weight
+    assert shared.decoder.output_projection.weight is shared.decoder.embedding.embed_tokens.weight
+    assert tied.decoder.output_projection.bias is None
