@@ -93,25 +93,25 @@ class MultiHeadAttention(nn.Module):
         qk, v = heads * key_dim, heads * value_dim
         if self.self_attention:
             self.qkv_proj = nn.Linear(dim, 2 * qk + v)
-            self.split_sizes = (qk, qk, v)
+            projections = [(self.qkv_proj, (qk, qk, v))]
         else:
             self.q_proj = nn.Linear(dim, qk)
             self.kv_proj = nn.Linear(memory_dim, qk + v)
+            projections = [(self.q_proj, (qk,)), (self.kv_proj, (qk, v))]
         self.out_proj = nn.Linear(v, dim)
         # Xavier-uniform per projection matrix (W^Q, W^K, W^V, W^O), also inside the fused ones.
-        fused_blocks = [(self.qkv_proj, (qk, qk, v))] if self.self_attention else \
-            [(self.q_proj, (qk,)), (self.kv_proj, (qk, v))]
-        for linear, sizes in fused_blocks + [(self.out_proj, (dim,))]:
+        for linear, sizes in projections + [(self.out_proj, (dim,))]:
             for block in linear.weight.split(sizes, dim=0):
                 nn.init.xavier_uniform_(block)
             nn.init.zeros_(linear.bias)
+        self.qk_size, self.v_size = qk, v
 
     def _split_heads(self, x: Tensor, head_dim: int) -> Tensor:
         batch, length, _ = x.shape
         return x.view(batch, length, self.heads, head_dim).transpose(1, 2)
 
     def _keys_values(self, memory: Tensor) -> Tuple[Tensor, Tensor]:
-        k, v = self.kv_proj(memory).split((self.heads * self.key_dim, self.heads * self.value_dim), dim=-1)
+        k, v = self.kv_proj(memory).split((self.qk_size, self.v_size), dim=-1)
         return self._split_heads(k, self.key_dim), self._split_heads(v, self.value_dim)
 
     def forward(
@@ -129,7 +129,7 @@ class MultiHeadAttention(nn.Module):
         (batch, queries, keys).
         """
         if self.self_attention:
-            q, k, v = self.qkv_proj(x).split(self.split_sizes, dim=-1)
+            q, k, v = self.qkv_proj(x).split((self.qk_size, self.qk_size, self.v_size), dim=-1)
             q, k, v = self._split_heads(q, self.key_dim), self._split_heads(k, self.key_dim), \
                 self._split_heads(v, self.value_dim)
             if cache is not None:
@@ -156,7 +156,7 @@ class MultiHeadAttention(nn.Module):
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
                                                  is_causal=is_causal)
         batch, _, length, _ = out.shape
-        out = out.transpose(1, 2).reshape(batch, length, self.heads * self.value_dim)
+        out = out.transpose(1, 2).reshape(batch, length, self.v_size)
         return self.out_proj(out), weights
 
 
