@@ -1,0 +1,149 @@
+# Shared stages of the WMT14 recipes: sourced by wmt14_*.sh and table3.sh, not run on its own.
+#
+# Every stage is idempotent: a finished stage leaves $WORK_DIR/.done.<stage> and is skipped on a re-run;
+# an interrupted training run resumes from its checkpoint_last.pt.
+#
+# Variables every recipe reads (all optional):
+#   WORK_DIR             where data, checkpoints and translations go   (default: ./work/<recipe>)
+#   RAW_DIR              offline: a folder holding the upstream archives (default: download them)
+#   NUM_GPUS             GPUs per node to train on                      (default: all visible)
+#   NUM_NODES            nodes; with MASTER_ADDR, MASTER_PORT, NODE_RANK (see README)  (default: 1)
+#   MAX_UPDATE           training steps                                 (default: the paper's)
+#   FP16=1               mixed-precision training (--fp16)
+#   TOKENS_PER_STEP      source (and target) tokens per step            (default: 25000, §5.1)
+#   MAX_TOKENS_PER_GPU   most tokens one GPU holds in a batch           (default: 4096)
+#   SAVE_INTERVAL_UPDATES, AVERAGE_LAST   checkpoint cadence and how many to average (default: the paper's)
+#   EXTRA_TRAIN_ARGS     more fairseq-train arguments, appended last (so they override)
+#   EXTRA_PREPARE_ARGS   more `python -m prepare.wmt14` arguments (e.g. --train-lines 100000)
+#   CPU=1                allow running without a GPU (slow: for trying the pipeline out)
+#   PEAK_TFLOPS          per-GPU peak for the training-cost line (default: looked up by GPU name)
+
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PLUGIN="$REPO/vaswani_plugin"
+RECIPE=${RECIPE:-$(basename "$0" .sh)}
+WORK_DIR=$(mkdir -p "${WORK_DIR:-$PWD/work/$RECIPE}" && cd "${WORK_DIR:-$PWD/work/$RECIPE}" && pwd)
+PYTHON=${PYTHON:-python3}
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+
+say() { echo "[$RECIPE $(date +%H:%M:%S)] $*" >&2; }
+die() { echo "$RECIPE: error: $*" >&2; exit 1; }
+
+# stage NAME COMMAND...: run COMMAND unless NAME finished before.
+stage() {
+    local name=$1
+    shift
+    if [ -f "$WORK_DIR/.done.$name" ]; then
+        say "stage $name: done before, skipped"
+        return 0
+    fi
+    say "stage $name: starting"
+    "$@"
+    touch "$WORK_DIR/.done.$name"
+    say "stage $name: finished"
+}
+
+# Sets WORKERS (processes that train in parallel), DEVICE_ARGS (training) and EVAL_DEVICE_ARGS.
+detect_devices() {
+    local visible
+    visible=$("$PYTHON" -c "import torch; print(torch.cuda.device_count())") || die "python with torch not found"
+    NUM_NODES=${NUM_NODES:-1}
+    if [ "$visible" -eq 0 ]; then
+        [ "${CPU:-0}" = 1 ] || die "no GPU visible. The paper trains on 8 GPUs; to try the pipeline on CPU" \
+            "(very slow, for testing only) set CPU=1"
+        say "no GPU: training on CPU because CPU=1"
+        WORKERS=1
+        DEVICE_ARGS=(--cpu)
+        EVAL_DEVICE_ARGS=(--cpu)
+        return
+    fi
+    NUM_GPUS=${NUM_GPUS:-$visible}
+    [ "$NUM_GPUS" -le "$visible" ] || die "NUM_GPUS=$NUM_GPUS but only $visible GPUs are visible"
+    WORKERS=$((NUM_GPUS * NUM_NODES))
+    DEVICE_ARGS=(--distributed-world-size "$WORKERS")
+    EVAL_DEVICE_ARGS=()  # translation and validation run on one GPU
+    if [ "$NUM_NODES" -gt 1 ]; then
+        # fairseq's multi-node start: one run of the recipe per node, all reaching node 0 over TCP.
+        [ -n "${MASTER_ADDR:-}" ] && [ -n "${MASTER_PORT:-}" ] && [ -n "${NODE_RANK:-}" ] ||
+            die "NUM_NODES=$NUM_NODES needs MASTER_ADDR, MASTER_PORT (node 0's address and a free port) and" \
+                "NODE_RANK (0 .. NUM_NODES-1) on every node"
+        DEVICE_ARGS+=(--distributed-init-method "tcp://$MASTER_ADDR:$MASTER_PORT"
+                      --distributed-rank $((NODE_RANK * NUM_GPUS)))
+    fi
+    [ "${FP16:-0}" = 1 ] && DEVICE_ARGS+=(--fp16)
+    say "training on $NUM_GPUS GPU(s) x $NUM_NODES node(s)${FP16:+, fp16}"
+}
+
+# Sets UPDATE_FREQ and MAX_TOKENS so that one step holds TOKENS_PER_STEP tokens (§5.1: about 25,000 source
+# and 25,000 target tokens), however many workers there are.
+batch_size_for_workers() {
+    local tokens=${TOKENS_PER_STEP:-25000} per_gpu=${MAX_TOKENS_PER_GPU:-4096}
+    UPDATE_FREQ=$(( (tokens + WORKERS * per_gpu - 1) / (WORKERS * per_gpu) ))
+    MAX_TOKENS=$(( (tokens + WORKERS * UPDATE_FREQ - 1) / (WORKERS * UPDATE_FREQ) ))
+    say "batch: $WORKERS worker(s) x $MAX_TOKENS tokens x update-freq $UPDATE_FREQ ~ $tokens tokens per step"
+}
+
+# prepare_wmt14 PAIR ARGS...: download, tokenise, segment and binarise (prepare/); sets DATA_BIN and TEXT_DIR.
+prepare_wmt14() {
+    local pair=$1
+    shift
+    local args=(--pair "$pair" --work-dir "$WORK_DIR/data" "$@")
+    [ -n "${RAW_DIR:-}" ] && args+=(--raw-dir "$RAW_DIR")
+    # shellcheck disable=SC2086
+    stage prepare "$PYTHON" -m prepare.wmt14 "${args[@]}" ${EXTRA_PREPARE_ARGS:-}
+    DATA_BIN="$WORK_DIR/data/data-bin"
+    TEXT_DIR="$WORK_DIR/data/text"
+}
+
+# train SAVE_DIR ARGS...: the paper's training set-up (§5) plus the recipe's model arguments.
+train() {
+    local save_dir=$1
+    shift
+    mkdir -p "$save_dir"
+    # shellcheck disable=SC2086
+    "$PYTHON" -m fairseq_cli.train "$DATA_BIN" --user-dir "$PLUGIN" --task translation \
+        --share-all-embeddings \
+        --optimizer adam --adam-betas '(0.9,0.98)' --adam-eps 1e-9 \
+        --lr-scheduler noam --warmup-updates 4000 \
+        --criterion vaswani_label_smoothed_cross_entropy --label-smoothing 0.1 \
+        --max-tokens "$MAX_TOKENS" --update-freq "$UPDATE_FREQ" --required-batch-size-multiple 1 \
+        --save-dir "$save_dir" --no-epoch-checkpoints \
+        --log-format simple --log-interval 100 \
+        "${DEVICE_ARGS[@]}" "$@" ${EXTRA_TRAIN_ARGS:-} 2>&1 | tee -a "$save_dir/train.log"
+}
+
+# average SAVE_DIR N: §6.1, the average of the last N checkpoints.
+average() {
+    "$PYTHON" -m vaswani_plugin.average_checkpoints --inputs "$1" --num-update-checkpoints "$2" \
+        --output "$1/checkpoint_average.pt"
+}
+
+# translate CHECKPOINT SUBSET OUT: §6.1 decoding, beam 4, GNMT length penalty α = 0.6, at most input + 50
+# tokens (beam search stops early once 4 hypotheses are finished). Every sentence is translated.
+translate() {
+    "$PYTHON" -m fairseq_cli.generate "$DATA_BIN" --user-dir "$PLUGIN" --task vaswani_translation \
+        --path "$1" --gen-subset "$2" --beam 4 --gnmt-alpha 0.6 --max-len-a 1 --max-len-b 50 \
+        --batch-size 128 --required-batch-size-multiple 1 "${EVAL_DEVICE_ARGS[@]}" > "$3"
+}
+
+# training_cost SAVE_DIR PAPER_MODEL: the Table 2 line.
+training_cost() {
+    local peak=()
+    [ -n "${PEAK_TFLOPS:-}" ] && peak=(--peak-tflops "$PEAK_TFLOPS")
+    local fp16=()
+    [ "${FP16:-0}" = 1 ] && fp16=(--fp16)
+    "$PYTHON" -m vaswani_plugin.training_cost --checkpoint "$1/checkpoint_last.pt" --gpus "$WORKERS" \
+        --paper "$2" "${peak[@]}" "${fp16[@]}"
+}
+
+# score GENERATE_OUTPUT SUBSET: both BLEU lines of §6.1 against the plain reference of SUBSET.
+score() {
+    "$PYTHON" -m vaswani_plugin.score --generate-output "$1" --reference "$TEXT_DIR/$2.$TARGET_LANG" \
+        --target-lang "$TARGET_LANG" | tee "$1.bleu"
+}
+
+# model_parameters SAVE_DIR: the parameter count fairseq-train logged.
+model_parameters() {
+    sed -n 's/.*num. shared model params: \([0-9,]*\).*/\1/p' "$1/train.log" | tail -n 1 | tr -d ,
+}

@@ -1,0 +1,64 @@
+"""Training cost as in Table 2: FLOPs = training time × number of GPUs × each GPU's peak FLOP/s.
+
+`python -m vaswani_plugin.training_cost --checkpoint checkpoint_last.pt --gpus 8 [--fp16] [--peak-tflops X]`
+reads the cumulative training time fairseq keeps in the checkpoint (resumed runs included).
+"""
+
+import argparse
+import sys
+
+import torch
+
+import vaswani_plugin  # noqa: F401  (allow-list for loading fairseq checkpoints safely)
+
+# Dense peak TFLOP/s per GPU: (fp32, fp16/bf16 tensor cores). Table 2 used 2.8, 3.7, 6.0 and 9.5 TFLOPS
+# for K80, K40, M40 and P100 ("sustained single-precision floating-point capacity").
+PEAK_TFLOPS = {
+    "K80": (2.8, None), "K40": (3.7, None), "M40": (6.0, None), "P100": (9.5, 18.7),
+    "V100": (15.7, 125.0), "T4": (8.1, 65.0), "A10": (31.2, 125.0), "A100": (19.5, 312.0),
+    "L4": (30.3, 121.0), "L40": (90.5, 181.0), "H100": (67.0, 989.0), "H200": (67.0, 989.0),
+}
+# Table 2's training costs, for comparison.
+PAPER_COST = {"base": 3.3e18, "big": 2.3e19}
+
+
+def peak_for(device_name: str, fp16: bool):
+    """The peak TFLOP/s of a GPU model named in `device_name`, or None when it is not in the table."""
+    for model, (fp32, half) in sorted(PEAK_TFLOPS.items(), key=lambda item: -len(item[0])):
+        if model in device_name.upper():
+            return half if fp16 and half else fp32
+    return None
+
+
+def training_seconds(checkpoint: str) -> float:
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    return float(state["extra_state"]["previous_training_time"])
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="vaswani_plugin.training_cost", description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoint", required=True, help="checkpoint_last.pt of the finished run")
+    parser.add_argument("--gpus", type=int, required=True, help="GPUs the run used (all nodes)")
+    parser.add_argument("--fp16", action="store_true", help="the run used --fp16/--amp: count half-precision peak")
+    parser.add_argument("--peak-tflops", type=float, help="peak TFLOP/s per GPU (default: looked up by GPU name)")
+    parser.add_argument("--paper", choices=sorted(PAPER_COST), help="print Table 2's cost of this model too")
+    args = parser.parse_args(argv)
+
+    seconds = training_seconds(args.checkpoint)
+    peak, source = args.peak_tflops, "--peak-tflops"
+    if peak is None and torch.cuda.is_available():
+        name = torch.cuda.get_device_name(0)
+        peak, source = peak_for(name, args.fp16), f"{name} {'fp16' if args.fp16 else 'fp32'} peak"
+    paper = f"; paper (Table 2): {PAPER_COST[args.paper]:.1e}" if args.paper else ""
+    if peak is None:
+        print(f"Training cost: {seconds:.0f} s x {args.gpus} GPUs; peak FLOP/s unknown for this device "
+              f"(set PEAK_TFLOPS / --peak-tflops to estimate FLOPs){paper}")
+        return 0
+    flops = seconds * args.gpus * peak * 1e12
+    print(f"Training cost: {flops:.2e} FLOPs = {seconds:.0f} s x {args.gpus} GPUs x {peak:g} TFLOP/s "
+          f"({source}){paper}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
