@@ -6,6 +6,7 @@
 # Variables every recipe reads (all optional):
 #   WORK_DIR             where data, checkpoints and translations go   (default: ./work/<recipe>)
 #   RAW_DIR              offline: a folder holding the upstream archives (default: download them)
+#   DATA_DIR             prepared data; recipes of one language pair can share it (default: $WORK_DIR/data)
 #   NUM_GPUS             GPUs per node to train on                      (default: all visible)
 #   NUM_NODES            nodes; with MASTER_ADDR, MASTER_PORT, NODE_RANK (see README)  (default: 1)
 #   MAX_UPDATE           training steps                                 (default: the paper's)
@@ -85,15 +86,18 @@ batch_size_for_workers() {
 }
 
 # prepare_wmt14 PAIR ARGS...: download, tokenise, segment and binarise (prepare/); sets DATA_BIN and TEXT_DIR.
+# prepare.wmt14 skips the steps it finished before, so recipes sharing DATA_DIR prepare the data once.
 prepare_wmt14() {
     local pair=$1
     shift
-    local args=(--pair "$pair" --work-dir "$WORK_DIR/data" "$@")
+    local data_dir=${DATA_DIR:-$WORK_DIR/data}
+    local args=(--pair "$pair" --work-dir "$data_dir" "$@")
     [ -n "${RAW_DIR:-}" ] && args+=(--raw-dir "$RAW_DIR")
+    say "stage prepare: python -m prepare.wmt14 ${args[*]} ${EXTRA_PREPARE_ARGS:-}"
     # shellcheck disable=SC2086
-    stage prepare "$PYTHON" -m prepare.wmt14 "${args[@]}" ${EXTRA_PREPARE_ARGS:-}
-    DATA_BIN="$WORK_DIR/data/data-bin"
-    TEXT_DIR="$WORK_DIR/data/text"
+    "$PYTHON" -m prepare.wmt14 "${args[@]}" ${EXTRA_PREPARE_ARGS:-}
+    DATA_BIN="$data_dir/data-bin"
+    TEXT_DIR="$data_dir/text"
 }
 
 # train SAVE_DIR ARGS...: the paper's training set-up (§5) plus the recipe's model arguments.

@@ -4,7 +4,7 @@
 #   bash recipes/table3.sh A|B|C|D|E|big
 # Each variant of the row trains its own model (100,000 steps; big 300,000) and prints its dev perplexity
 # (per word-piece) and BLEU next to the paper's. Variables as every recipe (recipes/common.sh); the data
-# preparation is shared with wmt14_en_de_base.sh when both use the same WORK_DIR/data.
+# preparation is shared with the other En-De recipes when they use the same DATA_DIR.
 ROW=${1:-}
 RECIPE=table3
 source "$(dirname "$0")/common.sh"
@@ -41,8 +41,8 @@ big) VARIANTS=(
 esac
 
 # §5.1 data as the base recipe: WMT 2014 English-German, shared BPE vocabulary of about 37000 tokens.
-prepare_wmt14 en-de --bpe-merges "${BPE_MERGES:-36500}"
 detect_devices
+prepare_wmt14 en-de --bpe-merges "${BPE_MERGES:-36500}"
 batch_size_for_workers
 
 results=()

@@ -3,6 +3,7 @@
 #   bash recipes/wmt14_en_de_big.sh
 # Variables (WORK_DIR, RAW_DIR, NUM_GPUS, MAX_UPDATE, FP16, EXTRA_TRAIN_ARGS, CPU, ...): recipes/common.sh.
 source "$(dirname "$0")/common.sh"
+detect_devices  # before the downloads: no GPU is an error unless CPU=1
 TARGET_LANG=de
 
 # §5.1: WMT 2014 English-German, about 4.5 million sentence pairs; byte-pair encoding with a shared
@@ -11,7 +12,6 @@ prepare_wmt14 en-de --bpe-merges "${BPE_MERGES:-36500}"
 
 # §5.2: 8 GPUs; the big model trains for 300,000 steps (3.5 days) at about 1.0 s per step.
 # §5.1: batches of about 25,000 source and 25,000 target tokens, whatever the number of GPUs.
-detect_devices
 batch_size_for_workers
 
 # Table 3 "big": N = 6, d_model = 1024, d_ff = 4096, h = 16, P_drop = 0.3 (§5.4); ε_ls = 0.1 (§5.4);
