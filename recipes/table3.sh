@@ -42,7 +42,7 @@ esac
 
 # §5.1 data as the base recipe: WMT 2014 English-German, shared BPE vocabulary of about 37000 tokens.
 detect_devices
-prepare_wmt14 en-de --bpe-merges "${BPE_MERGES:-36500}"
+prepare_wmt14 en-de --bpe-merges "${BPE_MERGES:-32000}"
 batch_size_for_workers
 
 results=()

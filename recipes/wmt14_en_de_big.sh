@@ -8,7 +8,7 @@ TARGET_LANG=de
 
 # §5.1: WMT 2014 English-German, about 4.5 million sentence pairs; byte-pair encoding with a shared
 # source-target vocabulary of about 37000 tokens. Dev newstest2013, test newstest2014 (3003 sentences).
-prepare_wmt14 en-de --bpe-merges "${BPE_MERGES:-36500}"
+prepare_wmt14 en-de --bpe-merges "${BPE_MERGES:-32000}"
 
 # §5.2: 8 GPUs; the big model trains for 300,000 steps (3.5 days) at about 1.0 s per step.
 # §5.1: batches of about 25,000 source and 25,000 target tokens, whatever the number of GPUs.

@@ -1,0 +1,5 @@
+"""`python -m prepare` lists the steps."""
+
+import prepare
+
+print(prepare.__doc__.strip())
