@@ -16,6 +16,7 @@
 #   SAVE_INTERVAL_UPDATES, AVERAGE_LAST   checkpoint cadence and how many to average (default: the paper's)
 #   EXTRA_TRAIN_ARGS     more fairseq-train arguments, appended last (so they override)
 #   EXTRA_PREPARE_ARGS   more `python -m prepare.wmt14` arguments (e.g. --train-lines 100000)
+#   EXTRA_GENERATE_ARGS  more fairseq-generate arguments, appended last (e.g. --batch-size 32)
 #   CPU=1                allow running without a GPU (slow: for trying the pipeline out)
 #   PEAK_TFLOPS          per-GPU peak for the training-cost line (default: looked up by GPU name)
 
@@ -85,7 +86,8 @@ batch_size_for_workers() {
     say "batch: $WORKERS worker(s) x $MAX_TOKENS tokens x update-freq $UPDATE_FREQ ~ $tokens tokens per step"
 }
 
-# prepare_wmt14 PAIR ARGS...: download, tokenise, segment and binarise (prepare/); sets DATA_BIN and TEXT_DIR.
+# prepare_wmt14 PAIR ARGS...: download, tokenise, segment and binarise (prepare/); sets DATA_BIN, TEXT_DIR and
+# SUBWORDS (how fairseq-generate joins subwords back: BPE for en-de, sentencepiece for en-fr).
 # prepare.wmt14 skips the steps it finished before, so recipes sharing DATA_DIR prepare the data once.
 prepare_wmt14() {
     local pair=$1
@@ -98,6 +100,10 @@ prepare_wmt14() {
     "$PYTHON" -m prepare.wmt14 "${args[@]}" ${EXTRA_PREPARE_ARGS:-}
     DATA_BIN="$data_dir/data-bin"
     TEXT_DIR="$data_dir/text"
+    case "$pair" in
+    en-fr) SUBWORDS=sentencepiece ;;
+    *) SUBWORDS=subword_nmt ;;
+    esac
 }
 
 # train SAVE_DIR ARGS...: the paper's training set-up (§5) plus the recipe's model arguments.
@@ -123,12 +129,13 @@ average() {
         --output "$1/checkpoint_average.pt"
 }
 
+# shellcheck disable=SC2086
 # translate CHECKPOINT SUBSET OUT: §6.1 decoding, beam 4, GNMT length penalty α = 0.6, at most input + 50
 # tokens (beam search stops early once 4 hypotheses are finished). Every sentence is translated.
 translate() {
     "$PYTHON" -m fairseq_cli.generate "$DATA_BIN" --user-dir "$PLUGIN" --task vaswani_translation \
         --path "$1" --gen-subset "$2" --beam 4 --gnmt-alpha 0.6 --max-len-a 1 --max-len-b 50 \
-        --batch-size 128 --required-batch-size-multiple 1 "${EVAL_DEVICE_ARGS[@]}" > "$3"
+        --batch-size 128 --required-batch-size-multiple 1 --post-process "$SUBWORDS" "${EVAL_DEVICE_ARGS[@]}" ${EXTRA_GENERATE_ARGS:-} > "$3"
 }
 
 # training_cost SAVE_DIR PAPER_MODEL: the Table 2 line.

@@ -23,5 +23,6 @@ allow_fairseq_checkpoint_classes()
 from vaswani_plugin.models import vaswani_transformer  # noqa: E402,F401  (registers the model and archs)
 from vaswani_plugin.criterions import vaswani_label_smoothed_cross_entropy  # noqa: E402,F401
 from vaswani_plugin.lr_scheduler import noam  # noqa: E402,F401
+from vaswani_plugin.tasks import vaswani_translation  # noqa: E402,F401  (registers the task)
 
 __all__ = ["VaswaniConfigError"]

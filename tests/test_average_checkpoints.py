@@ -1,0 +1,121 @@
+"""`python -m vaswani_plugin.average_checkpoints`: checkpoint averaging of §6.1."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from test_cli import PAPER_TRAINING, TEST_SENTENCES, TINY_MODEL, plugin_dir, run, write_reversal_corpus
+from vaswani_plugin.average_checkpoints import average_checkpoints, last_checkpoints
+from vaswani_plugin.errors import VaswaniConfigError
+
+
+def average(*args, cwd, check=True):
+    result = subprocess.run([sys.executable, "-m", "vaswani_plugin.average_checkpoints", *map(str, args)],
+                            cwd=cwd, capture_output=True, text=True, timeout=300)
+    if check and result.returncode != 0:
+        raise AssertionError(result.stderr[-3000:])
+    return result
+
+
+def fake_checkpoint(path, seed, updates, **model):
+    generator = torch.Generator().manual_seed(seed)
+    state = {"model": {"weight": torch.randn(3, 4, generator=generator),
+                       "half": torch.randn(5, generator=generator).half(),
+                       "count": torch.tensor([seed]), **model},
+             "cfg": {"updates": updates}, "last_optimizer_state": {"state": torch.zeros(3)},
+             "optimizer_history": [{"num_updates": updates}]}
+    torch.save(state, path)
+    return state
+
+
+def test_two_checkpoints_average_to_the_elementwise_mean(tmp_path):
+    first = fake_checkpoint(tmp_path / "a.pt", 1, 100)["model"]
+    second = fake_checkpoint(tmp_path / "b.pt", 2, 200)["model"]
+    result = average("--inputs", "a.pt", "b.pt", "--output", "out/avg.pt", cwd=tmp_path)
+    assert result.stdout.splitlines() == ["averaged 2 checkpoints (optimizer state dropped) into out/avg.pt:",
+                                          "  a.pt", "  b.pt"]
+    averaged = torch.load(tmp_path / "out" / "avg.pt", weights_only=True)
+    mean = (first["weight"].double() + second["weight"].double()) / 2
+    assert torch.equal(averaged["model"]["weight"], mean.float())
+    assert averaged["model"]["weight"].dtype == torch.float32
+    assert averaged["model"]["half"].dtype == torch.float16
+    assert torch.equal(averaged["model"]["half"], ((first["half"].double() + second["half"].double()) / 2).half())
+    assert averaged["model"]["count"].tolist() == [2]  # not floating point: the newest one's
+    assert averaged["cfg"] == {"updates": 200} and "last_optimizer_state" not in averaged
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["avg.pt"]  # no temporary file left
+
+
+def test_selection_is_by_update_number_not_by_name(tmp_path):
+    for name in ["checkpoint_5_9000.pt", "checkpoint_5_10000.pt", "checkpoint_4_8000.pt", "checkpoint_5_900.pt",
+                 "checkpoint_last.pt", "checkpoint_best.pt", "checkpoint9.pt", "checkpoint10.pt", "checkpoint2.pt",
+                 "checkpoint_5_9500.pt.tmp"]:
+        (tmp_path / name).touch()
+    assert [p.name for p in last_checkpoints(tmp_path, 2, "update")] == ["checkpoint_5_9000.pt",
+                                                                         "checkpoint_5_10000.pt"]
+    assert [p.name for p in last_checkpoints(tmp_path, 3, "update")] == ["checkpoint_4_8000.pt", "checkpoint_5_9000.pt",
+                                                                         "checkpoint_5_10000.pt"]
+    assert [p.name for p in last_checkpoints(tmp_path, 2, "epoch")] == ["checkpoint9.pt", "checkpoint10.pt"]
+    with pytest.raises(VaswaniConfigError, match=r"--num-update-checkpoints 5 asks for more than the 4 "):
+        last_checkpoints(tmp_path, 5, "update")
+
+
+def test_errors_are_one_line(tmp_path):
+    fake_checkpoint(tmp_path / "checkpoint_1_10.pt", 1, 10)
+    result = average("--inputs", tmp_path, "--num-update-checkpoints", "2", "--output", "avg.pt", cwd=tmp_path,
+                     check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        f"vaswani_plugin.average_checkpoints: error: --num-update-checkpoints 2 asks for more than the 1 "
+        f"checkpoint_<epoch>_<updates>.pt files in {tmp_path}")
+    assert not (tmp_path / "avg.pt").exists()
+    fake_checkpoint(tmp_path / "extra.pt", 2, 20, bias=torch.zeros(2))
+    with pytest.raises(VaswaniConfigError, match="extra.pt has other parameters than .*: bias"):
+        average_checkpoints([tmp_path / "checkpoint_1_10.pt", tmp_path / "extra.pt"])
+    fake_checkpoint(tmp_path / "wide.pt", 3, 30, weight=torch.zeros(3, 5))
+    with pytest.raises(VaswaniConfigError, match=r"weight has shape \(3, 5\) in .*wide.pt but \(3, 4\) in"):
+        average_checkpoints([tmp_path / "checkpoint_1_10.pt", tmp_path / "wide.pt"])
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny vaswani_transformer, 2 updates an epoch: checkpoint<epoch>.pt and checkpoint_<epoch>_<updates>.pt.
+
+    fairseq writes an update checkpoint only within an epoch, so updates 1, 3 and 5 here.
+    """
+    root = tmp_path_factory.mktemp("averaging")
+    write_reversal_corpus(root, {"train": 200, "valid": 20, "test": TEST_SENTENCES})
+    run("preprocess", "--source-lang", "src", "--target-lang", "tgt", "--trainpref", root / "train",
+        "--validpref", root / "valid", "--testpref", root / "test", "--workers", "1", "--joined-dictionary",
+        "--destdir", root / "data", cwd=root)
+    run("train", root / "data", "--user-dir", plugin_dir(), "--arch", "vaswani_transformer", "--share-all-embeddings",
+        *TINY_MODEL, *PAPER_TRAINING, "--max-update", "6", "--save-interval-updates", "1",
+        "--save-dir", root / "checkpoints", cwd=root)
+    return root
+
+
+def test_averaged_training_checkpoints_load_with_fairseq_generate(trained, tmp_path):
+    checkpoints = trained / "checkpoints"
+    update_checkpoints = sorted(checkpoints.glob("checkpoint_*_*.pt"), key=lambda p: int(p.stem.split("_")[2]))
+    assert len(update_checkpoints) >= 3
+    result = average("--inputs", checkpoints, "--num-update-checkpoints", "2", "--output", tmp_path / "avg.pt",
+                     cwd=tmp_path)
+    assert result.stdout.splitlines()[1:] == [f"  {p}" for p in update_checkpoints[-2:]]
+    states = [torch.load(p, weights_only=True) for p in update_checkpoints[-2:]]
+    averaged = torch.load(tmp_path / "avg.pt", weights_only=True)
+    first, second = (state["model"] for state in states)
+    assert not torch.equal(first["encoder.embedding.embed_tokens.weight"],
+                           second["encoder.embedding.embed_tokens.weight"])
+    assert averaged["model"].keys() == first.keys()
+    for key, value in averaged["model"].items():
+        assert torch.equal(value, ((first[key].double() + second[key].double()) / 2).float()), key
+    assert averaged["optimizer_history"] == states[1]["optimizer_history"]
+    generated = run("generate", trained / "data", "--user-dir", plugin_dir(), "--path", tmp_path / "avg.pt",
+                    "--beam", "4", "--required-batch-size-multiple", "1", "--cpu", cwd=tmp_path)
+    assert sum(line.startswith("H-") for line in generated.stdout.splitlines()) == TEST_SENTENCES
+
+    epochs = average("--inputs", checkpoints, "--num-epoch-checkpoints", "2", "--output", tmp_path / "epochs.pt",
+                     cwd=tmp_path)
+    epoch_checkpoints = sorted(checkpoints.glob("checkpoint[0-9]*.pt"), key=lambda p: int(p.stem[10:]))
+    assert epochs.stdout.splitlines()[1:] == [f"  {p}" for p in epoch_checkpoints[-2:]]

@@ -1,0 +1,116 @@
+"""Checkpoint averaging of §6.1 ("averaging the last 5 checkpoints ... written at 10-minute intervals").
+
+    python -m vaswani_plugin.average_checkpoints --inputs CKPT_DIR --num-update-checkpoints 5 --output avg.pt
+    python -m vaswani_plugin.average_checkpoints --inputs CKPT_DIR --num-epoch-checkpoints 5 --output avg.pt
+    python -m vaswani_plugin.average_checkpoints --inputs a.pt b.pt c.pt --output avg.pt
+
+Every floating-point tensor of state["model"] is averaged in float64 and cast back to its dtype; all else
+(integer buffers, cfg, optimizer_history, extra_state) is the last checkpoint's: the newest one when
+selected with --num-*-checkpoints, the last one listed otherwise. The optimizer state is dropped: the
+result is for generation (continuing training from it starts Adam afresh).
+"""
+
+import argparse
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import List, Sequence
+
+import torch
+
+import vaswani_plugin  # noqa: F401  (allow-lists fairseq's checkpoint classes for weights_only loading)
+from vaswani_plugin.errors import VaswaniConfigError
+
+PATTERNS = {"update": re.compile(r"checkpoint_(\d+)_(\d+)\.pt"), "epoch": re.compile(r"checkpoint(\d+)\.pt")}
+NAMES = {"update": "checkpoint_<epoch>_<updates>.pt", "epoch": "checkpoint<epoch>.pt"}
+
+
+def last_checkpoints(folder, count: int, kind: str) -> List[Path]:
+    """The last `count` checkpoints of `folder` by update number (kind "update") or epoch ("epoch"), oldest first."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise VaswaniConfigError(f"--num-{kind}-checkpoints needs one checkpoint directory, got {folder}")
+    found = [(int(m.group(m.lastindex)), path) for path in folder.iterdir()
+             if (m := PATTERNS[kind].fullmatch(path.name))]
+    if len(found) < count:
+        raise VaswaniConfigError(f"--num-{kind}-checkpoints {count} asks for more than the {len(found)} "
+                                 f"{NAMES[kind]} files in {folder}")
+    return [path for _, path in sorted(found)[len(found) - count:]]
+
+
+def average_checkpoints(paths: Sequence) -> dict:
+    """The state of the last (newest) path, its model tensors replaced by the float64 mean over all paths."""
+    if not paths:
+        raise VaswaniConfigError("no checkpoints to average")
+    sums, state = {}, None
+    for path in paths:
+        if not Path(path).is_file():
+            raise VaswaniConfigError(f"{path} is not a checkpoint file")
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        model = state.get("model") if isinstance(state, dict) else None
+        if model is None:
+            raise VaswaniConfigError(f"{path} is not a fairseq checkpoint (it has no 'model')")
+        if sums and set(model) != set(sums):
+            different = sorted(set(model) ^ set(sums))
+            raise VaswaniConfigError(f"{path} has other parameters than {paths[0]}: "
+                                     f"{', '.join(different[:3])}{' ...' if len(different) > 3 else ''}")
+        for key, tensor in model.items():
+            if key in sums and sums[key].shape != tensor.shape:
+                raise VaswaniConfigError(f"{key} has shape {tuple(tensor.shape)} in {path} but "
+                                         f"{tuple(sums[key].shape)} in {paths[0]}")
+            if tensor.is_floating_point():
+                sums[key] = sums[key] + tensor.double() if key in sums else tensor.double()
+            else:
+                sums[key] = tensor
+    state["model"] = {key: (total / len(paths)).to(state["model"][key].dtype)
+                      if state["model"][key].is_floating_point() else total for key, total in sums.items()}
+    state.pop("last_optimizer_state", None)
+    return state
+
+
+def save_atomically(state: dict, output) -> None:
+    """torch.save to a temporary file next to `output`, then rename: no half-written checkpoint on failure."""
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            torch.save(state, file)
+        os.replace(temporary, output)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="vaswani_plugin.average_checkpoints", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--inputs", nargs="+", required=True,
+                        help="checkpoint files, or one directory with --num-update/epoch-checkpoints")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--num-update-checkpoints", type=int, metavar="N",
+                       help="average the last N checkpoint_<epoch>_<updates>.pt by update count")
+    group.add_argument("--num-epoch-checkpoints", type=int, metavar="N",
+                       help="average the last N checkpoint<epoch>.pt by epoch")
+    parser.add_argument("--output", required=True, help="where to write the averaged checkpoint")
+    args = parser.parse_args(argv)
+    try:
+        paths = args.inputs
+        for kind, count in (("update", args.num_update_checkpoints), ("epoch", args.num_epoch_checkpoints)):
+            if count is not None:
+                if count < 1 or len(args.inputs) != 1:
+                    raise VaswaniConfigError(f"--num-{kind}-checkpoints needs N >= 1 and one directory in --inputs")
+                paths = last_checkpoints(args.inputs[0], count, kind)
+        state = average_checkpoints(paths)
+        save_atomically(state, args.output)
+    except VaswaniConfigError as error:
+        sys.exit(f"{parser.prog}: error: {error}")
+    print(f"averaged {len(paths)} checkpoints (optimizer state dropped) into {args.output}:")
+    for path in paths:
+        print(f"  {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""BLEU as reported in §6.1 / Table 2 (tokenised, compound-split), and sacreBLEU on detokenised output.
+
+    python -m vaswani_plugin.score --hypotheses generate.out --reference newstest2014.de --target-lang de
+
+Hypotheses are fairseq-generate (or fairseq-interactive) output or a plain file, one line per sentence in
+sentence-id order. From generate output the D- lines are read (the H- text after fairseq's --bpe and
+--tokenizer decoding; the same text as H- when neither was given), the best per id, sorted by id. Both
+H- and D- carry --post-process / --remove-bpe: if generate ran without it (and without --bpe), pass
+--remove-bpe here. The reference is plain, detokenised text.
+
+- Tokenised BLEU, the convention of tensor2tensor's get_ende_bleu.sh that the paper's numbers follow:
+  hypotheses (detokenised first, so that tokenised and plain output score alike) and references are
+  Moses-tokenised, every intra-word hyphen (\\S)-(\\S) becomes \\1 ##AT##-##AT## \\2, and corpus BLEU is
+  computed on those tokens as multi-bleu.perl does (no smoothing; sacrebleu with tokenize='none').
+- sacreBLEU: hypotheses detokenised with sacremoses for the target language, scored against the plain
+  reference with sacrebleu's defaults; its signature is printed.
+"""
+
+import argparse
+import re
+import sys
+from dataclasses import dataclass
+from typing import List, Optional, Sequence
+
+from fairseq.data.data_utils import post_process
+from sacrebleu.metrics import BLEU
+from sacremoses import MosesDetokenizer, MosesTokenizer
+
+from vaswani_plugin.errors import VaswaniConfigError
+
+GENERATE_LINE = re.compile(r"([HD])-(\d+)\t[^\t]*\t(.*)")
+BPE_MARKERS = {"subword_nmt": "@@ ", "sentencepiece": "\u2581"}
+DROPPED_HINT = " (fairseq dropped some: pass --required-batch-size-multiple 1)"
+
+
+@dataclass(frozen=True)
+class Scores:
+    tokenised_bleu: float  # BLEU (tokenised, compound-split)
+    sacrebleu: float
+    signature: str         # sacreBLEU's
+    sentences: int
+    report: str            # what the command prints
+
+
+def split_compounds(text: str) -> str:
+    """get_ende_bleu.sh: perl -ple 's{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g'."""
+    return re.sub(r"(\S)-(\S)", r"\1 ##AT##-##AT## \2", text)
+
+
+def read_hypotheses(path, remove_bpe: Optional[str] = None):
+    """(hypotheses sorted by sentence id, their ids or None for a plain file); see the module docstring."""
+    with open(path, encoding="utf-8") as file:
+        lines = [line.rstrip("\r\n") for line in file]
+    found = {"H": {}, "D": {}}
+    for match in filter(None, map(GENERATE_LINE.fullmatch, lines)):
+        found[match[1]].setdefault(int(match[2]), match[3])  # the first (best) of --nbest
+    by_id = found["D"] or found["H"]
+    ids = sorted(by_id) if by_id else None
+    hypotheses = [by_id[i] for i in ids] if by_id else lines
+    if remove_bpe:
+        hypotheses = [post_process(h, remove_bpe) for h in hypotheses]
+    return hypotheses, ids
+
+
+def score_lines(hypotheses: Sequence[str], references: Sequence[str], target_lang: str) -> Scores:
+    """Both BLEU scores of hypotheses against one reference per sentence."""
+    if len(hypotheses) != len(references) or not references:
+        raise VaswaniConfigError(f"{len(hypotheses)} hypotheses for {len(references)} reference lines")
+    detokeniser, tokeniser = MosesDetokenizer(lang=target_lang), MosesTokenizer(lang=target_lang)
+    detokenised = [detokeniser.detokenize(h.split()) for h in hypotheses]
+
+    def prepare(text: str) -> str:
+        return split_compounds(tokeniser.tokenize(text, escape=False, return_str=True))
+
+    tokenised = BLEU(tokenize="none", smooth_method="none", force=True).corpus_score(
+        [prepare(h) for h in detokenised], [[prepare(r) for r in references]])
+    sacrebleu = BLEU(trg_lang=target_lang)
+    plain = sacrebleu.corpus_score(detokenised, [list(references)])
+    signature = str(sacrebleu.get_signature())
+    report = (f"BLEU (tokenised, compound-split) = {str(tokenised).split(' = ', 1)[1]}\n"
+              f"sacreBLEU = {str(plain).split(' = ', 1)[1]} {signature}\n"
+              f"sentences = {len(references)}")
+    return Scores(tokenised.score, plain.score, signature, len(references), report)
+
+
+def score_files(hypotheses, reference, target_lang: str, remove_bpe: Optional[str] = None) -> Scores:
+    """score_lines on a fairseq-generate output or plain hypothesis file and a plain reference file."""
+    lines, ids = read_hypotheses(hypotheses, remove_bpe)
+    with open(reference, encoding="utf-8") as file:
+        references = [line.rstrip("\r\n") for line in file]
+    if len(lines) != len(references):
+        hint = DROPPED_HINT if ids is not None and len(lines) < len(references) else ""
+        raise VaswaniConfigError(f"{len(lines)} hypotheses for {len(references)} reference lines{hint}")
+    if ids is not None and ids != list(range(len(ids))):
+        raise VaswaniConfigError(f"{hypotheses}: sentence ids are not 0..{len(ids) - 1} (output of another test set?)")
+    for name, marker in BPE_MARKERS.items():
+        if not remove_bpe and any(marker in line + " " for line in lines):
+            raise VaswaniConfigError(f"hypotheses still contain {marker.strip()!r}: pass --remove-bpe {name}")
+    return score_lines(lines, references, target_lang)
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    parser = argparse.ArgumentParser(prog="vaswani_plugin.score", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hypotheses", "--generate-output", required=True, dest="hypotheses",
+                        help="fairseq-generate output, or one hypothesis a line")
+    parser.add_argument("--reference", required=True, help="plain reference, one sentence a line")
+    parser.add_argument("--target-lang", required=True, help="target language for the Moses (de)tokeniser, e.g. de")
+    parser.add_argument("--remove-bpe", choices=sorted(BPE_MARKERS),
+                        help="undo BPE if fairseq-generate ran without --remove-bpe/--post-process")
+    args = parser.parse_args(argv)
+    try:
+        scores = score_files(args.hypotheses, args.reference, args.target_lang, args.remove_bpe)
+    except (VaswaniConfigError, OSError) as error:
+        sys.exit(f"{parser.prog}: error: {error}")
+    print(scores.report)
+
+
+if __name__ == "__main__":
+    main()
