@@ -32,18 +32,22 @@ export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 say() { echo "[$RECIPE $(date +%H:%M:%S)] $*" >&2; }
 die() { echo "$RECIPE: error: $*" >&2; exit 1; }
 
-# stage NAME COMMAND...: run COMMAND unless NAME finished before.
+# stage NAME COMMAND...: run COMMAND unless NAME finished after the stage before it. A stage that runs again
+# (say, training resumed with a larger MAX_UPDATE) thereby makes every later stage run again too.
+PREVIOUS_STAMP=
 stage() {
     local name=$1
     shift
-    if [ -f "$WORK_DIR/.done.$name" ]; then
+    local stamp="$WORK_DIR/.done.$name"
+    if [ -f "$stamp" ] && { [ -z "$PREVIOUS_STAMP" ] || [ ! "$PREVIOUS_STAMP" -nt "$stamp" ]; }; then
         say "stage $name: done before, skipped"
-        return 0
+    else
+        say "stage $name: starting"
+        "$@"
+        touch "$stamp"
+        say "stage $name: finished"
     fi
-    say "stage $name: starting"
-    "$@"
-    touch "$WORK_DIR/.done.$name"
-    say "stage $name: finished"
+    PREVIOUS_STAMP=$stamp
 }
 
 # Sets WORKERS (processes that train in parallel), DEVICE_ARGS (training) and EVAL_DEVICE_ARGS.

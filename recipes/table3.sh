@@ -52,6 +52,7 @@ for index in "${!VARIANTS[@]}"; do
     steps=100000
     [ "$ROW" = big ] && steps=300000
     say "Table 3 ($ROW) $name"
+    PREVIOUS_STAMP=  # variants are independent of each other
     # The base model of §5 with this variant's changes; the last --option wins, so variants override.
     # shellcheck disable=SC2086
     stage "train-$run" train "$WORK_DIR/$run" --arch vaswani_transformer --dropout 0.1 \

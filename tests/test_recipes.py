@@ -1,0 +1,175 @@
+"""Every recipe end to end on a tiny offline mirror of WMT14 (CPU, tiny model, a few updates).
+
+The mirror (tests/wmt_mirror.py) holds a few hundred generated training lines per corpus and the real
+newstest2013 and newstest2014 SGM files from ../shared/data/wmt14, so dev and test have their real sizes,
+3000 and 3003 sentences, and every one of them must be translated. To keep the suite fast, outputs are cut
+at 3 tokens (EXTRA_GENERATE_ARGS): an untrained model would otherwise run to input + 50 tokens.
+"""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import sentencepiece
+import torch
+from fairseq.data import Dictionary
+from fairseq.data.indexed_dataset import MMapIndexedDataset
+
+from wmt_mirror import build_mirror
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = ("--encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 32 --decoder-embed-dim 32 "
+        "--encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 --encoder-attention-heads 2 "
+        "--decoder-attention-heads 2")
+NEEDS_CPU_PATH = pytest.mark.skipif(torch.cuda.is_available(), reason="runs the recipes' CPU=1 path")
+
+
+def run_recipe(script, env_overrides, *args, check=True, cwd=None):
+    """bash recipes/SCRIPT with this test environment's python first on PATH."""
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", PYTHON=sys.executable,
+               **env_overrides)
+    result = subprocess.run(["bash", str(REPO / "recipes" / script), *args], env=env, capture_output=True,
+                            text=True, timeout=600, cwd=cwd or REPO)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{script} failed ({result.returncode}):\n{result.stderr[-4000:]}")
+    return result
+
+
+def tiny_env(work_dir, raw_dir, data_dir, **more):
+    settings = dict(WORK_DIR=work_dir, RAW_DIR=raw_dir, DATA_DIR=data_dir, CPU=1, MAX_UPDATE=4,
+                    SAVE_INTERVAL_UPDATES=2, AVERAGE_LAST=2, TOKENS_PER_STEP=2000, BPE_MERGES=300,
+                    SPM_VOCAB=400, EXTRA_TRAIN_ARGS=TINY, EXTRA_GENERATE_ARGS="--max-len-a 0 --max-len-b 3")
+    settings.update(more)
+    return {key: str(value) for key, value in settings.items()}
+
+
+@pytest.fixture(scope="module")
+def mirror(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mirror")
+    for pair in ("en-de", "en-fr"):
+        build_mirror(root / pair, pair)
+    return root
+
+
+@pytest.fixture(scope="module")
+def en_de_data(tmp_path_factory):
+    """One DATA_DIR for every En-De recipe, as the README suggests: prepared by the first, reused after."""
+    return tmp_path_factory.mktemp("data-en-de")
+
+
+def hypotheses(generate_output: Path):
+    return [line for line in generate_output.read_text().splitlines() if line.startswith("H-")]
+
+
+def check_scores(stdout: str, sentences: int):
+    assert re.search(r"^BLEU \(tokenised, compound-split\) = \d+\.\d+ ", stdout, re.M), stdout
+    assert re.search(r"^sacreBLEU = \d+\.\d+ .*nrefs:1\|case:mixed", stdout, re.M), stdout
+    assert re.search(rf"^sentences = {sentences}$", stdout, re.M), stdout
+    assert re.search(r"^Training cost: \d+ s x 1 GPUs; peak FLOP/s unknown", stdout, re.M), stdout
+
+
+def binarised_sentences(data_bin: Path, split: str, pair: str) -> int:
+    source = pair.split("-")[0]
+    return len(MMapIndexedDataset(str(data_bin / f"{split}.{pair}.{source}")))
+
+
+@NEEDS_CPU_PATH
+def test_no_gpu_is_a_clear_error(tmp_path):
+    result = run_recipe("wmt14_en_de_big.sh", dict(WORK_DIR=str(tmp_path)), check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "wmt14_en_de_big: error: no GPU visible. The paper trains on 8 GPUs; to try the pipeline on CPU "
+        "(very slow, for testing only) set CPU=1")
+    assert not (tmp_path / "data").exists()  # failed before downloading anything
+
+
+@NEEDS_CPU_PATH
+def test_en_de_base_from_nothing_to_bleu_then_resume(mirror, en_de_data, tmp_path):
+    work = tmp_path / "base"
+    env = tiny_env(work, mirror / "en-de", en_de_data)
+    result = run_recipe("wmt14_en_de_base.sh", env)
+    data_bin = en_de_data / "data-bin"
+
+    # Data: joint BPE with 300 merges gives at most 300 + 2 x characters symbols; every dev/test sentence.
+    dictionary = Dictionary.load(str(data_bin / "dict.en.txt"))
+    assert (data_bin / "dict.de.txt").read_text() == (data_bin / "dict.en.txt").read_text()  # joined
+    merges = [line for line in (en_de_data / "bpe" / "codes").read_text().splitlines()
+              if not line.startswith("#version")]
+    assert len(merges) == 300 and 300 < len(dictionary) - dictionary.nspecial < 300 + 2 * 200
+    assert binarised_sentences(data_bin, "valid", "en-de") == 3000
+    assert binarised_sentences(data_bin, "test", "en-de") == 3003
+    train_lines = len((en_de_data / "bpe" / "train.en").read_text().splitlines())
+    assert binarised_sentences(data_bin, "train", "en-de") == train_lines > 0
+
+    # Training: the base arch with the paper's settings; checkpoints every 2 updates, the last 2 averaged.
+    train_log = (work / "checkpoints" / "train.log").read_text()
+    assert "'model': {'_name': 'vaswani_transformer'," in train_log and "'dropout': 0.1" in train_log
+    assert "'lr_scheduler': {'_name': 'noam'" in train_log
+    checkpoints = [torch.load(work / "checkpoints" / name, weights_only=True)["model"]
+                   for name in ("checkpoint_1_2.pt", "checkpoint_1_4.pt", "checkpoint_average.pt")]
+    for name, average in checkpoints[2].items():
+        torch.testing.assert_close(average, (checkpoints[0][name] + checkpoints[1][name]) / 2)
+
+    # Every newstest2014 sentence translated; both BLEU lines and the cost line.
+    assert len(hypotheses(work / "newstest2014.generate.txt")) == 3003
+    check_scores(result.stdout, 3003)
+
+    # Re-run: nothing to do but print the scores again.
+    again = run_recipe("wmt14_en_de_base.sh", env)
+    for name in ("train", "average", "translate"):
+        assert f"stage {name}: done before, skipped" in again.stderr
+    check_scores(again.stdout, 3003)
+
+    # Interrupted training (no stamp) with more updates: fairseq resumes from checkpoint_last, and the later
+    # stages run again on the new checkpoints.
+    (work / ".done.train").unlink()
+    resumed = run_recipe("wmt14_en_de_base.sh", {**env, "MAX_UPDATE": "6"})
+    assert "@ 4 updates" in (work / "checkpoints" / "train.log").read_text()
+    assert "stage average: starting" in resumed.stderr and "checkpoint_1_6.pt" in resumed.stdout
+    check_scores(resumed.stdout, 3003)
+
+
+@NEEDS_CPU_PATH
+def test_en_de_big(mirror, en_de_data, tmp_path):
+    work = tmp_path / "big"
+    result = run_recipe("wmt14_en_de_big.sh", tiny_env(work, mirror / "en-de", en_de_data))
+    train_log = (work / "checkpoints" / "train.log").read_text()
+    assert "'model': {'_name': 'vaswani_transformer_big'," in train_log and "'dropout': 0.3" in train_log
+    assert (work / "checkpoints" / "checkpoint_average.pt").exists()
+    assert len(hypotheses(work / "newstest2014.generate.txt")) == 3003
+    check_scores(result.stdout, 3003)
+
+
+@NEEDS_CPU_PATH
+def test_en_fr_big(mirror, tmp_path):
+    work, data = tmp_path / "en-fr", tmp_path / "data-en-fr"
+    result = run_recipe("wmt14_en_fr_big.sh", tiny_env(work, mirror / "en-fr", data))
+    model = sentencepiece.SentencePieceProcessor(model_file=str(data / "spm" / "spm.model"))
+    assert model.get_piece_size() == 400
+    assert binarised_sentences(data / "data-bin", "test", "en-fr") == 3003
+    train_log = (work / "checkpoints" / "train.log").read_text()
+    assert "'model': {'_name': 'vaswani_transformer_big_en_fr'," in train_log and "'dropout': 0.1" in train_log
+    generated = hypotheses(work / "newstest2014.generate.txt")
+    assert len(generated) == 3003 and not any("▁" in line for line in generated)
+    check_scores(result.stdout, 3003)
+
+
+@NEEDS_CPU_PATH
+def test_table3_row_prints_ours_next_to_the_papers(mirror, en_de_data, tmp_path):
+    result = run_recipe("table3.sh", tiny_env(tmp_path / "table3", mirror / "en-de", en_de_data), "E")
+    lines = result.stdout.strip().splitlines()
+    assert lines[-3] == "Table 3 row (E), dev = newstest2013, no checkpoint averaging; ours (paper's)"
+    row = re.match(r"learned positions\s+(\d+\.\d+) \( 4.92\)\s+(\d+\.\d+) \(25.7\)\s+(\d+\.\d)M \(-M\)", lines[-1])
+    assert row, lines[-1]
+    assert float(row.group(1)) > 1.0  # a perplexity
+    train_log = (tmp_path / "table3" / "E-1" / "train.log").read_text()
+    assert "'encoder_learned_pos': True" in train_log and "'decoder_learned_pos': True" in train_log
+
+
+def test_table3_needs_a_row():
+    result = run_recipe("table3.sh", {"CPU": "1"}, "F", check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip() == "table3: error: usage: bash recipes/table3.sh A|B|C|D|E|big (a row of Table 3)"
