@@ -1,12 +1,12 @@
 """Shared helpers: tiny dictionaries and models built through the plugin's own config and build_model."""
 
-import dataclasses
 from types import SimpleNamespace
 
 import pytest
 import torch
 from fairseq.data import Dictionary
 
+from cli_helpers import PAPER_TRAINING, REPO, TEST_SENTENCES, TINY_MODEL, run, write_reversal_corpus
 import vaswani_plugin  # noqa: F401  (registers the plugin's components)
 from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerModel
 
@@ -46,10 +46,28 @@ def random_tokens(dictionary, batch, length, generator=None, lengths=None, left_
     return tokens
 
 
-def config_field_names():
-    return [f.name for f in dataclasses.fields(VaswaniTransformerConfig)]
-
-
 @pytest.fixture
 def dictionary():
     return make_dictionary(20)
+
+
+@pytest.fixture(scope="session")
+def reversal_data(tmp_path_factory):
+    """A tiny corpus binarised twice: with a joined dictionary and with separate ones."""
+    root = tmp_path_factory.mktemp("corpus")
+    write_reversal_corpus(root, {"train": 300, "valid": 101, "test": TEST_SENTENCES})
+    common = ["--source-lang", "src", "--target-lang", "tgt", "--trainpref", root / "train",
+              "--validpref", root / "valid", "--testpref", root / "test", "--workers", "1"]
+    run("preprocess", *common, "--joined-dictionary", "--destdir", root / "joined", cwd=root)
+    run("preprocess", *common, "--destdir", root / "separate", cwd=root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def reversal_training(reversal_data, tmp_path_factory):
+    """fairseq-train with the plugin's three names, run from the repo root with `--user-dir vaswani_plugin`."""
+    save_dir = tmp_path_factory.mktemp("checkpoints")
+    result = run("train", reversal_data / "joined", "--user-dir", "vaswani_plugin", "--arch", "vaswani_transformer",
+                 "--share-all-embeddings", *TINY_MODEL, *PAPER_TRAINING, "--max-update", "6",
+                 "--save-dir", save_dir, "--log-format", "json", "--log-interval", "1", cwd=REPO)
+    return save_dir, result.stdout + result.stderr

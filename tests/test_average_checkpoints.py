@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from test_cli import PAPER_TRAINING, TEST_SENTENCES, TINY_MODEL, plugin_dir, run, write_reversal_corpus
+from cli_helpers import PAPER_TRAINING, TEST_SENTENCES, TINY_MODEL, plugin_dir, run, write_reversal_corpus
 from vaswani_plugin.average_checkpoints import average_checkpoints, last_checkpoints
 from vaswani_plugin.errors import VaswaniConfigError
 

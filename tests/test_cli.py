@@ -1,74 +1,10 @@
 """Through fairseq's own command-line tools, as a user runs them (subprocesses, other working directories)."""
 
 import json
-import os
-import random
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
-TINY_MODEL = ("--encoder-layers 1 --decoder-layers 2 --encoder-embed-dim 32 --decoder-embed-dim 32 "
-              "--encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 --encoder-attention-heads 4 "
-              "--decoder-attention-heads 4").split()
-PAPER_TRAINING = ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-9",
-                  "--lr-scheduler", "noam", "--warmup-updates", "4000",
-                  "--criterion", "vaswani_label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-                  "--max-tokens", "1000", "--cpu", "--seed", "1", "--required-batch-size-multiple", "1"]
-TEST_SENTENCES = 103  # not a multiple of 8: every one must come back (fairseq issue #5036)
-
-
-def run(tool, *args, cwd, stdin=None, check=True):
-    """Run fairseq-TOOL (from this environment) with safe checkpoint loading left on."""
-    env = {k: v for k, v in os.environ.items() if k != "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"}
-    result = subprocess.run([str(BIN / f"fairseq-{tool}"), *map(str, args)], cwd=cwd, input=stdin, env=env,
-                            capture_output=True, text=True, timeout=300)
-    if check and result.returncode != 0:
-        raise AssertionError(f"fairseq-{tool} failed ({result.returncode}):\n{result.stderr[-3000:]}")
-    return result
-
-
-def plugin_dir() -> str:
-    """The installed package's directory, as the README tells users to get it."""
-    out = subprocess.run([sys.executable, "-m", "vaswani_plugin"], capture_output=True, text=True, check=True)
-    return out.stdout.strip()
-
-
-def write_reversal_corpus(folder: Path, sizes):
-    """Source: random words w0..w14; target: the words reversed and renamed x0..x14."""
-    rng = random.Random(0)
-    for split, count in sizes.items():
-        with open(folder / f"{split}.src", "w") as src, open(folder / f"{split}.tgt", "w") as tgt:
-            for _ in range(count):
-                sentence = [rng.randrange(15) for _ in range(rng.randint(2, 7))]
-                src.write(" ".join(f"w{i}" for i in sentence) + "\n")
-                tgt.write(" ".join(f"x{i}" for i in reversed(sentence)) + "\n")
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    """A tiny corpus binarised twice: with a joined dictionary and with separate ones."""
-    root = tmp_path_factory.mktemp("corpus")
-    write_reversal_corpus(root, {"train": 300, "valid": 101, "test": TEST_SENTENCES})
-    common = ["--source-lang", "src", "--target-lang", "tgt", "--trainpref", root / "train",
-              "--validpref", root / "valid", "--testpref", root / "test", "--workers", "1"]
-    run("preprocess", *common, "--joined-dictionary", "--destdir", root / "joined", cwd=root)
-    run("preprocess", *common, "--destdir", root / "separate", cwd=root)
-    return root
-
-
-@pytest.fixture(scope="module")
-def trained(data, tmp_path_factory):
-    """fairseq-train with the plugin's three names, run from the repo root with `--user-dir vaswani_plugin`."""
-    save_dir = tmp_path_factory.mktemp("checkpoints")
-    result = run("train", data / "joined", "--user-dir", "vaswani_plugin", "--arch", "vaswani_transformer",
-                 "--share-all-embeddings", *TINY_MODEL, *PAPER_TRAINING, "--max-update", "6",
-                 "--save-dir", save_dir, "--log-format", "json", "--log-interval", "1", cwd=REPO)
-    return save_dir, result.stdout + result.stderr
-
+from cli_helpers import PAPER_TRAINING, REPO, TEST_SENTENCES, TINY_MODEL, plugin_dir, run
 
 def logged(log: str, kind: str):
     """The json records fairseq logs for `train_inner` or `valid`."""
@@ -84,8 +20,8 @@ def eq3(step, d_model=32, warmup=4000):
     return d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
 
 
-def test_training_uses_the_registered_names_and_the_noam_rate(trained):
-    save_dir, log = trained
+def test_training_uses_the_registered_names_and_the_noam_rate(reversal_training):
+    save_dir, log = reversal_training
     assert "VaswaniTransformerModel" in log and "VaswaniLabelSmoothedCrossEntropy" in log
     assert "--lr 0.25 is not used" in log
     records = logged(log, "train_inner")
@@ -97,12 +33,12 @@ def test_training_uses_the_registered_names_and_the_noam_rate(trained):
     assert (save_dir / "checkpoint_last.pt").exists() and (save_dir / "checkpoint_best.pt").exists()
 
 
-def test_resume_from_checkpoint_last_continues_the_schedule(data, trained, tmp_path):
-    save_dir, _ = trained
+def test_resume_from_checkpoint_last_continues_the_schedule(reversal_data, reversal_training, tmp_path):
+    save_dir, _ = reversal_training
     resumed_dir = tmp_path / "resumed"
     resumed_dir.mkdir()
     (resumed_dir / "checkpoint_last.pt").write_bytes((save_dir / "checkpoint_last.pt").read_bytes())
-    result = run("train", data / "joined", "--user-dir", plugin_dir(), "--arch", "vaswani_transformer",
+    result = run("train", reversal_data / "joined", "--user-dir", plugin_dir(), "--arch", "vaswani_transformer",
                  "--share-all-embeddings", *TINY_MODEL, *PAPER_TRAINING, "--max-update", "9",
                  "--save-dir", resumed_dir, "--log-format", "json", "--log-interval", "1", cwd=tmp_path)
     log = result.stdout + result.stderr
@@ -113,9 +49,9 @@ def test_resume_from_checkpoint_last_continues_the_schedule(data, trained, tmp_p
         assert float(record["lr"]) == pytest.approx(eq3(int(record["num_updates"]) + 1), rel=1e-4)
 
 
-def test_generate_from_another_directory_with_alignment(data, trained, tmp_path):
-    save_dir, _ = trained
-    result = run("generate", data / "joined", "--user-dir", plugin_dir(), "--path", save_dir / "checkpoint_best.pt",
+def test_generate_from_another_directory_with_alignment(reversal_data, reversal_training, tmp_path):
+    save_dir, _ = reversal_training
+    result = run("generate", reversal_data / "joined", "--user-dir", plugin_dir(), "--path", save_dir / "checkpoint_best.pt",
                  "--beam", "4", "--batch-size", "16", "--required-batch-size-multiple", "1", "--print-alignment",
                  "--cpu", cwd=tmp_path)
     lines = result.stdout.splitlines()
@@ -135,25 +71,25 @@ def test_generate_from_another_directory_with_alignment(data, trained, tmp_path)
             assert 0 <= source_index < len(sources[sid]) and 0 <= target_index < lengths[sid]
 
 
-def test_interactive_from_another_directory(data, trained, tmp_path):
-    save_dir, _ = trained
+def test_interactive_from_another_directory(reversal_data, reversal_training, tmp_path):
+    save_dir, _ = reversal_training
     sentences = "w1 w2 w3\nw4 w5\nw6 w7 w8 w9\n"
-    result = run("interactive", data / "joined", "--user-dir", plugin_dir(), "--path",
+    result = run("interactive", reversal_data / "joined", "--user-dir", plugin_dir(), "--path",
                  save_dir / "checkpoint_last.pt", "--beam", "4", "--source-lang", "src", "--target-lang", "tgt",
                  "--cpu", cwd=tmp_path, stdin=sentences)
     hypotheses = [line for line in result.stdout.splitlines() if line.startswith("H-")]
     assert len(hypotheses) == 3
 
 
-def test_fairseq_transformer_checkpoint_loads_and_noam_reads_its_d_model(data, tmp_path):
+def test_fairseq_transformer_checkpoint_loads_and_noam_reads_its_d_model(reversal_data, tmp_path):
     """fairseq's own `transformer` (an argparse-style arch) with noam; its checkpoint loads safely."""
     save_dir = tmp_path / "fairseq_transformer"
-    result = run("train", data / "joined", "--user-dir", plugin_dir(), "--arch", "transformer",
+    result = run("train", reversal_data / "joined", "--user-dir", plugin_dir(), "--arch", "transformer",
                  "--share-all-embeddings", *TINY_MODEL, *PAPER_TRAINING, "--max-update", "2",
                  "--save-dir", save_dir, "--log-format", "json", "--log-interval", "1", cwd=tmp_path)
     records = logged(result.stdout + result.stderr, "train_inner")
     assert float(records[0]["lr"]) == pytest.approx(eq3(2, d_model=32), rel=1e-4)
-    generated = run("generate", data / "joined", "--user-dir", plugin_dir(), "--path",
+    generated = run("generate", reversal_data / "joined", "--user-dir", plugin_dir(), "--path",
                     save_dir / "checkpoint_last.pt", "--beam", "2", "--required-batch-size-multiple", "1",
                     "--cpu", cwd=tmp_path)
     assert sum(line.startswith("H-") for line in generated.stdout.splitlines()) == TEST_SENTENCES
@@ -165,15 +101,15 @@ def one_line_error(result):
     return result.stderr.strip().splitlines()[-1]
 
 
-def test_shared_embeddings_need_a_joined_dictionary(data, tmp_path):
-    result = run("train", data / "separate", "--user-dir", plugin_dir(), "--arch", "vaswani_transformer",
+def test_shared_embeddings_need_a_joined_dictionary(reversal_data, tmp_path):
+    result = run("train", reversal_data / "separate", "--user-dir", plugin_dir(), "--arch", "vaswani_transformer",
                  "--share-all-embeddings", *TINY_MODEL, *PAPER_TRAINING, "--max-update", "1",
                  "--save-dir", tmp_path, cwd=tmp_path, check=False)
     assert one_line_error(result).startswith("vaswani_plugin: error: --share-all-embeddings needs one dictionary")
 
 
-def test_indivisible_d_model_is_a_one_line_error(data, tmp_path):
-    result = run("train", data / "joined", "--user-dir", plugin_dir(), "--arch", "vaswani_transformer",
+def test_indivisible_d_model_is_a_one_line_error(reversal_data, tmp_path):
+    result = run("train", reversal_data / "joined", "--user-dir", plugin_dir(), "--arch", "vaswani_transformer",
                  *TINY_MODEL, "--encoder-embed-dim", "30", *PAPER_TRAINING, "--max-update", "1",
                  "--save-dir", tmp_path, cwd=tmp_path, check=False)
     assert one_line_error(result) == (
@@ -181,16 +117,16 @@ def test_indivisible_d_model_is_a_one_line_error(data, tmp_path):
         "one, or set --attention-key-dim and --attention-value-dim (d_k, d_v) explicitly")
 
 
-def test_unknown_architecture_option_is_refused(data, tmp_path):
-    result = run("train", data / "joined", "--user-dir", plugin_dir(), "--arch", "vaswani_transformer",
+def test_unknown_architecture_option_is_refused(reversal_data, tmp_path):
+    result = run("train", reversal_data / "joined", "--user-dir", plugin_dir(), "--arch", "vaswani_transformer",
                  "--encoder-flux-capacitor", "3", *PAPER_TRAINING, "--save-dir", tmp_path, cwd=tmp_path,
                  check=False)
     assert one_line_error(result) == "fairseq-train: error: unrecognized arguments: --encoder-flux-capacitor 3"
 
 
-def test_checkpoint_without_user_dir_fails_as_the_readme_says(data, trained, tmp_path):
-    save_dir, _ = trained
-    result = run("generate", data / "joined", "--path", save_dir / "checkpoint_best.pt", "--cpu",
+def test_checkpoint_without_user_dir_fails_as_the_readme_says(reversal_data, reversal_training, tmp_path):
+    save_dir, _ = reversal_training
+    result = run("generate", reversal_data / "joined", "--path", save_dir / "checkpoint_best.pt", "--cpu",
                  cwd=tmp_path, check=False)
     assert result.returncode != 0
     # fairseq's own message is lost: its assert message is formatted with the checkpoint's braces.

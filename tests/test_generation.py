@@ -10,7 +10,7 @@ from fairseq.sequence_generator import SequenceGenerator
 from torch import nn
 
 from conftest import build_model, make_dictionary, random_tokens
-from test_cli import PAPER_TRAINING, TEST_SENTENCES, TINY_MODEL, plugin_dir, run, write_reversal_corpus
+from cli_helpers import TEST_SENTENCES, plugin_dir, run
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.score import read_hypotheses, score_files
 from vaswani_plugin.tasks.vaswani_translation import (
@@ -136,16 +136,10 @@ def test_gnmt_alpha_with_fairseqs_normalisation_is_an_error(option):
 # Through fairseq's command-line tools, on a checkpoint trained with fairseq's own --task translation.
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    root = tmp_path_factory.mktemp("gnmt")
-    write_reversal_corpus(root, {"train": 200, "valid": 20, "test": TEST_SENTENCES})
-    run("preprocess", "--source-lang", "src", "--target-lang", "tgt", "--trainpref", root / "train",
-        "--validpref", root / "valid", "--testpref", root / "test", "--workers", "1", "--joined-dictionary",
-        "--destdir", root / "data", cwd=root)
-    run("train", root / "data", "--user-dir", plugin_dir(), "--task", "translation", "--arch",
-        "vaswani_transformer", "--share-all-embeddings", *TINY_MODEL, *PAPER_TRAINING, "--max-update", "3",
-        "--save-dir", root / "checkpoints", "--no-epoch-checkpoints", cwd=root)
-    return root / "data", root / "checkpoints" / "checkpoint_last.pt"
+def checkpoint(reversal_data, reversal_training):
+    """The tiny model tests/conftest.py trains with fairseq's --task translation."""
+    save_dir, _ = reversal_training
+    return reversal_data / "joined", save_dir / "checkpoint_last.pt"
 
 
 @pytest.fixture(scope="module")

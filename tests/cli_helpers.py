@@ -1,0 +1,45 @@
+"""Helpers for tests that run fairseq's command-line tools as a user does (subprocesses)."""
+
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+TINY_MODEL = ("--encoder-layers 1 --decoder-layers 2 --encoder-embed-dim 32 --decoder-embed-dim 32 "
+              "--encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 --encoder-attention-heads 4 "
+              "--decoder-attention-heads 4").split()
+PAPER_TRAINING = ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-9",
+                  "--lr-scheduler", "noam", "--warmup-updates", "4000",
+                  "--criterion", "vaswani_label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+                  "--max-tokens", "1000", "--cpu", "--seed", "1", "--required-batch-size-multiple", "1"]
+TEST_SENTENCES = 103  # not a multiple of 8: every one must come back (fairseq issue #5036)
+
+
+def run(tool, *args, cwd, stdin=None, check=True):
+    """Run fairseq-TOOL (from this environment) with safe checkpoint loading left on."""
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"}
+    result = subprocess.run([str(BIN / f"fairseq-{tool}"), *map(str, args)], cwd=cwd, input=stdin, env=env,
+                            capture_output=True, text=True, timeout=300)
+    if check and result.returncode != 0:
+        raise AssertionError(f"fairseq-{tool} failed ({result.returncode}):\n{result.stderr[-3000:]}")
+    return result
+
+
+def plugin_dir() -> str:
+    """The installed package's directory, as the README tells users to get it."""
+    out = subprocess.run([sys.executable, "-m", "vaswani_plugin"], capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def write_reversal_corpus(folder: Path, sizes):
+    """Source: random words w0..w14; target: the words reversed and renamed x0..x14."""
+    rng = random.Random(0)
+    for split, count in sizes.items():
+        with open(folder / f"{split}.src", "w") as src, open(folder / f"{split}.tgt", "w") as tgt:
+            for _ in range(count):
+                sentence = [rng.randrange(15) for _ in range(rng.randint(2, 7))]
+                src.write(" ".join(f"w{i}" for i in sentence) + "\n")
+                tgt.write(" ".join(f"x{i}" for i in reversed(sentence)) + "\n")
