@@ -1,7 +1,8 @@
 """The Transformer of "Attention Is All You Need" (Vaswani et al., 2017) as a fairseq plugin.
 
 Importing this package (``--user-dir``) registers the architecture family ``vaswani_transformer``, the LR
-scheduler ``noam`` and the criterion ``vaswani_label_smoothed_cross_entropy``, and allow-lists the classes
+scheduler ``noam``, the criterion ``vaswani_label_smoothed_cross_entropy`` and the task
+``vaswani_translation`` (GNMT length penalty), and allow-lists the classes
 that fairseq checkpoints hold for torch's safe (``weights_only``) loading.
 """
 
