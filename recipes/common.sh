@@ -162,3 +162,21 @@ score() {
 model_parameters() {
     sed -n 's/.*num. shared model params: \([0-9,]*\).*/\1/p' "$1/train.log" | tail -n 1 | tr -d ,
 }
+
+# train_average_translate: the rest of a Table 2 recipe, from the values the recipe sets:
+#   ARCH, DROPOUT (Table 3 / §6.1), STEPS (§5.2), SAVE_EVERY and AVERAGE (§6.1), PAPER_MODEL (Table 2 cost).
+# Batches of about 25,000 source and 25,000 target tokens on any number of GPUs (§5.1); Adam with
+# β1 = 0.9, β2 = 0.98, ε = 1e-9 and the learning rate of eq. 3 with warmup_steps = 4000 (§5.3); ε_ls = 0.1
+# (§5.4); the last AVERAGE checkpoints averaged; newstest2014 translated with beam 4, length penalty
+# α = 0.6 and at most input + 50 tokens (§6.1); both BLEU scores and the training cost printed.
+train_average_translate() {
+    batch_size_for_workers
+    local checkpoints="$WORK_DIR/checkpoints" every=${SAVE_INTERVAL_UPDATES:-$SAVE_EVERY}
+    local average_last=${AVERAGE_LAST:-$AVERAGE}
+    stage train train "$checkpoints" --arch "$ARCH" --dropout "$DROPOUT" --max-update "${MAX_UPDATE:-$STEPS}" \
+        --save-interval-updates "$every" --keep-interval-updates "$average_last"
+    stage average average "$checkpoints" "$average_last"
+    stage translate translate "$checkpoints/checkpoint_average.pt" test "$WORK_DIR/newstest2014.generate.txt"
+    score "$WORK_DIR/newstest2014.generate.txt" test
+    training_cost "$checkpoints" "$PAPER_MODEL"
+}
