@@ -77,8 +77,12 @@ detect_devices() {
         DEVICE_ARGS+=(--distributed-init-method "tcp://$MASTER_ADDR:$MASTER_PORT"
                       --distributed-rank $((NODE_RANK * NUM_GPUS)))
     fi
-    [ "${FP16:-0}" = 1 ] && DEVICE_ARGS+=(--fp16)
-    say "training on $NUM_GPUS GPU(s) x $NUM_NODES node(s)${FP16:+, fp16}"
+    local precision=fp32
+    if [ "${FP16:-0}" = 1 ]; then
+        DEVICE_ARGS+=(--fp16)
+        precision=fp16
+    fi
+    say "training on $NUM_GPUS GPU(s) x $NUM_NODES node(s), $precision"
 }
 
 # Sets UPDATE_FREQ and MAX_TOKENS so that one step holds TOKENS_PER_STEP tokens (§5.1: about 25,000 source

@@ -173,3 +173,38 @@ def test_table3_needs_a_row():
     result = run_recipe("table3.sh", {"CPU": "1"}, "F", check=False)
     assert result.returncode == 1
     assert result.stderr.strip() == "table3: error: usage: bash recipes/table3.sh A|B|C|D|E|big (a row of Table 3)"
+
+
+def run_common(tmp_path, commands, **settings):
+    """Source recipes/common.sh and run COMMANDS, with a stand-in python that reports 8 visible GPUs."""
+    fake_python = tmp_path / "python"
+    fake_python.write_text("#!/bin/sh\necho 8\n")
+    fake_python.chmod(0o755)
+    env = dict(os.environ, PYTHON=str(fake_python), RECIPE="test", WORK_DIR=str(tmp_path), **settings)
+    return subprocess.run(["bash", "-c", f"source {REPO}/recipes/common.sh; {commands}"], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("settings,expected", [
+    # The paper's 8 GPUs: one step = 8 x 3125 tokens.
+    ({}, "workers=8 args=--distributed-world-size 8 update_freq=1 max_tokens=3125"),
+    # Fewer GPUs: --update-freq grows so that a step still holds about 25,000 tokens.
+    ({"NUM_GPUS": "1"}, "workers=1 args=--distributed-world-size 1 update_freq=7 max_tokens=3572"),
+    ({"NUM_GPUS": "4", "FP16": "1"}, "workers=4 args=--distributed-world-size 4 --fp16 update_freq=2 max_tokens=3125"),
+    # Two nodes of 8: this node's processes start at rank 8 and reach node 0 over TCP.
+    ({"NUM_NODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "node0", "MASTER_PORT": "29500"},
+     "workers=16 args=--distributed-world-size 16 --distributed-init-method tcp://node0:29500 "
+     "--distributed-rank 8 update_freq=1 max_tokens=1563"),
+])
+def test_gpu_batch_arithmetic(settings, expected, tmp_path):
+    """The GPU path of recipes/common.sh (this machine has none)."""
+    result = run_common(tmp_path, "detect_devices; batch_size_for_workers; echo \"workers=$WORKERS "
+                        "args=${DEVICE_ARGS[*]} update_freq=$UPDATE_FREQ max_tokens=$MAX_TOKENS\"", **settings)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == expected
+
+
+def test_more_gpus_than_visible_is_an_error(tmp_path):
+    result = run_common(tmp_path, "detect_devices", NUM_GPUS="9")
+    assert result.returncode == 1
+    assert result.stderr.strip() == "test: error: NUM_GPUS=9 but only 8 GPUs are visible"
