@@ -25,7 +25,8 @@ set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PLUGIN="$REPO/vaswani_plugin"
 RECIPE=${RECIPE:-$(basename "$0" .sh)}
-WORK_DIR=$(mkdir -p "${WORK_DIR:-$PWD/work/$RECIPE}" && cd "${WORK_DIR:-$PWD/work/$RECIPE}" && pwd)
+WORK_DIR=${WORK_DIR:-$PWD/work/$RECIPE}
+mkdir -p "$WORK_DIR" && WORK_DIR=$(cd "$WORK_DIR" && pwd)
 PYTHON=${PYTHON:-python3}
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 
@@ -137,10 +138,10 @@ average() {
         --output "$1/checkpoint_average.pt"
 }
 
-# shellcheck disable=SC2086
 # translate CHECKPOINT SUBSET OUT: §6.1 decoding, beam 4, GNMT length penalty α = 0.6, at most input + 50
 # tokens (beam search stops early once 4 hypotheses are finished). Every sentence is translated.
 translate() {
+    # shellcheck disable=SC2086
     "$PYTHON" -m fairseq_cli.generate "$DATA_BIN" --user-dir "$PLUGIN" --task vaswani_translation \
         --path "$1" --gen-subset "$2" --beam 4 --gnmt-alpha 0.6 --max-len-a 1 --max-len-b 50 \
         --batch-size 128 --required-batch-size-multiple 1 --post-process "$SUBWORDS" "${EVAL_DEVICE_ARGS[@]}" ${EXTRA_GENERATE_ARGS:-} > "$3"

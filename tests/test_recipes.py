@@ -18,12 +18,11 @@ import torch
 from fairseq.data import Dictionary
 from fairseq.data.indexed_dataset import MMapIndexedDataset
 
+from cli_helpers import TINY_MODEL
 from wmt_mirror import build_mirror
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = ("--encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 32 --decoder-embed-dim 32 "
-        "--encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 --encoder-attention-heads 2 "
-        "--decoder-attention-heads 2")
+TINY = " ".join(TINY_MODEL)
 NEEDS_CPU_PATH = pytest.mark.skipif(torch.cuda.is_available(), reason="runs the recipes' CPU=1 path")
 
 
