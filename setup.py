@@ -13,8 +13,8 @@ setup(
     install_requires=["torch>=2.0"],
     extras_require={
         "fairseq": ["ve-fairseq==0.12.3"],
-        # prepare/ and recipes/: tokenisation, BPE, word-pieces, scoring
-        "recipes": ["sacremoses", "subword-nmt", "sentencepiece", "sacrebleu"],
+        # prepare/ and recipes/: tokenisation, BPE, word-pieces, scoring; attention pictures
+        "recipes": ["sacremoses", "subword-nmt", "sentencepiece", "sacrebleu", "matplotlib"],
         "test": ["pytest"],
     },
 )

@@ -18,14 +18,24 @@ PAPER_TRAINING = ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--adam-e
 TEST_SENTENCES = 103  # not a multiple of 8: every one must come back (fairseq issue #5036)
 
 
+def run_command(name, command, cwd, stdin=None, check=True):
+    """Run a command of this environment (`name` for the failure message) with safe checkpoint loading left on."""
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"}
+    result = subprocess.run(list(map(str, command)), cwd=cwd, input=stdin, env=env, capture_output=True, text=True,
+                            timeout=300)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{name} failed ({result.returncode}):\n{result.stderr[-3000:]}")
+    return result
+
+
 def run(tool, *args, cwd, stdin=None, check=True):
     """Run fairseq-TOOL (from this environment) with safe checkpoint loading left on."""
-    env = {k: v for k, v in os.environ.items() if k != "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"}
-    result = subprocess.run([str(BIN / f"fairseq-{tool}"), *map(str, args)], cwd=cwd, input=stdin, env=env,
-                            capture_output=True, text=True, timeout=300)
-    if check and result.returncode != 0:
-        raise AssertionError(f"fairseq-{tool} failed ({result.returncode}):\n{result.stderr[-3000:]}")
-    return result
+    return run_command(f"fairseq-{tool}", [BIN / f"fairseq-{tool}", *args], cwd, stdin, check)
+
+
+def run_module(module, *args, cwd, check=True):
+    """Run `python -m MODULE` (one of this package's commands) as a user does."""
+    return run_command(f"python -m {module}", [sys.executable, "-m", module, *args], cwd, check=check)
 
 
 def plugin_dir() -> str:

@@ -114,6 +114,21 @@ class MultiHeadAttention(nn.Module):
         k, v = self.kv_proj(memory).split((self.qk_size, self.v_size), dim=-1)
         return self._split_heads(k, self.key_dim), self._split_heads(v, self.value_dim)
 
+    def _self_queries_keys_values(self, x: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        """Q, K, V of self-attention from the fused projection, split into heads."""
+        q, k, v = self.qkv_proj(x).split((self.qk_size, self.qk_size, self.v_size), dim=-1)
+        return self._split_heads(q, self.key_dim), self._split_heads(k, self.key_dim), \
+            self._split_heads(v, self.value_dim)
+
+    def head_probabilities(self, x: Tensor, memory: Optional[Tensor] = None, mask: Optional[Tensor] = None,
+                           is_causal: bool = False) -> Tensor:
+        """Each head's softmax(QK^T / √d_k) (batch, heads, queries, keys) for the arguments of a full forward."""
+        if self.self_attention:
+            q, k, _ = self._self_queries_keys_values(x)
+        else:
+            q, (k, _) = self._split_heads(self.q_proj(x), self.key_dim), self._keys_values(memory)
+        return attention_probabilities(q, k, mask, is_causal)
+
     def forward(
         self,
         x: Tensor,
@@ -129,9 +144,7 @@ class MultiHeadAttention(nn.Module):
         (batch, queries, keys).
         """
         if self.self_attention:
-            q, k, v = self.qkv_proj(x).split((self.qk_size, self.qk_size, self.v_size), dim=-1)
-            q, k, v = self._split_heads(q, self.key_dim), self._split_heads(k, self.key_dim), \
-                self._split_heads(v, self.value_dim)
+            q, k, v = self._self_queries_keys_values(x)
             if cache is not None:
                 if cache.get("self_k") is not None:
                     k = torch.cat([cache["self_k"], k], dim=2)
@@ -160,14 +173,19 @@ class MultiHeadAttention(nn.Module):
         return self.out_proj(out), weights
 
 
-def attention_with_weights(q, k, v, mask, is_causal, dropout):
-    """Eq. 1 written out, for when the probabilities themselves are wanted (alignment, pictures)."""
+def attention_probabilities(q, k, mask, is_causal):
+    """softmax(QK^T / √d_k) of eq. 1 per head, masked as SDPA masks: (batch, heads, queries, keys)."""
     scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.size(-1))
     if is_causal:
         mask = torch.ones(q.size(2), k.size(2), dtype=torch.bool, device=q.device).tril()
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    probs = torch.softmax(scores.float(), dim=-1).type_as(q)
+    return torch.softmax(scores.float(), dim=-1).type_as(q)
+
+
+def attention_with_weights(q, k, v, mask, is_causal, dropout):
+    """Eq. 1 written out, for when the probabilities themselves are wanted (alignment)."""
+    probs = attention_probabilities(q, k, mask, is_causal)
     out = torch.matmul(F.dropout(probs, dropout), v)
     return out, probs.mean(dim=1)
 
