@@ -1,4 +1,4 @@
-"""Fetch the WMT14 archives from statmt.org, exactly those of fairseq's examples/translation/prepare-wmt14en2*.sh.
+"""Fetch the WMT14 archives from statmt.org (exactly those of fairseq's prepare-wmt14en2*.sh) or Multi30k.
 
 Downloads are resumable (the bytes so far live in NAME.part; a re-run asks the server for the rest with an
 HTTP Range request), checked against the byte sizes in MANIFEST (and a checksum, where one is known), and
@@ -8,6 +8,7 @@ Offline: ``--raw-dir R`` (or RAW_DIR=R) reads the files from R under their upstr
 nothing; a missing file is a one-line error that names it and its URL.
 
     python -m prepare.download --pair en-de --dest W/raw
+    python -m prepare.download --pair multi30k --dest W/raw
     python -m prepare.download --list
 """
 
@@ -41,6 +42,7 @@ class RawFile:
 # (datasets/wmt14/dataset_infos.json). No size of dev.tgz and test-full.tgz was on record: those two are
 # checked against the Content-Length the server sends, and test-full.tgz also against the MD5 that
 # sacrebleu checks for its wmt14/full test set.
+_MULTI30K = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
 MANIFEST: Dict[str, RawFile] = {f.name: f for f in [
     RawFile("training-parallel-europarl-v7.tgz", "http://statmt.org/wmt13/training-parallel-europarl-v7.tgz",
             657_632_379, sha256="0224c7c710c8a063dfd893b0cc0830202d61f4c75c17eb8e31836103d27d96e7",
@@ -60,6 +62,18 @@ MANIFEST: Dict[str, RawFile] = {f.name: f for f in [
     RawFile("dev.tgz", "http://statmt.org/wmt14/dev.tgz", None, what="dev sets (newstest2013)"),
     RawFile("test-full.tgz", "http://statmt.org/wmt14/test-full.tgz", None,
             md5="a8cd784e006feb32ac6f3d9ec7eb389a", what="test sets (newstest2014, full)"),
+] + [
+    # Multi30k task 1 (Elliott et al., 2016), the raw text of github.com/multi30k/dataset, data/task1/raw;
+    # sizes and SHA-256 recorded from a copy of those files (2026-11).
+    RawFile(f"{split}.{lang}.gz", f"{_MULTI30K}/{split}.{lang}.gz", size, sha256=sha256, what=f"Multi30k {split}.{lang}")
+    for split, lang, size, sha256 in [
+        ("train", "en", 568_929, "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f"),
+        ("train", "de", 637_044, "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6"),
+        ("val", "en", 21_650, "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28"),
+        ("val", "de", 24_681, "f0cba2f995189cf5770f29a8a9a537a3ad3f51657ad873405082ff6863a5e75a"),
+        ("test_2016_flickr", "en", 21_077, "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9"),
+        ("test_2016_flickr", "de", 22_890, "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8"),
+    ]
 ]}
 
 FILES: Dict[str, List[str]] = {
@@ -68,6 +82,7 @@ FILES: Dict[str, List[str]] = {
     "en-fr": ["training-parallel-europarl-v7.tgz", "training-parallel-commoncrawl.tgz",
               "training-parallel-un.tgz", "training-parallel-nc-v9.tgz", "training-giga-fren.tar",
               "dev.tgz", "test-full.tgz"],
+    "multi30k": [f"{split}.{lang}.gz" for split in ("train", "val", "test_2016_flickr") for lang in ("en", "de")],
 }
 
 # For the disk check only, where MANIFEST has no size.
@@ -238,7 +253,7 @@ def obtain(pair: str, dest: Path, raw_dir: Optional[Path] = None) -> Dict[str, P
 
 def main(argv=None) -> None:
     parser = ArgumentParser(prog="python -m prepare.download", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pair", choices=sorted(FILES), help="the language pair whose files to fetch")
+    parser.add_argument("--pair", choices=sorted(FILES), help="the WMT14 language pair whose files to fetch, or multi30k")
     parser.add_argument("--dest", type=Path, help="download directory (e.g. WORK_DIR/raw)")
     parser.add_argument("--raw-dir", type=Path, default=None,
                         help="offline: only check that the files are in this directory (also: RAW_DIR=...)")

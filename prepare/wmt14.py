@@ -42,7 +42,7 @@ _DISK_GB = {"en-de": 10, "en-fr": 80}
 
 @contextlib.contextmanager
 def _exclusive(lock_path: Path):
-    """One prepare.wmt14 at a time per work dir (recipes may share one); others wait."""
+    """One preparation at a time per work dir (recipes may share one); others wait."""
     try:
         import fcntl
     except ImportError:  # not POSIX: no locking
@@ -52,7 +52,7 @@ def _exclusive(lock_path: Path):
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            log(f"prepare.wmt14: another run is using {lock_path.parent}; waiting for it to finish")
+            log(f"prepare: another run is using {lock_path.parent}; waiting for it to finish")
             fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 
@@ -65,6 +65,10 @@ class Stage:
 
 
 class Pipeline:
+    name = "prepare.wmt14"  # for the log; prepare.multi30k reuses this pipeline with its own files
+    files_key = None  # the download.FILES entry to fetch (default: the pair)
+    max_ratio = 1.5  # clean-corpus-n's length-ratio limit for training pairs
+
     def __init__(self, args):
         self.args = args
         self.pair = args.pair
@@ -78,6 +82,8 @@ class Pipeline:
         self.data_bin = self.work / "data-bin"
         self.stamps = self.work / ".stamps"
         self.results: Dict[str, dict] = {}
+        self.dataset = self.files_key or self.pair
+        self.raw_names = download.FILES[self.dataset]
 
     # -- paths ------------------------------------------------------------------------------------------
     def files(self, folder: Path, splits=("train", "valid", "test"), train_name="train") -> List[Path]:
@@ -85,7 +91,7 @@ class Pipeline:
                 for split in splits for lang in (self.src, self.tgt)]
 
     def raw_paths(self) -> Dict[str, Path]:
-        return {name: (self.raw_dir or self.raw) / name for name in download.FILES[self.pair]}
+        return {name: (self.raw_dir or self.raw) / name for name in self.raw_names}
 
     @property
     def codes(self) -> Path:
@@ -124,8 +130,8 @@ class Pipeline:
             learn,
             Stage("apply", "segment every split into subwords", {}, self.files(self.tok) + learn.outputs,
                   segmented, self.apply),
-            Stage("clean", "drop training pairs outside 1..250 tokens or with length ratio > 1.5",
-                  {"min": 1, "max": 250, "ratio": 1.5}, segmented[:2], cleaned, self.clean),
+            Stage("clean", f"drop training pairs outside 1..250 tokens or with length ratio > {self.max_ratio}",
+                  {"min": 1, "max": 250, "ratio": self.max_ratio}, segmented[:2], cleaned, self.clean),
             Stage("binarize", "fairseq-preprocess --joined-dictionary", {},
                   cleaned + segmented[2:] + (learn.outputs[1:] if self.pair == "en-fr" else []),
                   [self.data_bin / f"{split}.{self.src}-{self.tgt}.{lang}.{ext}"
@@ -135,17 +141,17 @@ class Pipeline:
 
     def download(self) -> dict:
         if self.raw_dir is None:
-            needed = _DISK_GB[self.pair]
+            needed = _DISK_GB.get(self.dataset, 1)
             self.work.mkdir(parents=True, exist_ok=True)
             free = shutil.disk_usage(self.work).free / 1e9
             if free < needed:
                 log(f"  note: {self.work} has {free:.0f} GB free; preparing {self.pair} needs about {needed} GB "
                     "besides the downloads")
-        paths = download.obtain(self.pair, self.raw, self.raw_dir)
+        paths = download.obtain(self.dataset, self.raw, self.raw_dir)
         return {"files": {name: path.stat().st_size for name, path in paths.items()}}
 
     def extract(self) -> dict:
-        raw = {name: download.locate(name, self.raw_dir, self.raw) for name in download.FILES[self.pair]}
+        raw = {name: download.locate(name, self.raw_dir, self.raw) for name in self.raw_names}
         return extract.extract_wmt14(self.pair, raw, self.text, self.args.train_lines)
 
     def tokenize(self) -> dict:
@@ -178,7 +184,7 @@ class Pipeline:
     def clean(self) -> dict:
         s, t = self.src, self.tgt
         kept, total = clean.clean_corpus(self.sub / f"train.unclean.{s}", self.sub / f"train.unclean.{t}",
-                                         self.sub / f"train.{s}", self.sub / f"train.{t}", 1, 250, 1.5)
+                                         self.sub / f"train.{s}", self.sub / f"train.{t}", 1, 250, self.max_ratio)
         return {"kept": kept, "total": total}
 
     def binarize(self) -> dict:
@@ -222,7 +228,7 @@ class Pipeline:
 
     def _run(self) -> None:
         stages = self.stages()
-        log(f"prepare.wmt14 {self.pair}: work dir {self.work}")
+        log(f"{self.name} {self.pair}: work dir {self.work}")
         stamps = []
         for stage in stages:
             try:
@@ -278,7 +284,7 @@ class Pipeline:
             vocab = (f"sentencepiece: {learn.get('pieces', 0):,} pieces "
                      f"({learn.get('dict_entries', 0):,} without <unk> <s> </s>)")
         cleaned = self.results.get("clean", {})
-        log(f"prepare.wmt14 {self.pair}: done")
+        log(f"{self.name} {self.pair}: done")
         log(f"  {vocab}; fairseq dictionary: {binarized.get('dict_size', 0):,} symbols "
             f"(4 special, {binarized.get('dict_padding', 0)} padding)")
         log(f"  sentence pairs: train {counts.get('train', 0)} (cleaning kept {cleaned.get('kept', 0)} of "
