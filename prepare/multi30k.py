@@ -14,7 +14,6 @@ stdout), with Multi30k in place of the WMT14 archives:
 
 import argparse
 import gzip
-import os
 from pathlib import Path
 from typing import Dict
 
@@ -80,13 +79,7 @@ def parse_args(argv=None):
                         help="processes (default: the available cores)")
     args = parser.parse_args(argv)
     args.pair, args.train_lines = "en-de", None
-    if args.raw_dir is None and os.environ.get("RAW_DIR"):
-        args.raw_dir = Path(os.environ["RAW_DIR"])
-    if args.raw_dir is not None and not args.raw_dir.is_dir():
-        parser.error(f"--raw-dir {args.raw_dir} is not a directory")
-    if args.work_dir.exists() and not args.work_dir.is_dir():
-        parser.error(f"--work-dir {args.work_dir} is not a directory")
-    return args
+    return wmt14.check_dirs(parser, args)
 
 
 def main(argv=None) -> None:

@@ -329,6 +329,11 @@ def parse_args(argv=None):
         args.spm_vocab = args.spm_vocab or 32000
         args.spm_model_type = args.spm_model_type or "unigram"
         args.spm_sample = args.spm_sample or 5_000_000
+    return check_dirs(parser, args)
+
+
+def check_dirs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """Fill in --raw-dir from $RAW_DIR; a --raw-dir or --work-dir that is no directory is a parser error."""
     if args.raw_dir is None and os.environ.get("RAW_DIR"):
         args.raw_dir = Path(os.environ["RAW_DIR"])
     if args.raw_dir is not None and not args.raw_dir.is_dir():

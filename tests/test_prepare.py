@@ -1,6 +1,9 @@
 """prepare/: the shared WMT14 data preparation, on a tiny offline mirror (tests/wmt_mirror.py) that holds
-generated training corpora and the real newstest2013 / newstest2014 from ../shared/data/wmt14."""
+generated training corpora and the real newstest2013 / newstest2014 from ../shared/data/wmt14; Multi30k's
+extraction and download on its real files, read in place from ../shared/data/multi30k."""
 
+import dataclasses
+import gzip
 import hashlib
 import http.server
 import json
@@ -23,10 +26,13 @@ if str(REPO) not in sys.path:  # prepare/ is used from the repository root, not 
 
 from prepare import PrepareError, clean, download, extract, tokenize  # noqa: E402
 from prepare._common import run_cli  # noqa: E402
+from prepare.multi30k import extract_multi30k  # noqa: E402
 from prepare.wmt14 import Pipeline, parse_args  # noqa: E402
-from wmt_mirror import WMT14, build_mirror  # noqa: E402
+from wmt_mirror import SHARED_DATA, WMT14, build_mirror  # noqa: E402
 
 SGM = WMT14 / "sgm"
+MULTI30K = SHARED_DATA / "multi30k"  # the real {train,val,test_2016_flickr}.{en,de}.gz, never copied here
+MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
 MERGES, SPM_VOCAB, LINES = 300, 300, 300
 
 
@@ -39,9 +45,18 @@ def lines(path: Path):
     return path.read_text(encoding="utf-8").split("\n")[:-1]
 
 
-def prepare_cli(*args, cwd=REPO):
-    return subprocess.run([sys.executable, "-m", "prepare.wmt14", *map(str, args)], cwd=cwd,
+def prepare_cli(*args, cwd=REPO, module="wmt14"):
+    return subprocess.run([sys.executable, "-m", f"prepare.{module}", *map(str, args)], cwd=cwd,
                           capture_output=True, text=True, timeout=300)
+
+
+def one_line_error(result) -> str:
+    """The error line of a failed prepare command, which must be its only one and its last."""
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if "error" in line]
+    assert errors == [result.stderr.strip().splitlines()[-1]]
+    return errors[0]
 
 
 # -- newstest2014 from the real SGM files ---------------------------------------------------------------
@@ -122,6 +137,52 @@ def test_mirror_is_reproducible(tmp_path):
     assert digests[0] == digests[1] and len(digests[0]) == 5
 
 
+# -- Multi30k -------------------------------------------------------------------------------------------
+
+def gzip_lines(path: Path):
+    with gzip.open(path, "rt", encoding="utf-8", newline="\n") as text:
+        return text.read().split("\n")[:-1]
+
+
+def test_multi30k_extraction_of_the_real_files(tmp_path):
+    raw = {name: MULTI30K / name for name in download.FILES["multi30k"]}
+    counts = extract_multi30k(raw, tmp_path)
+    assert counts == {"train": 29_000, "valid": 1_014, "test": 1_000}
+    for split, name in [("train", "train"), ("valid", "val"), ("test", "test_2016_flickr")]:
+        for lang in ("en", "de"):
+            extracted = lines(tmp_path / f"{split}.{lang}")
+            assert len(extracted) == counts[split]
+            assert extracted[0] == gzip_lines(MULTI30K / f"{name}.{lang}.gz")[0]
+    assert lines(tmp_path / "train.en")[0].startswith("Two young, White males are outside near many bushes")
+
+
+def test_multi30k_sides_of_different_lengths_are_an_error(tmp_path):
+    for name in download.FILES["multi30k"]:
+        with gzip.open(tmp_path / name, "wt", encoding="utf-8") as out:
+            out.write("a\nb\n" if name == "val.de.gz" else "a\nb\nc\n")
+    raw = {name: tmp_path / name for name in download.FILES["multi30k"]}
+    with pytest.raises(PrepareError, match=r"^val.en.gz has 3 lines but val.de.gz 2$"):
+        extract_multi30k(raw, tmp_path / "text")
+
+
+def test_the_multi30k_manifest_is_that_of_the_real_files():
+    for name in download.FILES["multi30k"]:
+        data, file = (MULTI30K / name).read_bytes(), download.MANIFEST[name]
+        assert (file.size, file.sha256) == (len(data), hashlib.sha256(data).hexdigest()), name
+        assert file.url == MULTI30K_URL + name
+
+
+def test_a_missing_multi30k_raw_dir_file_is_a_one_line_error(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for name in download.FILES["multi30k"]:
+        if name != "val.de.gz":
+            (raw / name).touch()
+    result = prepare_cli("--work-dir", tmp_path / "w", "--raw-dir", raw, module="multi30k")
+    assert one_line_error(result) == (f"prepare: error: {raw}/val.de.gz is missing: download {MULTI30K_URL}val.de.gz "
+                                      f"into {raw}, or leave out --raw-dir to download it")
+
+
 # -- user mistakes: one line, exit status 1 -------------------------------------------------------------
 
 def test_a_missing_raw_dir_file_is_a_one_line_error(tmp_path):
@@ -129,31 +190,32 @@ def test_a_missing_raw_dir_file_is_a_one_line_error(tmp_path):
     build_mirror(raw, "en-de", lines=5)
     (raw / "training-parallel-commoncrawl.tgz").unlink()
     result = prepare_cli("--pair", "en-de", "--work-dir", tmp_path / "w", "--raw-dir", raw)
-    assert result.returncode == 1
-    assert "Traceback" not in result.stderr
-    errors = [line for line in result.stderr.splitlines() if "error" in line]
-    assert errors == [result.stderr.strip().splitlines()[-1]]
-    assert errors[0] == (f"prepare: error: {raw}/training-parallel-commoncrawl.tgz is missing: download "
-                         f"http://statmt.org/wmt13/training-parallel-commoncrawl.tgz into {raw}, or leave out "
-                         "--raw-dir to download it")
+    assert one_line_error(result) == (f"prepare: error: {raw}/training-parallel-commoncrawl.tgz is missing: download "
+                                      f"http://statmt.org/wmt13/training-parallel-commoncrawl.tgz into {raw}, or "
+                                      "leave out --raw-dir to download it")
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--pair", "en-xx", "--work-dir", "w"], "argument --pair: invalid choice: 'en-xx'"),
-    (["--pair", "en-fr", "--work-dir", "w", "--bpe-merges", "100"], "--bpe-merges is for en-de"),
-    (["--pair", "en-de", "--work-dir", "w", "--spm-vocab", "100"], "--spm-vocab is for en-fr"),
-    (["--pair", "en-de", "--work-dir", "w", "--bpe-merges", "0"], "must be at least 1"),
-    (["--pair", "en-de", "--work-dir", "w", "--raw-dir", "/nonexistent"], "is not a directory"),
+@pytest.mark.parametrize("module, argv, message", [
+    ("wmt14", ["--pair", "en-xx", "--work-dir", "w"], "argument --pair: invalid choice: 'en-xx'"),
+    ("wmt14", ["--pair", "en-fr", "--work-dir", "w", "--bpe-merges", "100"], "--bpe-merges is for en-de"),
+    ("wmt14", ["--pair", "en-de", "--work-dir", "w", "--spm-vocab", "100"], "--spm-vocab is for en-fr"),
+    ("wmt14", ["--pair", "en-de", "--work-dir", "w", "--bpe-merges", "0"], "must be at least 1"),
+    ("wmt14", ["--pair", "en-de", "--work-dir", "w", "--raw-dir", "/nonexistent"], "is not a directory"),
+    ("multi30k", ["--work-dir", "w", "--raw-dir", "NOT_A_DIR"], "--raw-dir NOT_A_DIR is not a directory"),
+    ("multi30k", ["--work-dir", __file__], f"--work-dir {__file__} is not a directory"),
+    ("multi30k", ["--work-dir", "w", "--pair", "en-de"], "unrecognized arguments: --pair en-de"),
+    ("multi30k", ["--work-dir", "w", "--bpe-merges", "0"], "must be at least 1"),
 ])
-def test_bad_options_are_one_line_errors(argv, message, capsys):
+def test_bad_options_are_one_line_errors(module, argv, message, capsys):
     with pytest.raises(SystemExit) as exit:
-        parse_args(argv)
+        __import__(f"prepare.{module}", fromlist=["parse_args"]).parse_args(argv)
     assert exit.value.code == 1
     error = capsys.readouterr().err
     assert error.startswith("prepare: error: ") and message in error and error.count("\n") == 1
 
 
-@pytest.mark.parametrize("module", ["download", "extract", "tokenize", "clean", "bpe", "spm", "binarize", "wmt14"])
+@pytest.mark.parametrize("module", ["download", "extract", "tokenize", "clean", "bpe", "spm", "binarize", "wmt14",
+                                    "multi30k"])
 def test_every_step_has_help(module, capsys):
     main = __import__(f"prepare.{module}", fromlist=["main"]).main
     with pytest.raises(SystemExit) as exit:
@@ -170,11 +232,13 @@ class _Server:
     def __init__(self, files, honour_range: bool = True):
         server = self
         self.files = files if isinstance(files, dict) else {"file.tgz": files}
-        self.honour_range, self.ranges, self.bytes_sent = honour_range, [], 0
+        self.honour_range, self.ranges, self.names, self.bytes_sent = honour_range, [], [], 0
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
-                content = server.files.get(self.path.rsplit("/", 1)[-1])
+                name = self.path.rsplit("/", 1)[-1]
+                server.names.append(name)
+                content = server.files.get(name)
                 if content is None:
                     self.send_error(404)
                     return
@@ -285,6 +349,24 @@ def test_obtain_downloads_every_file_of_the_pair_once(tmp_path, monkeypatch, cap
     finally:
         server.close()
     assert capsys.readouterr().err.count("skipping the download") == 5
+
+
+def test_obtain_downloads_the_six_multi30k_files_once(tmp_path, monkeypatch, capsys):
+    files = {name: (MULTI30K / name).read_bytes() for name in download.FILES["multi30k"]}
+    server = _Server(files)
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+    for name in files:  # the manifest's sizes and SHA-256, the URLs of the local server
+        monkeypatch.setitem(download.MANIFEST, name,
+                            dataclasses.replace(download.MANIFEST[name], url=f"{server.base}/{name}"))
+    try:
+        paths = download.obtain("multi30k", tmp_path / "raw")
+        assert {name: path.read_bytes() for name, path in paths.items()} == files
+        assert sorted(server.names) == sorted(files) and server.ranges == [None] * 6
+        download.obtain("multi30k", tmp_path / "raw")
+        assert len(server.names) == 6  # the second time nothing is fetched
+    finally:
+        server.close()
+    assert capsys.readouterr().err.count("skipping the download") == 6
 
 
 # -- the orchestrator end to end ------------------------------------------------------------------------
