@@ -95,20 +95,27 @@ batch_size_for_workers() {
     say "batch: $WORKERS worker(s) x $MAX_TOKENS tokens x update-freq $UPDATE_FREQ ~ $tokens tokens per step"
 }
 
-# prepare_wmt14 PAIR ARGS...: download, tokenise, segment and binarise (prepare/); sets DATA_BIN, TEXT_DIR and
-# SUBWORDS (how fairseq-generate joins subwords back: BPE for en-de, sentencepiece for en-fr).
-# prepare.wmt14 skips the steps it finished before, so recipes sharing DATA_DIR prepare the data once.
+# prepare_data MODULE ARGS...: download, tokenise, segment and binarise with prepare.MODULE; sets DATA_BIN and
+# TEXT_DIR. The preparation skips the steps it finished before, so recipes sharing DATA_DIR prepare once.
+prepare_data() {
+    local module=$1
+    shift
+    local data_dir=${DATA_DIR:-$WORK_DIR/data}
+    local args=(--work-dir "$data_dir" "$@")
+    [ -n "${RAW_DIR:-}" ] && args+=(--raw-dir "$RAW_DIR")
+    say "stage prepare: python -m prepare.$module ${args[*]} ${EXTRA_PREPARE_ARGS:-}"
+    # shellcheck disable=SC2086
+    "$PYTHON" -m "prepare.$module" "${args[@]}" ${EXTRA_PREPARE_ARGS:-}
+    DATA_BIN="$data_dir/data-bin"
+    TEXT_DIR="$data_dir/text"
+}
+
+# prepare_wmt14 PAIR ARGS...: prepare_data for WMT14; also sets SUBWORDS (how fairseq-generate joins subwords
+# back: BPE for en-de, sentencepiece for en-fr).
 prepare_wmt14() {
     local pair=$1
     shift
-    local data_dir=${DATA_DIR:-$WORK_DIR/data}
-    local args=(--pair "$pair" --work-dir "$data_dir" "$@")
-    [ -n "${RAW_DIR:-}" ] && args+=(--raw-dir "$RAW_DIR")
-    say "stage prepare: python -m prepare.wmt14 ${args[*]} ${EXTRA_PREPARE_ARGS:-}"
-    # shellcheck disable=SC2086
-    "$PYTHON" -m prepare.wmt14 "${args[@]}" ${EXTRA_PREPARE_ARGS:-}
-    DATA_BIN="$data_dir/data-bin"
-    TEXT_DIR="$data_dir/text"
+    prepare_data wmt14 --pair "$pair" "$@"
     case "$pair" in
     en-fr) SUBWORDS=sentencepiece ;;
     *) SUBWORDS=subword_nmt ;;
@@ -157,10 +164,12 @@ training_cost() {
         --paper "$2" "${peak[@]}" "${fp16[@]}"
 }
 
-# score GENERATE_OUTPUT SUBSET: both BLEU lines of §6.1 against the plain reference of SUBSET.
+# score GENERATE_OUTPUT SUBSET [ARGS...]: both BLEU lines of §6.1 against the plain reference of SUBSET.
 score() {
-    "$PYTHON" -m vaswani_plugin.score --generate-output "$1" --reference "$TEXT_DIR/$2.$TARGET_LANG" \
-        --target-lang "$TARGET_LANG" | tee "$1.bleu"
+    local output=$1 subset=$2
+    shift 2
+    "$PYTHON" -m vaswani_plugin.score --generate-output "$output" --reference "$TEXT_DIR/$subset.$TARGET_LANG" \
+        --target-lang "$TARGET_LANG" "$@" | tee "$output.bleu"
 }
 
 # model_parameters SAVE_DIR: the parameter count fairseq-train logged.

@@ -1,6 +1,7 @@
 """BLEU as reported in §6.1 / Table 2 (tokenised, compound-split), and sacreBLEU on detokenised output.
 
     python -m vaswani_plugin.score --hypotheses generate.out --reference newstest2014.de --target-lang de
+    python -m vaswani_plugin.score ... --examples 3 --source newstest2014.en   # and 3 example translations
 
 Hypotheses are fairseq-generate (or fairseq-interactive) output or a plain file, one line per sentence in
 sentence-id order. From generate output the D- lines are read (the H- text after fairseq's --bpe and
@@ -99,6 +100,22 @@ def score_files(hypotheses, reference, target_lang: str, remove_bpe: Optional[st
     return score_lines(lines, references, target_lang)
 
 
+def examples(hypotheses, reference, source, target_lang: str, count: int,
+             remove_bpe: Optional[str] = None) -> str:
+    """The first `count` sentences side by side: source, reference and the detokenised translation."""
+    lines, _ = read_hypotheses(hypotheses, remove_bpe)
+    detokeniser = MosesDetokenizer(lang=target_lang)
+    texts = []
+    for path in (source, reference):
+        with open(path, encoding="utf-8") as file:
+            texts.append([line.rstrip("\r\n") for line in file])
+    shown = []
+    for index, (src, ref, hyp) in enumerate(zip(texts[0], texts[1], lines[:count])):
+        shown.append(f"example {index + 1}\n  source:      {src}\n  reference:   {ref}\n"
+                     f"  translation: {detokeniser.detokenize(hyp.split())}")
+    return "\n".join(shown)
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(prog="vaswani_plugin.score", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -108,9 +125,17 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--target-lang", required=True, help="target language for the Moses (de)tokeniser, e.g. de")
     parser.add_argument("--remove-bpe", choices=sorted(BPE_MARKERS),
                         help="undo BPE if fairseq-generate ran without --remove-bpe/--post-process")
+    parser.add_argument("--examples", type=int, default=0, metavar="N",
+                        help="first print N example translations next to --source and the reference")
+    parser.add_argument("--source", help="plain source text, for --examples")
     args = parser.parse_args(argv)
+    if args.examples and not args.source:
+        parser.error("--examples needs --source")
     try:
         scores = score_files(args.hypotheses, args.reference, args.target_lang, args.remove_bpe)
+        if args.examples:
+            print(examples(args.hypotheses, args.reference, args.source, args.target_lang, args.examples,
+                           args.remove_bpe))
     except (VaswaniConfigError, OSError) as error:
         sys.exit(f"{parser.prog}: error: {error}")
     print(scores.report)

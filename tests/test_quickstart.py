@@ -1,0 +1,115 @@
+"""The quickstart end to end on the real Multi30k (../shared/data/multi30k as RAW_DIR), with a tiny model and a
+budget of seconds, and the benchmark that runs it against fairseq's `transformer` on the same prepared data.
+
+Outputs are cut at 3 tokens (EXTRA_GENERATE_ARGS), as in tests/test_recipes.py: an untrained model would
+otherwise run to input + 50 tokens on every one of the 1,000 test sentences.
+"""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy
+import pytest
+import torch
+from matplotlib.image import imread
+
+from test_recipes import NEEDS_CPU_PATH, REPO, TINY, hypotheses, run_recipe
+from wmt_mirror import SHARED_DATA
+
+TINY_QUICKSTART = dict(RAW_DIR=str(SHARED_DATA / "multi30k"), BUDGET_MINUTES="0.15", BPE_MERGES="500",
+                       SAVE_INTERVAL_UPDATES="4", AVERAGE_LAST="2", EXTRA_TRAIN_ARGS=TINY,
+                       EXTRA_GENERATE_ARGS="--max-len-a 0 --max-len-b 3")
+
+
+@pytest.fixture(scope="module")
+def quickstart(tmp_path_factory):
+    """bash recipes/quickstart.sh in the layout benchmarks/quickstart_vs_fairseq.sh uses, so that the
+    benchmark finds the plugin's half done."""
+    root = tmp_path_factory.mktemp("quickstart")
+    env = dict(TINY_QUICKSTART, WORK_DIR=str(root / "vaswani_transformer"), DATA_DIR=str(root / "data"))
+    return root, run_recipe("quickstart.sh", env)
+
+
+@NEEDS_CPU_PATH
+def test_quickstart_from_raw_files_to_bleu_translations_and_pictures(quickstart):
+    root, result = quickstart
+    work, data = root / "vaswani_transformer", root / "data"
+
+    # Data: the three real splits in full, joint BPE.
+    sizes = {split: len((data / "text" / f"{split}.de").read_text(encoding="utf-8").splitlines())
+             for split in ("train", "valid", "test")}
+    assert sizes == {"train": 29000, "valid": 1014, "test": 1000}
+    assert (data / "data-bin" / "dict.en.txt").read_text() == (data / "data-bin" / "dict.de.txt").read_text()
+
+    # Training stopped by the wall-clock budget; the average is that of the last 2 interval checkpoints.
+    log = (work / "checkpoints" / "train.log").read_text()
+    assert "Stopping training due to cumulative_training_time" in log and "'stop_time_hours': 0.0025" in log
+    interval = sorted((work / "checkpoints").glob("checkpoint_*_*.pt"),
+                      key=lambda path: int(path.stem.split("_")[-1]))
+    assert len(interval) == 2
+    states = [torch.load(path, weights_only=True)["model"] for path in interval]
+    average = torch.load(work / "checkpoints" / "checkpoint_average.pt", weights_only=True)["model"]
+    for name, value in average.items():
+        torch.testing.assert_close(value, (states[0][name] + states[1][name]) / 2)
+
+    # Every test sentence translated and scored; examples shown next to source and reference.
+    assert len(hypotheses(work / "test2016.generate.txt")) == 1000
+    assert re.search(r"^sacreBLEU = \d+\.\d+ .*nrefs:1", result.stdout, re.M)
+    assert re.search(r"^sentences = 1000$", result.stdout, re.M)
+    first_source = (data / "text" / "test.en").read_text(encoding="utf-8").splitlines()[0]
+    assert f"example 1\n  source:      {first_source}\n" in result.stdout
+
+    # Attention pictures of the first test sentence, and the summary that says where everything is.
+    pictures = work / "attention"
+    for kind in ("encoder_self", "decoder_self", "encoder_decoder"):
+        (grid,) = pictures.glob(f"{kind}_layer*_all_heads.png")  # each stack's last layer
+        assert imread(grid).ndim == 3
+    arrays = numpy.load(pictures / "attention.npz")
+    assert arrays["encoder_decoder"].shape[-1] == len(arrays["source_tokens"])
+    assert f"attention pictures:                      {pictures}" in result.stderr
+    assert f"model (average of the last checkpoints): {work / 'checkpoints' / 'checkpoint_average.pt'}" \
+        in result.stderr
+
+
+@NEEDS_CPU_PATH
+def test_benchmark_against_fairseq_transformer(quickstart):
+    root, _ = quickstart
+    env = dict(TINY_QUICKSTART, WORK_DIR=str(root))
+    result = subprocess.run(["bash", str(REPO / "benchmarks" / "quickstart_vs_fairseq.sh")], capture_output=True,
+                            text=True, timeout=600, env=dict(os.environ, **env, PYTHON=sys.executable))
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "quickstart-vaswani_transformer" in result.stderr and "stage train: done before, skipped" in result.stderr
+    log = (root / "transformer" / "checkpoints" / "train.log").read_text()
+    assert "arch='transformer'" in log and "encoder_embed_dim=32" in log  # fairseq's model config: a Namespace
+
+    scores = {}
+    for arch in ("vaswani_transformer", "transformer"):
+        bleu = (root / arch / "test2016.generate.txt.bleu").read_text()
+        scores[arch] = float(re.search(r"^sacreBLEU = ([\d.]+)", bleu, re.M)[1])
+        assert re.search(rf"^{arch} +\d+ +{scores[arch]:.2f} ", result.stdout, re.M), result.stdout
+    difference = scores["vaswani_transformer"] - scores["transformer"]
+    assert f"sacreBLEU {difference:+.2f}," in result.stdout
+
+
+def readme_block(marker: str) -> str:
+    """The shell block that follows `<!-- marker -->` in README.md."""
+    after = (REPO / "README.md").read_text(encoding="utf-8").split(f"<!-- {marker} -->", 1)[1]
+    return after.split("```sh\n", 1)[1].split("```", 1)[0]
+
+
+@NEEDS_CPU_PATH
+def test_translating_your_own_sentence_as_the_readme_says(quickstart):
+    root, _ = quickstart
+    command = readme_block("test:interactive").replace("work/quickstart/data", str(root / "data")) \
+        .replace("work/quickstart", str(root / "vaswani_transformer"))
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    result = subprocess.run(["bash", "-c", "set -o pipefail\n" + command], cwd=REPO, env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    # fairseq-interactive Moses-tokenised and BPE-segmented the sentence itself, then translated it.
+    (source,) = re.findall(r"^S-0\t(.*)$", result.stdout, re.M)
+    assert source.replace("@@ ", "") == "A little girl climbs into a wooden playhouse ."
+    assert re.search(r"^H-0\t-?\d+\.\d+\t", result.stdout, re.M) and re.search(r"^D-0\t", result.stdout, re.M)
