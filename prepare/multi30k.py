@@ -63,7 +63,7 @@ class Pipeline(wmt14.Pipeline):
         return stages
 
     def extract(self) -> dict:
-        raw = {name: download.locate(name, self.raw_dir, self.raw) for name in download.FILES["multi30k"]}
+        raw = {name: download.locate(name, self.raw_dir, self.raw) for name in self.raw_names}
         return extract_multi30k(raw, self.text)
 
 

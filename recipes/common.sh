@@ -15,7 +15,7 @@
 #   MAX_TOKENS_PER_GPU   most tokens one GPU holds in a batch           (default: 4096)
 #   SAVE_INTERVAL_UPDATES, AVERAGE_LAST   checkpoint cadence and how many to average (default: the paper's)
 #   EXTRA_TRAIN_ARGS     more fairseq-train arguments, appended last (so they override)
-#   EXTRA_PREPARE_ARGS   more `python -m prepare.wmt14` arguments (e.g. --train-lines 100000)
+#   EXTRA_PREPARE_ARGS   more `python -m prepare.wmt14` (or prepare.multi30k) arguments (e.g. --train-lines 100000)
 #   EXTRA_GENERATE_ARGS  more fairseq-generate arguments, appended last (e.g. --batch-size 32)
 #   CPU=1                allow running without a GPU (slow: for trying the pipeline out)
 #   PEAK_TFLOPS          per-GPU peak for the training-cost line (default: looked up by GPU name)
@@ -95,8 +95,8 @@ batch_size_for_workers() {
     say "batch: $WORKERS worker(s) x $MAX_TOKENS tokens x update-freq $UPDATE_FREQ ~ $tokens tokens per step"
 }
 
-# prepare_data MODULE ARGS...: download, tokenise, segment and binarise with prepare.MODULE; sets DATA_BIN and
-# TEXT_DIR. The preparation skips the steps it finished before, so recipes sharing DATA_DIR prepare once.
+# prepare_data MODULE ARGS...: download, tokenise, segment and binarise with prepare.MODULE; sets PREPARED_DIR
+# (its work dir), DATA_BIN and TEXT_DIR. The preparation skips the steps it finished before, so recipes sharing DATA_DIR prepare once.
 prepare_data() {
     local module=$1
     shift
@@ -106,6 +106,7 @@ prepare_data() {
     say "stage prepare: python -m prepare.$module ${args[*]} ${EXTRA_PREPARE_ARGS:-}"
     # shellcheck disable=SC2086
     "$PYTHON" -m "prepare.$module" "${args[@]}" ${EXTRA_PREPARE_ARGS:-}
+    PREPARED_DIR=$data_dir
     DATA_BIN="$data_dir/data-bin"
     TEXT_DIR="$data_dir/text"
 }

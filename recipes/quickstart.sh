@@ -69,7 +69,7 @@ score "$TRANSLATIONS" test --examples 3 --source "$TEXT_DIR/test.en"
 PICTURES="$WORK_DIR/attention"
 if [ "$ARCH" = vaswani_transformer ]; then
     "$PYTHON" -m vaswani_plugin.attention_pictures --path "$CHECKPOINTS/checkpoint_average.pt" --data "$DATA_BIN" \
-        --bpe-codes "${DATA_DIR:-$WORK_DIR/data}/bpe/codes" --source "$(head -n 1 "$TEXT_DIR/test.en")" \
+        --bpe-codes "$PREPARED_DIR/bpe/codes" --source "$(head -n 1 "$TEXT_DIR/test.en")" \
         --output-dir "$PICTURES" || die "attention pictures failed"
 else
     PICTURES="(none: attention pictures are drawn for vaswani_transformer models)"
