@@ -99,11 +99,15 @@ class MultiHeadAttention(nn.Module):
             self.kv_proj = nn.Linear(memory_dim, qk + v)
             projections = [(self.q_proj, (qk,)), (self.kv_proj, (qk, v))]
         self.out_proj = nn.Linear(v, dim)
-        # Xavier-uniform per projection matrix (W^Q, W^K, W^V, W^O), also inside the fused ones.
-        for linear, sizes in projections + [(self.out_proj, (dim,))]:
+        # The paper gives no initialisation; this is fairseq's (the same distributions, so a fairseq model and
+        # this one start alike): Xavier-uniform with gain 1/√2 per W^Q, W^K, W^V block (also inside the fused
+        # matrices) and their biases as nn.Linear's; W^O Xavier-uniform, bias 0. Gain 1 for W^Q, W^K, W^V
+        # (and Xavier FFNs) trained markedly slower: quickstart loss 7.51 against 6.94 over steps 201-300.
+        for linear, sizes in projections:
             for block in linear.weight.split(sizes, dim=0):
-                nn.init.xavier_uniform_(block)
-            nn.init.zeros_(linear.bias)
+                nn.init.xavier_uniform_(block, gain=2**-0.5)
+        nn.init.xavier_uniform_(self.out_proj.weight)
+        nn.init.zeros_(self.out_proj.bias)
         self.qk_size, self.v_size = qk, v
 
     def _split_heads(self, x: Tensor, head_dim: int) -> Tensor:
@@ -198,9 +202,7 @@ class FeedForward(nn.Module):
         self.inner = nn.Linear(dim, inner_dim)
         self.outer = nn.Linear(inner_dim, dim)
         self.activation_dropout = nn.Dropout(activation_dropout)
-        for linear in (self.inner, self.outer):
-            nn.init.xavier_uniform_(linear.weight)
-            nn.init.zeros_(linear.bias)
+        # W_1, W_2, b_1, b_2 keep nn.Linear's initialisation, as in fairseq (see MultiHeadAttention).
 
     def forward(self, x: Tensor) -> Tensor:
         return self.outer(self.activation_dropout(F.relu(self.inner(x))))
