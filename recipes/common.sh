@@ -60,6 +60,11 @@ detect_devices() {
         [ "${CPU:-0}" = 1 ] || die "no GPU visible. The paper trains on 8 GPUs; to try the pipeline on CPU" \
             "(very slow, for testing only) set CPU=1"
         say "no GPU: training on CPU because CPU=1"
+        # glibc hands every allocation over 32 MB straight back to the kernel, so each training step's
+        # (tokens x vocabulary) tensors are page-faulted in afresh: keeping them in the heap measured 1.25x the
+        # tokens/s of the quickstart (README "Quickstart"). Other C libraries ignore these variables.
+        export MALLOC_MMAP_THRESHOLD_=${MALLOC_MMAP_THRESHOLD_:-4294967296}
+        export MALLOC_TRIM_THRESHOLD_=${MALLOC_TRIM_THRESHOLD_:-4294967296}
         WORKERS=1
         DEVICE_ARGS=(--cpu)
         EVAL_DEVICE_ARGS=(--cpu)
