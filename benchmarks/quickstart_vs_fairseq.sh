@@ -1,42 +1,87 @@
 #!/usr/bin/env bash
-# The quickstart against fairseq's own `transformer` architecture: the same Multi30k data, sizes (d_model,
-# layers, heads, d_ff), dropout, tokens per batch, schedule, wall-clock budget, averaging and beam search;
-# only --arch differs. Prints both test2016 BLEU scores and the difference (plugin - fairseq).
+# The quickstart against fairseq's own `transformer`: the same Multi30k data, sizes (d_model, layers, heads,
+# d_ff), dropout, tokens per batch, Adam and learning-rate schedule, seed, wall-clock budget, averaging and
+# beam search. What differs is the implementation: --arch transformer, trained with fairseq's own criterion
+# label_smoothed_cross_entropy (ε = 0.1 too), against this plugin's model and criterion.
+# Prints both test2016 BLEU scores per seed, and the mean and spread of the difference (plugin - fairseq).
 #   bash benchmarks/quickstart_vs_fairseq.sh
-# Variables: BUDGET_MINUTES (default 20, each), RAW_DIR, WORK_DIR (default ./work/quickstart_vs_fairseq),
-# and the quickstart's others. The two trainings run one after the other, so that each has the machine.
-# Their progress goes to stderr; stdout is the comparison alone.
+# Variables:
+#   BUDGET_MINUTES  training time of each run (default 20)
+#   SEEDS           one pair of runs per seed (default "1 2 3")
+#   PARALLEL        1 (default): the two runs of a seed at the same time, each pinned to its own core with one
+#                   thread (taskset), so that both see the same machine; 0: one after the other, all cores each
+#   RAW_DIR, WORK_DIR (default ./work/quickstart_vs_fairseq), and the quickstart's others.
+# Progress goes to stderr and to each run's log; stdout is the comparison alone.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 WORK_DIR=${WORK_DIR:-$PWD/work/quickstart_vs_fairseq}
 mkdir -p "$WORK_DIR" && WORK_DIR=$(cd "$WORK_DIR" && pwd)
-export DATA_DIR=${DATA_DIR:-$WORK_DIR/data}  # prepared once, used by both
+export DATA_DIR=${DATA_DIR:-$WORK_DIR/data}  # prepared once, used by every run
+export BUDGET_MINUTES=${BUDGET_MINUTES:-20}
 PYTHON=${PYTHON:-python3}
+SEEDS=${SEEDS:-1 2 3}
+PARALLEL=${PARALLEL:-1}
+if [ "$PARALLEL" = 1 ]; then
+    command -v taskset >/dev/null || { echo "quickstart_vs_fairseq: PARALLEL=1 needs taskset (util-linux); set PARALLEL=0" >&2; exit 1; }
+    [ "$(nproc)" -ge 2 ] || { echo "quickstart_vs_fairseq: PARALLEL=1 needs 2 cores; set PARALLEL=0" >&2; exit 1; }
+fi
 
-for arch in vaswani_transformer transformer; do
-    echo "[quickstart_vs_fairseq] $arch: bash recipes/quickstart.sh with ARCH=$arch" >&2
-    ARCH=$arch WORK_DIR="$WORK_DIR/$arch" RECIPE="quickstart-$arch" bash "$REPO/recipes/quickstart.sh" >&2
+# run SEED ARCH CORE: one quickstart; CORE empty = unpinned.
+run() {
+    local seed=$1 arch=$2 core=$3 extra="--seed $1" pin=()
+    [ "$arch" = transformer ] && extra+=" --criterion label_smoothed_cross_entropy"
+    [ -n "$core" ] && pin=(env OMP_NUM_THREADS=1 taskset -c "$core")
+    echo "[quickstart_vs_fairseq] seed $seed, $arch${core:+ on core $core}: log in $WORK_DIR/seed$seed/$arch.log" >&2
+    ARCH=$arch WORK_DIR="$WORK_DIR/seed$seed/$arch" RECIPE="quickstart-$arch" \
+        EXTRA_TRAIN_ARGS="${EXTRA_TRAIN_ARGS:-} $extra" "${pin[@]}" bash "$REPO/recipes/quickstart.sh" \
+        > "$WORK_DIR/seed$seed/$arch.log" 2>&1 ||
+        { echo "quickstart_vs_fairseq: seed $seed, $arch failed; see $WORK_DIR/seed$seed/$arch.log" >&2; return 1; }
+}
+
+# The data first, as the quickstart prepares it (its runs then find it done): parallel runs must not race.
+export BPE_MERGES=${BPE_MERGES:-10000}
+PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m prepare.multi30k --work-dir "$DATA_DIR" \
+    --bpe-merges "$BPE_MERGES" ${RAW_DIR:+--raw-dir "$RAW_DIR"} >&2
+
+for seed in $SEEDS; do
+    mkdir -p "$WORK_DIR/seed$seed"
+    if [ "$PARALLEL" = 1 ]; then
+        run "$seed" vaswani_transformer 0 & ours=$!
+        run "$seed" transformer 1 & theirs=$!
+        wait "$ours" && wait "$theirs"
+    else
+        run "$seed" vaswani_transformer ""
+        run "$seed" transformer ""
+    fi
 done
 
-"$PYTHON" - "$WORK_DIR" "${BUDGET_MINUTES:-20}" <<'PY'
-import re, sys
+"$PYTHON" - "$WORK_DIR" "$BUDGET_MINUTES" "$PARALLEL" $SEEDS <<'PY'
+import re, statistics, sys
 from pathlib import Path
 
-work, budget = Path(sys.argv[1]), sys.argv[2]
-rows = {}
-for arch in ("vaswani_transformer", "transformer"):
-    bleu = (work / arch / "test2016.generate.txt.bleu").read_text()
-    log = (work / arch / "checkpoints" / "train.log").read_text()
-    updates = re.findall(r"num_updates[ =](\d+)", log)
-    rows[arch] = {"sacrebleu": float(re.search(r"^sacreBLEU = ([\d.]+)", bleu, re.M)[1]),
-                  "tokenised": float(re.search(r"^BLEU \(tokenised, compound-split\) = ([\d.]+)", bleu, re.M)[1]),
-                  "sentences": int(re.search(r"^sentences = (\d+)", bleu, re.M)[1]),
-                  "updates": int(updates[-1]) if updates else 0}
-print(f"test2016 ({rows['transformer']['sentences']} sentences), {budget} minutes of training each")
-print(f"{'arch':22} {'updates':>8} {'sacreBLEU':>10} {'tok. BLEU':>10}")
-for arch, row in rows.items():
-    print(f"{arch:22} {row['updates']:>8} {row['sacrebleu']:>10.2f} {row['tokenised']:>10.2f}")
-ours, theirs = rows["vaswani_transformer"], rows["transformer"]
-print(f"difference (vaswani_transformer - transformer): sacreBLEU {ours['sacrebleu'] - theirs['sacrebleu']:+.2f}, "
-      f"tokenised BLEU {ours['tokenised'] - theirs['tokenised']:+.2f}, updates {ours['updates'] - theirs['updates']:+d}")
+work, budget, parallel, seeds = Path(sys.argv[1]), sys.argv[2], sys.argv[3] == "1", sys.argv[4:]
+archs = ("vaswani_transformer", "transformer")
+
+
+def result(run):
+    bleu = (run / "test2016.generate.txt.bleu").read_text()
+    updates = re.findall(r"num_updates[ =](\d+)", (run / "checkpoints" / "train.log").read_text())
+    return {"sacrebleu": float(re.search(r"^sacreBLEU = ([\d.]+)", bleu, re.M)[1]),
+            "tokenised": float(re.search(r"^BLEU \(tokenised, compound-split\) = ([\d.]+)", bleu, re.M)[1]),
+            "sentences": int(re.search(r"^sentences = (\d+)", bleu, re.M)[1]),
+            "updates": int(updates[-1]) if updates else 0}
+
+
+rows = {(seed, arch): result(work / f"seed{seed}" / arch) for seed in seeds for arch in archs}
+sentences = rows[seeds[0], "transformer"]["sentences"]
+how = "the two runs of a seed side by side, one core each" if parallel else "one run at a time"
+print(f"test2016 ({sentences} sentences), {budget} minutes of training per run, {how}")
+print(f"{'seed':>4} {'arch':22} {'updates':>8} {'sacreBLEU':>10} {'tok. BLEU':>10}")
+for (seed, arch), row in rows.items():
+    print(f"{seed:>4} {arch:22} {row['updates']:>8} {row['sacrebleu']:>10.2f} {row['tokenised']:>10.2f}")
+for key in ("sacrebleu", "tokenised", "updates"):
+    differences = [rows[seed, archs[0]][key] - rows[seed, archs[1]][key] for seed in seeds]
+    spread = f" ± {statistics.stdev(differences):.2f} (sd)" if len(differences) > 1 else ""
+    print(f"difference vaswani_transformer - transformer, {key}: mean {statistics.mean(differences):+.2f}{spread} "
+          f"over {len(seeds)} seed(s): {' '.join(f'{d:+.2f}' for d in differences)}")
 PY

@@ -29,14 +29,14 @@ def quickstart(tmp_path_factory):
     """bash recipes/quickstart.sh in the layout benchmarks/quickstart_vs_fairseq.sh uses, so that the
     benchmark finds the plugin's half done."""
     root = tmp_path_factory.mktemp("quickstart")
-    env = dict(TINY_QUICKSTART, WORK_DIR=str(root / "vaswani_transformer"), DATA_DIR=str(root / "data"))
+    env = dict(TINY_QUICKSTART, WORK_DIR=str(root / "seed1" / "vaswani_transformer"), DATA_DIR=str(root / "data"))
     return root, run_recipe("quickstart.sh", env)
 
 
 @NEEDS_CPU_PATH
 def test_quickstart_from_raw_files_to_bleu_translations_and_pictures(quickstart):
     root, result = quickstart
-    work, data = root / "vaswani_transformer", root / "data"
+    work, data = root / "seed1" / "vaswani_transformer", root / "data"
 
     # Data: the three real splits in full, joint BPE.
     sizes = {split: len((data / "text" / f"{split}.de").read_text(encoding="utf-8").splitlines())
@@ -77,21 +77,25 @@ def test_quickstart_from_raw_files_to_bleu_translations_and_pictures(quickstart)
 @NEEDS_CPU_PATH
 def test_benchmark_against_fairseq_transformer(quickstart):
     root, _ = quickstart
-    env = dict(TINY_QUICKSTART, WORK_DIR=str(root))
+    env = dict(TINY_QUICKSTART, WORK_DIR=str(root), SEEDS="1")
     result = subprocess.run(["bash", str(REPO / "benchmarks" / "quickstart_vs_fairseq.sh")], capture_output=True,
                             text=True, timeout=600, env=dict(os.environ, **env, PYTHON=sys.executable))
     assert result.returncode == 0, result.stderr[-4000:]
-    assert "quickstart-vaswani_transformer" in result.stderr and "stage train: done before, skipped" in result.stderr
-    log = (root / "transformer" / "checkpoints" / "train.log").read_text()
+    runs = root / "seed1"
+    assert "stage train: done before, skipped" in (runs / "vaswani_transformer.log").read_text()
+    log = (runs / "transformer" / "checkpoints" / "train.log").read_text()
     assert "arch='transformer'" in log and "encoder_embed_dim=32" in log  # fairseq's model config: a Namespace
+    # fairseq's side is trained with fairseq's own criterion and the pair's seed.
+    assert "'_name': 'label_smoothed_cross_entropy'" in log and "'seed': 1," in log
+    assert "on core 1" in result.stderr  # the two runs of a seed side by side, pinned
 
     scores = {}
     for arch in ("vaswani_transformer", "transformer"):
-        bleu = (root / arch / "test2016.generate.txt.bleu").read_text()
+        bleu = (runs / arch / "test2016.generate.txt.bleu").read_text()
         scores[arch] = float(re.search(r"^sacreBLEU = ([\d.]+)", bleu, re.M)[1])
-        assert re.search(rf"^{arch} +\d+ +{scores[arch]:.2f} ", result.stdout, re.M), result.stdout
+        assert re.search(rf"^ +1 {arch} +\d+ +{scores[arch]:.2f} ", result.stdout, re.M), result.stdout
     difference = scores["vaswani_transformer"] - scores["transformer"]
-    assert f"sacreBLEU {difference:+.2f}," in result.stdout
+    assert f"sacrebleu: mean {difference:+.2f} over 1 seed(s)" in result.stdout, result.stdout
 
 
 def readme_block(marker: str) -> str:
@@ -104,7 +108,7 @@ def readme_block(marker: str) -> str:
 def test_translating_your_own_sentence_as_the_readme_says(quickstart):
     root, _ = quickstart
     command = readme_block("test:interactive").replace("work/quickstart/data", str(root / "data")) \
-        .replace("work/quickstart", str(root / "vaswani_transformer"))
+        .replace("work/quickstart", str(root / "seed1" / "vaswani_transformer"))
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     result = subprocess.run(["bash", "-c", "set -o pipefail\n" + command], cwd=REPO, env=env, capture_output=True,
                             text=True, timeout=300)
