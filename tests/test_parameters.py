@@ -106,3 +106,34 @@ def test_sharing_options_tie_the_right_matrices():
     assert shared.encoder.embedding.embed_tokens.weight is shared.decoder.embedding.embed_tokens.weight
     assert shared.decoder.output_projection.weight is shared.decoder.embedding.embed_tokens.weight
     assert tied.decoder.output_projection.bias is None
+
+
+def test_initialisation_has_fairseq_transformers_distributions():
+    """The paper gives no initialisation; every tensor is drawn as fairseq's `transformer` draws its counterpart
+    (Q/K/V Xavier gain 1/√2, W^O Xavier, FFN as nn.Linear, embeddings N(0, d^-1/2)): same bounds, same spread."""
+    from fairseq.models.transformer import TransformerModel, base_architecture
+    from vaswani_plugin.convert_fairseq import convert_state, fairseq_options
+
+    dictionary = make_dictionary(3000)
+    task = Namespace(source_dictionary=dictionary, target_dictionary=dictionary)
+    sizes = dict(encoder_embed_dim=256, decoder_embed_dim=256, encoder_ffn_embed_dim=1024, decoder_ffn_embed_dim=1024,
+                 encoder_attention_heads=4, decoder_attention_heads=4, encoder_layers=1, decoder_layers=1)
+    args = Namespace(**sizes, share_all_embeddings=True)
+    base_architecture(args)
+    torch.manual_seed(0)
+    theirs = convert_state(TransformerModel.build_model(args, task).state_dict(), fairseq_options(
+        Namespace(**vars(args), arch="transformer")), dictionary.pad())
+    ours = VaswaniTransformerModel.build_model(VaswaniTransformerConfig(**sizes, share_all_embeddings=True),
+                                               task).state_dict()
+    assert set(ours) == set(theirs) - {"encoder.embedding.learned_positions.weight",
+                                       "decoder.embedding.learned_positions.weight"}
+    for name, tensor in ours.items():
+        expected = theirs[name]
+        # Fused matrices hold [Q; K; V] (or [K; V]) blocks of d_model rows: compare block by block. The 99th
+        # percentile of |w| tells uniform (0.99 bound = 1.71 sd) from normal (2.58 sd) draws.
+        for ours_block, their_block in zip(tensor.split(256), expected.split(256)):
+            rel = 0.05 if ours_block.numel() >= 10000 else 0.3  # biases: 256 draws
+            assert ours_block.std().item() == pytest.approx(their_block.std().item(), rel=rel, abs=1e-6), name
+            if ours_block.numel() >= 10000:
+                assert ours_block.abs().quantile(0.99).item() == pytest.approx(
+                    their_block.abs().quantile(0.99).item(), rel=0.05), name
