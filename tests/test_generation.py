@@ -120,6 +120,34 @@ def test_tiny_model_scores_are_summed_log_probs_over_lp(alignment):
             assert h["score"].item() == pytest.approx(raw_scores[tuple(h["tokens"].tolist())] / lp, rel=1e-5)
 
 
+def test_alignments_from_one_full_pass_equal_those_of_the_decoding_steps():
+    """--print-alignment: with full_context_alignment fairseq re-reads the attention from a full pass over the
+    finished hypotheses; the step-by-step attention (asked for explicitly) gives the same alignments."""
+    torch.manual_seed(0)
+    task, dictionary = translation_task(gnmt_alpha=0.6)
+    model = build_model(dictionary).eval()
+    src_tokens = random_tokens(dictionary, 4, 7, lengths=[7, 6, 4, 3], generator=torch.Generator().manual_seed(2),
+                               left_pad=True)
+    sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": src_tokens.ne(dictionary.pad()).sum(1)}}
+    generation = GenerationConfig(beam=4, max_len_b=12, print_alignment="soft")
+    full_pass = task.build_generator([model], generation).generate([model], sample)
+
+    stepwise_model = build_model(dictionary).eval()
+    stepwise_model.load_state_dict(model.state_dict())
+    stepwise_model.full_context_alignment = False
+    decoder_forward = stepwise_model.decoder.forward
+    stepwise_model.decoder.forward = lambda *args, **kwargs: decoder_forward(*args, **kwargs, return_attention=True)
+    stepwise = task.build_generator([stepwise_model], generation).generate([stepwise_model], sample)
+    for ours, reference in zip(full_pass, stepwise):
+        for a, b in zip(ours, reference):
+            assert a["tokens"].tolist() == b["tokens"].tolist()
+            # Soft alignments: per target token, the probabilities of the source tokens, as strings.
+            probabilities = [[[float(p) for p in row] for row in h["alignment"]] for h in (a, b)]
+            assert len(probabilities[0]) == len(a["tokens"]) and len(probabilities[0][0]) >= 3
+            torch.testing.assert_close(torch.tensor(probabilities[0]), torch.tensor(probabilities[1]), rtol=0,
+                                       atol=1e-5)
+
+
 def test_without_gnmt_alpha_the_task_is_fairseqs_translation():
     task, dictionary = translation_task()
     generator = task.build_generator([build_model(dictionary)], GenerationConfig(beam=4, lenpen=0.6))

@@ -24,11 +24,13 @@ def test_incremental_equals_full_forward(dictionary, options):
         full = log_probs(model, model.decoder(target, encoder_out))
         state = {}
         for step in range(1, target.size(1) + 1):
-            out = model.decoder(target[:, :step], encoder_out, incremental_state=state)
+            out = model.decoder(target[:, :step], encoder_out, incremental_state=state, return_attention=True)
             torch.testing.assert_close(log_probs(model, out)[:, -1], full[:, step - 1], rtol=0, atol=1e-5)
-            # Alignment attention of the newest position matches the full pass too.
+            # Alignment attention of the newest position, when asked for, matches the full pass too.
             torch.testing.assert_close(out[1]["attn"][0][:, -1], model.decoder(target, encoder_out)[1]["attn"][0][
                 :, step - 1], rtol=0, atol=1e-5)
+        # Beam search itself does not ask: step by step, no attention is computed.
+        assert model.decoder(target[:, :1], encoder_out, incremental_state={})[1]["attn"] == [None]
 
 
 def test_incremental_after_beam_reorder_and_finished_sentences(dictionary):

@@ -89,6 +89,10 @@ def build_embedding(dictionary, dim: int) -> nn.Embedding:
 class VaswaniTransformerModel(FairseqEncoderDecoderModel):
     """The Transformer of "Attention Is All You Need" (§3)."""
 
+    # fairseq's SequenceGeneratorWithAlignment (--print-alignment) then takes the attention from one full pass
+    # over the finished hypotheses (the same values, tests/test_incremental.py) instead of every decoding step.
+    full_context_alignment = True
+
     @classmethod
     def build_model(cls, cfg, task):
         source_dict, target_dict = task.source_dictionary, task.target_dictionary
@@ -141,6 +145,10 @@ class VaswaniEncoder(FairseqEncoder):
         return {"memory": [x], "memory_padding_mask": [padding]}
 
     def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order: Tensor):
+        """Rows for new_order. Beam search calls this every step; while no sentence has left the batch it only
+        moves beams within their sentence, whose rows are identical copies of one encoder output: unchanged."""
+        if new_order.size(0) == encoder_out["memory"][0].size(0):
+            return encoder_out
         return {key: [t.index_select(0, new_order) for t in tensors] for key, tensors in encoder_out.items()}
 
     def max_positions(self):
@@ -182,8 +190,9 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
                          return_attention: Optional[bool] = None, **kwargs):
         """Returns (features, {"attn": [encoder-decoder attention of the last layer, averaged over heads]}).
 
-        The attention is computed in eval mode (generation, --print-alignment) or when return_attention is
-        set; training skips it so that every attention can run in SDPA's fused kernels.
+        The attention is computed for full passes in eval mode (--print-alignment: fairseq aligns with a full
+        pass over the finished hypotheses) or when return_attention is set; training and step-by-step decoding
+        skip it so that every attention runs in SDPA's fused kernels.
         """
         padding = prev_output_tokens.eq(self.padding_idx)
         positions = position_indices(padding)
@@ -197,7 +206,7 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
         memory = encoder_out["memory"][0]
         memory_mask = padding_attention_mask(encoder_out["memory_padding_mask"][0])
         if return_attention is None:
-            return_attention = not self.training
+            return_attention = not self.training and incremental_state is None
 
         x = self.embedding(tokens, positions)
         attention = None
