@@ -1,0 +1,266 @@
+"""Speed of vaswani_transformer against fairseq's own `transformer`, on the same computation.
+
+    python benchmarks/speed.py --data work/quickstart/data/data-bin [--checkpoint FAIRSEQ.pt] [--sizes small base]
+    python benchmarks/speed.py --smoke          # seconds: a tiny model on synthetic data (CI)
+
+For each size, fairseq's model is built (or loaded from --checkpoint, a fairseq `transformer` checkpoint of
+that size) and converted with vaswani_plugin.convert_fairseq, so both start from the same weights and compute
+the same function. Then, each implementation in its own process (so that peak memory is its own):
+- training: --warmup updates, then target tokens/s over --updates updates (Adam, label smoothing 0.1, each
+  with its own criterion: vaswani_label_smoothed_cross_entropy / fairseq's label_smoothed_cross_entropy);
+  peak memory: max RSS of the process on CPU, torch.cuda.max_memory_allocated on GPU;
+- generation over the first --sentences test sentences, batches of 128: beam 4 and greedy, sentences/s and
+  generated tokens/s; both implementations must produce the same hypotheses (checked, printed).
+On GPU (--device cuda) with --amp, fp16 autocast; the model FLOP utilisation (model FLOPs per second / the
+GPU's peak) is printed for training. Ratios are plugin / fairseq.
+"""
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from argparse import Namespace
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+SIZES = {  # d_model, d_ff, h, N; small = the quickstart's, base and big = Table 3's.
+    "tiny": (32, 64, 4, 2), "small": (128, 512, 4, 3), "base": (512, 2048, 8, 6), "big": (1024, 4096, 16, 6),
+}
+
+
+def fairseq_args(size: str) -> Namespace:
+    from fairseq.models.transformer import base_architecture
+    dim, ffn, heads, layers = SIZES[size]
+    args = Namespace(encoder_embed_dim=dim, decoder_embed_dim=dim, encoder_ffn_embed_dim=ffn, decoder_ffn_embed_dim=ffn,
+                     encoder_attention_heads=heads, decoder_attention_heads=heads, encoder_layers=layers,
+                     decoder_layers=layers, share_all_embeddings=True, dropout=0.1, arch="transformer")
+    base_architecture(args)
+    return args
+
+
+def load_data(spec):
+    """(dictionary, train dataset, test dataset): the binarised data, or synthetic sentences (--smoke)."""
+    import torch
+    from fairseq.data import Dictionary, LanguagePairDataset
+    if spec["data"]:
+        from fairseq.tasks.translation import TranslationConfig, TranslationTask
+        task = TranslationTask.setup_task(TranslationConfig(data=spec["data"]))
+        for split in ("train", "test"):
+            task.load_dataset(split)
+        return task.source_dictionary, task.dataset("train"), task.dataset("test")
+    dictionary = Dictionary()
+    for index in range(200):
+        dictionary.add_symbol(f"w{index}")
+    generator = torch.Generator().manual_seed(0)
+
+    def sentences(count):
+        lengths = torch.randint(3, 20, (count,), generator=generator).tolist()
+        tokens = [torch.cat([torch.randint(4, len(dictionary), (n,), generator=generator),
+                             torch.tensor([dictionary.eos()])]) for n in lengths]
+        return tokens, [len(t) for t in tokens]
+
+    def dataset(count):
+        (src, src_sizes), (tgt, tgt_sizes) = sentences(count), sentences(count)
+        return LanguagePairDataset(src, src_sizes, dictionary, tgt, tgt_sizes, dictionary, shuffle=False)
+
+    return dictionary, dataset(400), dataset(64)
+
+
+def build_model(spec, dictionary):
+    """(model, fairseq args): fairseq's model, or (spec["impl"] == "vaswani_transformer") its conversion."""
+    import torch
+    from fairseq.models.transformer import TransformerModel
+    from vaswani_plugin.convert_fairseq import convert_state, fairseq_options, vaswani_config
+    from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerModel
+
+    task = Namespace(source_dictionary=dictionary, target_dictionary=dictionary)
+    if spec["checkpoint"]:
+        state = torch.load(spec["checkpoint"], map_location="cpu", weights_only=True)
+        args = state["cfg"]["model"]
+    else:
+        torch.manual_seed(1)
+        args, state = fairseq_args(spec["size"]), None
+    fairseq_model = TransformerModel.build_model(args, task)
+    if state is not None:
+        fairseq_model.load_state_dict(state["model"])
+    if spec["impl"] == "transformer":
+        return fairseq_model, args
+    options = fairseq_options(args)
+    config = {k: v for k, v in vaswani_config(options).items() if k != "_name"}
+    model = VaswaniTransformerModel.build_model(VaswaniTransformerConfig(**config), task)
+    model.load_state_dict(convert_state(fairseq_model.state_dict(), options, dictionary.pad()))
+    return model, args
+
+
+def training_flops(args, dictionary, sample) -> float:
+    """Model FLOPs of one training step (3 x forward, matrix products only), non-padding tokens."""
+    d, ff, vocab = args.encoder_embed_dim, args.encoder_ffn_embed_dim, len(dictionary)
+    src = sample["net_input"]["src_tokens"]
+    src_tokens = int(src.ne(dictionary.pad()).sum())
+    tgt_tokens, src_len, tgt_len = int(sample["ntokens"]), src.size(1), sample["target"].size(1)
+    encoder = args.encoder_layers * src_tokens * (8 * d * d + 4 * d * ff + 4 * d * src_len)
+    decoder = args.decoder_layers * (tgt_tokens * (12 * d * d + 4 * d * ff + 4 * d * tgt_len + 4 * d * src_len)
+                                     + src_tokens * 4 * d * d)
+    return 3.0 * (encoder + decoder + tgt_tokens * 2 * d * vocab)
+
+
+def worker(spec) -> dict:
+    import torch
+    import vaswani_plugin  # noqa: F401
+    from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
+    from fairseq.sequence_generator import SequenceGenerator
+    from vaswani_plugin.criterions.vaswani_label_smoothed_cross_entropy import VaswaniLabelSmoothedCrossEntropy
+    from vaswani_plugin.training_cost import peak_for
+
+    device = torch.device(spec["device"])
+    dictionary, train, test = load_data(spec)
+    task = Namespace(source_dictionary=dictionary, target_dictionary=dictionary)
+    model, args = build_model(spec, dictionary)
+    model = model.to(device)
+    if spec["impl"] == "transformer":
+        criterion = LabelSmoothedCrossEntropyCriterion(task, sentence_avg=False, label_smoothing=0.1)
+    else:
+        criterion = VaswaniLabelSmoothedCrossEntropy(task, label_smoothing=0.1, sentence_avg=False)
+
+    def to_device(sample):
+        return {k: to_device(v) if isinstance(v, dict) else v.to(device) if torch.is_tensor(v) else v
+                for k, v in sample.items()}
+
+    def synchronize():
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    # Training.
+    batches = train.batch_by_size(train.ordered_indices(), max_tokens=spec["max_tokens"])
+    order = torch.randperm(len(batches), generator=torch.Generator().manual_seed(0)).tolist()
+    steps = spec["warmup"] + spec["updates"]
+    samples = [to_device(train.collater([train[i] for i in batches[j]])) for j in (order * steps)[:steps]]
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+    scaler = torch.amp.GradScaler("cuda", enabled=spec["amp"])
+    model.train()
+    tokens = flops = 0.0
+    for step, sample in enumerate(samples):
+        if step == spec["warmup"]:
+            synchronize()
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats()
+            start = time.perf_counter()
+        with torch.autocast(device.type, dtype=torch.float16, enabled=spec["amp"]):
+            loss, _, _ = criterion(model, sample)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        if step >= spec["warmup"]:
+            tokens += sample["ntokens"]
+            flops += training_flops(args, dictionary, sample)
+    synchronize()
+    seconds = time.perf_counter() - start
+    result = {"train_tokens_per_s": tokens / seconds}
+    if device.type == "cuda":
+        result["peak_memory_mb"] = torch.cuda.max_memory_allocated() / 2**20
+        peak = peak_for(torch.cuda.get_device_name(0), spec["amp"])
+        if peak:
+            result["mfu"] = flops / seconds / (peak * 1e12)
+    else:
+        result["peak_memory_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    # Generation: the first --sentences test sentences, batches of 128, from the untrained weights again (the
+    # two trainings drew different dropout masks, so only the starting weights are the same).
+    model = build_model(spec, dictionary)[0].to(device).eval()
+    indices = list(range(min(spec["sentences"], len(test))))
+    for name, beam in (("beam4", 4), ("greedy", 1)):
+        generator = SequenceGenerator([model], dictionary, beam_size=beam, max_len_a=1, max_len_b=50)
+        outputs, generated = [], 0
+        with torch.no_grad(), torch.autocast(device.type, dtype=torch.float16, enabled=spec["amp"]):
+            generator.generate([model], to_device(test.collater([test[i] for i in indices[:8]])))  # warm-up
+            synchronize()
+            start = time.perf_counter()
+            for first in range(0, len(indices), 128):
+                sample = to_device(test.collater([test[i] for i in indices[first:first + 128]]))
+                for hypotheses in generator.generate([model], sample):
+                    outputs.append(hypotheses[0]["tokens"].tolist())
+                    generated += len(outputs[-1])
+            synchronize()
+        seconds = time.perf_counter() - start
+        result[f"{name}_sentences_per_s"] = len(indices) / seconds
+        result[f"{name}_tokens_per_s"] = generated / seconds
+        result[f"{name}_hypotheses"] = hash(json.dumps(outputs))
+    return result
+
+
+def measure(spec) -> dict:
+    """One implementation's figures, measured in a fresh process."""
+    env = dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", PYTHONHASHSEED="0")
+    done = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)], capture_output=True, text=True,
+                          env=env)
+    if done.returncode != 0:
+        sys.exit(f"speed: {spec['impl']} ({spec['size']}) failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="benchmarks/speed.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", help="fairseq data-bin with train and test splits (a joined dictionary)")
+    parser.add_argument("--checkpoint", help="a fairseq `transformer` checkpoint to start from (one size only)")
+    parser.add_argument("--sizes", nargs="+", choices=sorted(SIZES), default=["small", "base"])
+    parser.add_argument("--device", default="cuda" if _cuda() else "cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--amp", action="store_true", help="fp16 autocast (GPU)")
+    parser.add_argument("--max-tokens", type=int, default=4096, help="tokens per training batch")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed training updates first")
+    parser.add_argument("--updates", type=int, default=20, help="timed training updates")
+    parser.add_argument("--sentences", type=int, default=512, help="test sentences to translate")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes and counts, synthetic data: seconds")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(json.loads(args.worker))))
+        return
+    if args.smoke:
+        args.sizes, args.data, args.checkpoint = ["tiny"], None, None
+        args.max_tokens, args.warmup, args.updates, args.sentences = 512, 1, 2, 16
+    elif not args.data:
+        parser.error("--data DATA_BIN is needed (or --smoke); e.g. the quickstart's work/quickstart/data/data-bin")
+    if args.checkpoint and len(args.sizes) != 1:
+        parser.error("--checkpoint fixes the model: give the one --sizes it has")
+    if args.amp and args.device != "cuda":
+        parser.error("--amp is for GPUs (--device cuda)")
+
+    import torch
+    device = torch.cuda.get_device_name(0) if args.device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    print(f"device: {device}; torch {torch.__version__}; {'fp16 AMP' if args.amp else 'fp32'}; training batches of "
+          f"{args.max_tokens} tokens, {args.updates} timed updates after {args.warmup}; generation of "
+          f"{args.sentences} sentences, batches of 128, max length input + 50")
+    columns = [("train_tokens_per_s", "train tok/s"), ("peak_memory_mb", "peak MB"),
+               ("beam4_sentences_per_s", "beam4 sent/s"), ("beam4_tokens_per_s", "beam4 tok/s"),
+               ("greedy_sentences_per_s", "greedy sent/s"), ("greedy_tokens_per_s", "greedy tok/s")]
+    print(f"{'size':6} {'implementation':22}" + "".join(f"{title:>15}" for _, title in columns) + f"{'MFU':>8}")
+    for size in args.sizes:
+        results = {}
+        for impl in ("transformer", "vaswani_transformer"):
+            spec = dict(impl=impl, size=size, data=args.data, checkpoint=args.checkpoint, device=args.device,
+                        amp=args.amp, max_tokens=args.max_tokens, warmup=args.warmup, updates=args.updates,
+                        sentences=args.sentences)
+            results[impl] = measure(spec)
+        for impl, row in results.items():
+            mfu = f"{100 * row['mfu']:7.1f}%" if "mfu" in row else f"{'-':>8}"
+            print(f"{size:6} {impl:22}" + "".join(f"{row[key]:15.1f}" for key, _ in columns) + mfu)
+        ours, theirs = results["vaswani_transformer"], results["transformer"]
+        print(f"{size:6} {'ratio plugin/fairseq':22}" + "".join(f"{ours[key] / theirs[key]:15.2f}" for key, _ in columns))
+        same = all(ours[f"{name}_hypotheses"] == theirs[f"{name}_hypotheses"] for name in ("beam4", "greedy"))
+        print(f"{size:6} same hypotheses (beam 4 and greedy): {'yes' if same else 'NO'}")
+
+
+def _cuda() -> bool:
+    import torch
+    return torch.cuda.is_available()
+
+
+if __name__ == "__main__":
+    main()

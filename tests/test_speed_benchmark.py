@@ -1,0 +1,52 @@
+"""benchmarks/speed.py in its smoke mode: seconds, a tiny model on synthetic data; the real figures come from
+its full mode and are recorded in the README, not asserted here."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from cli_helpers import REPO
+
+COLUMNS = ["train tok/s", "peak MB", "beam4 sent/s", "beam4 tok/s", "greedy sent/s", "greedy tok/s"]
+
+
+def run_smoke(*options):
+    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "speed.py"), "--smoke", *options],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def check_table(output):
+    rows = {}
+    for name in ("transformer", "vaswani_transformer", "ratio plugin/fairseq"):
+        (line,) = [line for line in output.splitlines() if re.match(rf"tiny +{re.escape(name)} +\d", line)]
+        rows[name] = [float(x) for x in re.findall(r"\d+\.\d+", line)[:len(COLUMNS)]]
+    assert all(value > 0 for row in rows.values() for value in row)
+    for ours, theirs, ratio in zip(rows["vaswani_transformer"], rows["transformer"], rows["ratio plugin/fairseq"]):
+        assert ratio == pytest.approx(ours / theirs, abs=0.01)
+    # Converted weights: both implementations translate the same.
+    assert "tiny   same hypotheses (beam 4 and greedy): yes" in output
+
+
+def test_smoke_prints_both_implementations_ratios_and_same_hypotheses():
+    output = run_smoke("--device", "cpu")
+    assert output.startswith("device: CPU") and "fp32" in output
+    check_table(output)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the device tool); CI has none")
+def test_smoke_on_gpu_with_amp_reports_mfu():
+    output = run_smoke("--device", "cuda", "--amp")
+    check_table(output)
+    assert re.search(r"tiny +vaswani_transformer .* \d+\.\d%$", output, re.M)
+
+
+def test_bad_combinations_are_one_line_errors():
+    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "speed.py"), "--sizes", "small"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "--data DATA_BIN is needed" in result.stderr
+    assert "Traceback" not in result.stderr
