@@ -1,0 +1,72 @@
+"""Trees for §6.3: reading and cleaning Penn Treebank brackets, the sequence form and its inverse, repair."""
+
+import pytest
+
+from vaswani_plugin.trees import PLACEHOLDER, Tree, clean, delinearise, linearise, read_trees, repair
+from wmt_mirror import SHARED_DATA
+
+PTB_SAMPLE = SHARED_DATA / "ptb_sample"
+needs_sample = pytest.mark.skipif(not PTB_SAMPLE.is_dir(), reason="../shared/data/ptb_sample is not here")
+
+
+@needs_sample
+def test_round_trip_is_exact_on_every_tree_of_the_wsj_sample():
+    files = sorted(PTB_SAMPLE.glob("wsj_*.mrg"))
+    assert len(files) == 179
+    count = 0
+    for path in files:
+        for tree in read_trees(path.read_text(encoding="utf-8")):
+            tree = clean(tree)
+            tokens = linearise(tree)
+            assert tokens.count(PLACEHOLDER) == len(tree.words())
+            assert str(delinearise(tokens, tree.words(), tree.tags())) == str(tree)
+            count += 1
+    assert count > 3500
+
+
+def test_reading_and_cleaning_as_the_standard_does():
+    text = """( (S (NP-SBJ-1 (NNP Mr.) (NNP Vinken) ) (VP (VBZ is) (S (NP-SBJ (-NONE- *-1) ) (ADVP|PRT (RB up) ))
+               (NP=2 (-LRB- -LRB-) (CD 3) (-RRB- -RRB-) ) ) (. .) ))
+               (ROOT (FRAG (NN Quinoa)))"""
+    wsj, gum = read_trees(text)
+    assert str(clean(wsj)) == ("(TOP (S (NP (NNP Mr.) (NNP Vinken)) (VP (VBZ is) (S (ADVP (RB up))) "
+                               "(NP (-LRB- -LRB-) (CD 3) (-RRB- -RRB-))) (. .)))")
+    assert str(gum) == "(TOP (FRAG (NN Quinoa)))"
+    assert linearise(clean(wsj)) == ["(S", "(NP", "XX", "XX", ")NP", "(VP", "XX", "(S", "(ADVP", "XX", ")ADVP",
+                                     ")S", "(NP", "XX", "XX", "XX", ")NP", ")VP", "XX", ")S"]
+    with pytest.raises(ValueError, match="unbalanced"):
+        read_trees("( (S (NN a) )")
+
+
+WORDS = ["The", "cat", "sat", "."]
+GOLD = "(S (NP XX XX )NP (VP XX )VP XX )S".split()
+
+
+@pytest.mark.parametrize("output, expected", [
+    ("(S (NP XX XX )NP (VP XX )VP XX )S", "(S (NP XX XX )NP (VP XX )VP XX )S"),  # well-formed: unchanged
+    # A closing bracket too many ends S early; the rest hangs from TOP; the last )S has nothing to close.
+    ("(S (NP XX XX )NP )NP (VP XX )VP XX )S", "(S (NP XX XX )NP )S (VP XX )VP XX"),
+    ("(S (NP XX XX (VP XX XX", "(S (NP XX XX (VP XX XX )VP )NP )S"),  # missing closes
+    ("(S (NP XX XX )NP (VP XX XX XX )VP XX )S", "(S (NP XX XX )NP (VP XX XX )VP )S"),  # too many words
+    ("(S (NP XX )NP )S", "(S (NP XX )NP )S XX XX XX"),  # too few words: added where the output ended
+    ("(S (NP XX XX )NP (ADJP )ADJP (VP XX )VP XX )S", "(S (NP XX XX )NP (VP XX )VP XX )S"),  # empty constituent
+    ("(S <unk> (NP XX XX )NP ) (VP XX )VP XX )S", "(S (NP XX XX )NP )S (VP XX )VP XX"),  # noise, early close
+])
+def test_repair_gives_a_tree_over_exactly_the_words(output, expected):
+    repaired = repair(output.split(), len(WORDS))
+    assert repaired == expected.split()
+    tree = delinearise(repaired, WORDS)  # well-formed, over the right words
+    assert tree.words() == WORDS and tree.label == "TOP"
+
+
+def test_repair_closes_the_innermost_constituent_with_the_missing_words():
+    assert repair("(S (NP XX".split(), 3) == "(S (NP XX XX XX )NP )S".split()
+    assert repair([], 2) == ["XX", "XX"]
+    assert str(delinearise(repair([], 2), ["a", "b"], ["DT", "NN"])) == "(TOP (DT a) (NN b))"
+
+
+def test_delinearise_refuses_malformed_sequences():
+    for tokens in ("(S XX XX XX )S".split(), "(S XX XX XX XX XX )S".split(), "(S XX XX XX XX".split()):
+        with pytest.raises(ValueError):
+            delinearise(tokens, WORDS)
+    assert isinstance(delinearise(GOLD, WORDS), Tree)

@@ -1,0 +1,162 @@
+"""Constituency trees for §6.3: Penn Treebank brackets, their usual clean-up, and trees as token sequences.
+
+The sequence form is Vinyals & Kaiser's (2015, "Grammar as a Foreign Language"), which §6.3 follows: the source
+is the words; the target is the tree with an opening token per constituent ("(NP"), a closing token
+(")NP"), and every part-of-speech tag with its word replaced by the placeholder XX:
+    (TOP (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)))  ->  (S (NP XX XX )NP (VP XX )VP XX )S
+TOP (the treebank's unlabelled outer bracket, or ROOT) is implicit in the sequence.
+"""
+
+from dataclasses import dataclass, field
+from typing import Iterator, List, Optional, Sequence, Union
+
+PLACEHOLDER = "XX"
+ROOT = "TOP"
+
+
+@dataclass
+class Tree:
+    """A constituent, or a pre-terminal: label = the POS tag, children = [the word]."""
+
+    label: str
+    children: List[Union["Tree", str]] = field(default_factory=list)
+
+    @property
+    def is_preterminal(self) -> bool:
+        return len(self.children) == 1 and isinstance(self.children[0], str)
+
+    def preterminals(self) -> Iterator["Tree"]:
+        if self.is_preterminal:
+            yield self
+        else:
+            for child in self.children:
+                yield from child.preterminals()
+
+    def words(self) -> List[str]:
+        return [p.children[0] for p in self.preterminals()]
+
+    def tags(self) -> List[str]:
+        return [p.label for p in self.preterminals()]
+
+    def __str__(self) -> str:
+        """One line of brackets, as EVALB and the treebank write them."""
+        inside = " ".join(str(child) for child in self.children)
+        return f"({self.label} {inside})"
+
+
+def read_trees(text: str) -> List[Tree]:
+    """Every tree of a treebank file (.mrg or one tree per line). The outer bracket becomes TOP."""
+    trees, stack = [], []
+    items = text.replace("(", " ( ").replace(")", " ) ").split()
+    i = 0
+    while i < len(items):
+        item = items[i]
+        if item == "(":
+            label = ""
+            if i + 1 < len(items) and items[i + 1] not in ("(", ")"):
+                label, i = items[i + 1], i + 1
+            if not stack and label in ("", "ROOT"):
+                label = ROOT  # the treebank's unlabelled outer bracket (GUM: ROOT)
+            stack.append(Tree(label))
+        elif item == ")":
+            if not stack:
+                raise ValueError(f"a closing bracket with nothing open, near item {i}: {' '.join(items[i - 5:i + 5])}")
+            tree = stack.pop()
+            if stack:
+                stack[-1].children.append(tree)
+            else:
+                trees.append(tree if tree.label == ROOT else Tree(ROOT, [tree]))
+        else:
+            if not stack:
+                raise ValueError(f"a word outside any bracket: {item!r}")
+            stack[-1].children.append(item)
+        i += 1
+    if stack:
+        raise ValueError("the file ends inside a tree (unbalanced brackets)")
+    return trees
+
+
+def bare_label(label: str) -> str:
+    """NP-SBJ-1 -> NP, NP=2 -> NP, ADVP|PRT -> ADVP; tags like -LRB- and -NONE- stay as they are."""
+    if label.startswith("-"):
+        return label
+    for mark in ("-", "=", "|"):
+        label = label.split(mark, 1)[0]
+    return label
+
+
+def clean(tree: Tree) -> Optional[Tree]:
+    """The standard clean-up: traces (-NONE-) and the constituents left empty by their removal go, function
+    tags and co-indices are cut from the labels. None if nothing is left."""
+    if tree.is_preterminal:
+        return None if tree.label == "-NONE-" else Tree(tree.label, list(tree.children))
+    children = [c for c in (clean(child) for child in tree.children) if c is not None]
+    return Tree(bare_label(tree.label), children) if children else None
+
+
+def linearise(tree: Tree) -> List[str]:
+    """The target sequence of a tree (see the module's docstring)."""
+    def walk(node: Tree) -> Iterator[str]:
+        if node.is_preterminal:
+            yield PLACEHOLDER
+            return
+        yield f"({node.label}"
+        for child in node.children:
+            yield from walk(child)
+        yield f"){node.label}"
+
+    children = tree.children if tree.label == ROOT else [tree]
+    return [token for child in children for token in walk(child)]
+
+
+def delinearise(tokens: Sequence[str], words: Sequence[str], tags: Optional[Sequence[str]] = None) -> Tree:
+    """The tree of a well-formed sequence over `words` (tags: the pre-terminal labels, default XX)."""
+    tags = tags or [PLACEHOLDER] * len(words)
+    stack, word = [Tree(ROOT)], 0
+    for token in tokens:
+        if token == PLACEHOLDER:
+            if word >= len(words):
+                raise ValueError(f"more {PLACEHOLDER} than the {len(words)} words")
+            stack[-1].children.append(Tree(tags[word], [words[word]]))
+            word += 1
+        elif token.startswith("("):
+            stack.append(Tree(token[1:]))
+        elif token.startswith(")") and len(stack) > 1:
+            node = stack.pop()
+            stack[-1].children.append(node)
+        else:
+            raise ValueError(f"not a well-formed tree sequence at {token!r}: {' '.join(tokens)}")
+    if len(stack) != 1 or word != len(words):
+        raise ValueError(f"not a well-formed tree sequence over {len(words)} words: {' '.join(tokens)}")
+    return stack[0]
+
+
+def repair(tokens: Sequence[str], word_count: int) -> List[str]:
+    """A well-formed sequence over exactly `word_count` words, from any model output, deterministically:
+    unknown tokens and closing brackets with nothing open are dropped; placeholders beyond the word count are
+    dropped, missing ones are added at the end of the innermost open constituent (or at the top); brackets
+    still open are closed; constituents left with no word are removed."""
+    stack: List[List[str]] = [[]]  # token lists of the open constituents; stack[0] is the top level
+    labels: List[str] = []
+    placed = 0
+    for token in tokens:
+        if token == PLACEHOLDER:
+            if placed < word_count:
+                stack[-1].append(token)
+                placed += 1
+        elif token.startswith("(") and len(token) > 1:
+            stack.append([])
+            labels.append(token[1:])
+        elif token.startswith(")") and len(stack) > 1:
+            close(stack, labels)
+    stack[-1].extend([PLACEHOLDER] * (word_count - placed))
+    while len(stack) > 1:
+        close(stack, labels)
+    return stack[0]
+
+
+def close(stack: List[List[str]], labels: List[str]) -> None:
+    """Close the innermost open constituent; one with no word inside is dropped."""
+    inside, label = stack.pop(), labels.pop()
+    if PLACEHOLDER in inside:
+        stack[-1].extend([f"({label}", *inside, f"){label}"])
