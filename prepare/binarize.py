@@ -38,9 +38,10 @@ def binarized_sentences(index_file) -> int:
 
 
 def binarize(src: str, tgt: str, prefixes: Dict[str, Path], destdir, workers: int = 1,
-             srcdict: Optional[Path] = None) -> Dict[str, int]:
+             srcdict: Optional[Path] = None, joined: bool = True, source_words: Optional[int] = None) -> Dict[str, int]:
     """fairseq-preprocess the splits in `prefixes` (split -> text prefix, files PREFIX.src / PREFIX.tgt) into
-    `destdir`; returns split -> sentences, checked against the text line counts."""
+    `destdir`; returns split -> sentences, checked against the text line counts. joined=False: a dictionary
+    per side; source_words: keep the most frequent N source tokens (the rest become <unk>)."""
     destdir = Path(destdir)
     lines = {}
     for split, prefix in prefixes.items():
@@ -57,8 +58,11 @@ def binarize(src: str, tgt: str, prefixes: Dict[str, Path], destdir, workers: in
     for lang in (src, tgt):  # fairseq-preprocess refuses to overwrite a dictionary; the rest it overwrites
         (destdir / f"dict.{lang}.txt").unlink(missing_ok=True)
     command = fairseq_preprocess_command() + [
-        "--source-lang", src, "--target-lang", tgt, "--destdir", str(destdir), "--joined-dictionary",
-        "--workers", str(workers)]
+        "--source-lang", src, "--target-lang", tgt, "--destdir", str(destdir), "--workers", str(workers)]
+    if joined:
+        command.append("--joined-dictionary")
+    if source_words is not None:
+        command += ["--nwordssrc", str(source_words)]
     for split in ("train", "valid", "test"):
         if split in prefixes:
             command += [f"--{split}pref", str(prefixes[split])]

@@ -1,0 +1,134 @@
+"""English constituency parsing data for §6.3: treebank files to a fairseq data-bin of words -> tree sequences.
+
+    python -m prepare.wsj_parsing --work-dir W --wsj-dir LDC/parsed/mrg/wsj      # the paper's WSJ splits
+    python -m prepare.wsj_parsing --work-dir W --sample-dir ../shared/data/ptb_sample   # public sample
+
+--wsj-dir: the LDC Penn Treebank's WSJ folder holding sections 00..24 (wsj_NNNN.mrg in each): sections 02-21
+train, 22 valid (where the paper tuned dropout and learning rate), 23 test. --sample-dir: NLTK's public
+sample (wsj_0001..0179): files 0001-0149 train (3,253 trees), 0150-0164 valid (210), 0165-0179 test (206).
+--extra-train adds tree files to the training data only (the semi-supervised setting, with
+--source-vocabulary 32000).
+
+    1 linearise  W/text/{split}.words (source: the words), W/text/{split}.tree (target: the tree sequence,
+                 vaswani_plugin.trees), W/gold/{split}.trees (cleaned gold trees, one per line, for EVALB) and
+                 W/gold/{split}.tags (their part-of-speech tags)
+    2 binarize   W/data-bin: fairseq-preprocess, one dictionary per side, the --source-vocabulary most frequent
+                 words (§6.3: 16K; the rest <unk>: outputs hold XX placeholders, so the words come back from the
+                 input untouched)
+
+Each stage is skipped when its stamp (W/.stamps) says it ran with the same inputs and settings. The data-bin's
+path is printed on stdout.
+"""
+
+import argparse
+import json
+from pathlib import Path
+from typing import Dict, List
+
+from vaswani_plugin.trees import clean, linearise, read_trees
+
+from . import binarize
+from ._common import ArgumentParser, PrepareError, available_cores, log, open_write, positive_int, run_cli
+
+WSJ_SECTIONS = {"train": range(2, 22), "valid": [22], "test": [23]}
+SAMPLE_FILES = {"train": range(1, 150), "valid": range(150, 165), "test": range(165, 180)}
+SOURCE, TARGET = "words", "tree"
+
+
+def treebank_files(args) -> Dict[str, List[Path]]:
+    """split -> the .mrg files of that split, checked to exist."""
+    if args.wsj_dir:
+        files = {split: sorted(p for s in sections for p in (args.wsj_dir / f"{s:02d}").glob("wsj_*.mrg"))
+                 for split, sections in WSJ_SECTIONS.items()}
+        where = f"--wsj-dir {args.wsj_dir} (sections {{02..21, 22, 23}}/wsj_*.mrg)"
+    else:
+        files = {split: [args.sample_dir / f"wsj_{n:04d}.mrg" for n in numbers
+                         if (args.sample_dir / f"wsj_{n:04d}.mrg").is_file()]
+                 for split, numbers in SAMPLE_FILES.items()}
+        where = f"--sample-dir {args.sample_dir} (wsj_0001.mrg .. wsj_0179.mrg)"
+    for split, paths in files.items():
+        if not paths:
+            raise PrepareError(f"no {split} trees found in {where}")
+    files["train"] = files["train"] + list(args.extra_train)
+    return files
+
+
+def write_split(paths: List[Path], work: Path, split: str) -> int:
+    """Clean and linearise every tree of `paths` into the split's four files; returns the number of trees."""
+    count = 0
+    with open_write(work / "text" / f"{split}.{SOURCE}") as words, \
+            open_write(work / "text" / f"{split}.{TARGET}") as sequences, \
+            open_write(work / "gold" / f"{split}.trees") as gold, open_write(work / "gold" / f"{split}.tags") as tags:
+        for path in paths:
+            try:
+                trees = read_trees(path.read_text(encoding="utf-8"))
+            except ValueError as error:
+                raise PrepareError(f"{path}: {error}") from None
+            for tree in filter(None, map(clean, trees)):
+                words.write(" ".join(tree.words()) + "\n")
+                sequences.write(" ".join(linearise(tree)) + "\n")
+                gold.write(f"{tree}\n")
+                tags.write(" ".join(tree.tags()) + "\n")
+                count += 1
+    log(f"  {split}: {count:,} trees from {len(paths)} files")
+    return count
+
+
+def run_stage(work: Path, name: str, params: dict, run) -> dict:
+    stamp = work / ".stamps" / f"{name}.json"
+    if stamp.is_file():
+        done = json.loads(stamp.read_text())
+        if done.get("params") == params:
+            log(f"{name}: done before, skipping (stamp {stamp})")
+            return done["result"]
+    stamp.unlink(missing_ok=True)
+    log(f"{name}:")
+    result = run()
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(json.dumps({"params": params, "result": result}, indent=1) + "\n")
+    return result
+
+
+def prepare(args) -> Path:
+    work = args.work_dir.resolve()
+    files = treebank_files(args)
+    linearised = run_stage(work, "linearise", {"files": {s: [str(p) for p in ps] for s, ps in files.items()}},
+                           lambda: {split: write_split(paths, work, split) for split, paths in files.items()})
+    # The binarised data follows the text: a new linearisation makes it stale.
+    params = {"source_vocabulary": args.source_vocabulary, "trees": linearised}
+    data_bin = work / "data-bin"
+    run_stage(work, "binarize", params, lambda: binarize.binarize(
+        SOURCE, TARGET, {split: work / "text" / split for split in files}, data_bin, args.workers,
+        joined=False, source_words=args.source_vocabulary))
+    log(f"prepare.wsj_parsing: done; trees: " + ", ".join(f"{s} {n:,}" for s, n in linearised.items()))
+    log(f"  gold trees (EVALB): {work / 'gold'}/{{train,valid,test}}.trees")
+    log(f"  data-bin (stdout):  {data_bin}")
+    print(data_bin, flush=True)
+    return data_bin
+
+
+def main(argv=None) -> None:
+    parser = ArgumentParser(prog="python -m prepare.wsj_parsing", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--work-dir", required=True, type=Path, help="where the text, gold trees and data-bin go")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--wsj-dir", type=Path, help="the LDC treebank's WSJ folder (sections 00..24)")
+    source.add_argument("--sample-dir", type=Path, help="NLTK's WSJ sample (wsj_0001..0179.mrg)")
+    parser.add_argument("--extra-train", type=Path, nargs="*", default=[],
+                        help="more tree files for training only (the semi-supervised setting)")
+    parser.add_argument("--source-vocabulary", type=positive_int, default=16000,
+                        help="source words kept (§6.3: 16000 WSJ only, 32000 semi-supervised)")
+    parser.add_argument("--workers", type=positive_int, default=available_cores())
+    args = parser.parse_args(argv)
+    for option in ("wsj_dir", "sample_dir"):
+        folder = getattr(args, option)
+        if folder is not None and not folder.is_dir():
+            parser.error(f"--{option.replace('_', '-')} {folder} is not a directory")
+    for path in args.extra_train:
+        if not path.is_file():
+            parser.error(f"--extra-train {path} is not a file")
+    prepare(args)
+
+
+if __name__ == "__main__":
+    run_cli(main)
