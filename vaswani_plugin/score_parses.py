@@ -1,0 +1,71 @@
+"""Parser output to trees and labelled F1 (§6.3, Table 4): fairseq-generate's sequences -> EVALB scores.
+
+    python -m vaswani_plugin.score_parses --generate-output test.generate.txt --words text/test.words \\
+        --gold gold/test.trees --tags gold/test.tags --output test.parsed.trees
+
+Every output sequence is first made well-formed over its sentence's words (vaswani_plugin.trees.repair:
+unbalanced brackets, too many or too few XX), then turned back into a tree whose pre-terminals carry the gold
+part-of-speech tags: the model predicts no tags (they are XX placeholders), and EVALB decides by each tree's
+tags which words are punctuation, so the gold tags keep both trees over the same words. Hence the tagging
+accuracy is not the model's and is not printed. Prints how many outputs needed repair, EVALB's summaries
+(all sentences and length <= 40) and the F1 line.
+"""
+
+import argparse
+import sys
+
+from vaswani_plugin.evalb import COLLINS, evaluate, summary_lines
+from vaswani_plugin.score import read_hypotheses
+from vaswani_plugin.trees import delinearise, repair
+
+
+def read_lines(path):
+    with open(path, encoding="utf-8") as file:
+        return file.read().splitlines()
+
+
+def parse_trees(outputs, words, tags):
+    """(trees as lines, number of outputs that repair changed)."""
+    trees, repaired = [], 0
+    for output, sentence, sentence_tags in zip(outputs, words, tags):
+        tokens, sentence, sentence_tags = output.split(), sentence.split(), sentence_tags.split()
+        fixed = repair(tokens, len(sentence))
+        repaired += fixed != tokens
+        trees.append(str(delinearise(fixed, sentence, sentence_tags)))
+    return trees, repaired
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="vaswani_plugin.score_parses", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--generate-output", required=True, help="fairseq-generate's output (H-/D- lines)")
+    parser.add_argument("--words", required=True, help="the input sentences, one per line (prepare: text/SPLIT.words)")
+    parser.add_argument("--tags", required=True, help="their gold POS tags (prepare: gold/SPLIT.tags)")
+    parser.add_argument("--gold", required=True, help="gold trees, one per line (prepare: gold/SPLIT.trees)")
+    parser.add_argument("--output", help="write the parsed trees here, one per line")
+    args = parser.parse_args(argv)
+    try:
+        outputs, ids = read_hypotheses(args.generate_output)
+        words, tags, gold = read_lines(args.words), read_lines(args.tags), read_lines(args.gold)
+        if ids is None:
+            raise ValueError(f"{args.generate_output} holds no fairseq-generate H-/D- lines")
+        if ids != list(range(len(words))) or not len(words) == len(tags) == len(gold):
+            raise ValueError(f"{len(outputs)} outputs (ids {ids[:1]}..{ids[-1:]}) for {len(words)} sentences, "
+                             f"{len(tags)} tag lines and {len(gold)} gold trees: every sentence must be "
+                             "translated once (fairseq-generate --required-batch-size-multiple 1)")
+        trees, repaired = parse_trees(outputs, words, tags)
+        results, everything, short = evaluate(gold, trees, COLLINS)
+    except (OSError, ValueError) as error:
+        sys.exit(f"{parser.prog}: error: {error}")
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as file:
+            file.write("\n".join(trees) + "\n")
+    print(f"outputs repaired into well-formed trees: {repaired} of {len(trees)}")
+    for title, summary in (("All", everything), (f"len<={COLLINS.cutoff_length}", short)):
+        print("\n".join(line for line in summary_lines(title, summary) if "Tagging" not in line))
+    print(f"F1 = {everything.f1:.2f} (labelled bracketing, EVALB COLLINS.prm, {everything.valid} of "
+          f"{everything.sentences} sentences scored)")
+
+
+if __name__ == "__main__":
+    main()
