@@ -128,6 +128,11 @@ prepare_wmt14() {
     esac
 }
 
+# §3.4: one matrix for source and target embeddings and the pre-softmax projection (a joined dictionary);
+# the parsing recipe, whose source words and target tree tokens have dictionaries of their own, shares only
+# the target embedding with the pre-softmax projection.
+EMBEDDING_SHARING=(--share-all-embeddings)
+
 # train SAVE_DIR ARGS...: the paper's training set-up (§5) plus the recipe's model arguments.
 train() {
     local save_dir=$1
@@ -135,7 +140,7 @@ train() {
     mkdir -p "$save_dir"
     # shellcheck disable=SC2086
     "$PYTHON" -m fairseq_cli.train "$DATA_BIN" --user-dir "$PLUGIN" --task translation \
-        --share-all-embeddings \
+        "${EMBEDDING_SHARING[@]}" \
         --optimizer adam --adam-betas '(0.9,0.98)' --adam-eps 1e-9 \
         --lr-scheduler noam --warmup-updates 4000 \
         --criterion vaswani_label_smoothed_cross_entropy --label-smoothing 0.1 \
@@ -149,6 +154,25 @@ train() {
 average() {
     "$PYTHON" -m vaswani_plugin.average_checkpoints --inputs "$1" --num-update-checkpoints "$2" \
         --output "$1/checkpoint_average.pt"
+}
+
+# average_available SAVE_DIR N: the average of the last N interval checkpoints, or of as many as a short
+# wall-clock budget left (checkpoint_last.pt alone when there is none).
+average_available() {
+    local found
+    found=$(find "$1" -name 'checkpoint_*_*.pt' | wc -l)
+    if [ "$found" -eq 0 ]; then
+        say "no interval checkpoint (the budget was too short): using checkpoint_last.pt"
+        cp "$1/checkpoint_last.pt" "$1/checkpoint_average.pt"
+    else
+        average "$1" $((found < $2 ? found : $2))
+    fi
+}
+
+# budget_hours MINUTES: fairseq's --stop-time-hours for a wall-clock budget given in minutes.
+budget_hours() {
+    "$PYTHON" -c "import sys; m = float(sys.argv[1]); assert m > 0; print(m / 60)" "$1" 2>/dev/null ||
+        die "BUDGET_MINUTES=$1 is not a positive number of minutes"
 }
 
 # translate CHECKPOINT SUBSET OUT: §6.1 decoding, beam 4, GNMT length penalty α = 0.6, at most input + 50

@@ -35,8 +35,7 @@ TOKENS_PER_STEP=${TOKENS_PER_STEP:-2048}
 MAX_TOKENS_PER_GPU=${MAX_TOKENS_PER_GPU:-2048}
 batch_size_for_workers
 BUDGET_MINUTES=${BUDGET_MINUTES:-20}
-BUDGET_HOURS=$("$PYTHON" -c "import sys; m = float(sys.argv[1]); assert m > 0; print(m / 60)" "$BUDGET_MINUTES" \
-    2>/dev/null) || die "BUDGET_MINUTES=$BUDGET_MINUTES is not a positive number of minutes"
+BUDGET_HOURS=$(budget_hours "$BUDGET_MINUTES")
 say "training $ARCH for $BUDGET_MINUTES minutes of wall-clock time (or ${MAX_EPOCH:-30} epochs)"
 
 # §6.1 averages the last 5 checkpoints written at 10-minute intervals of a 12-hour run; here a checkpoint
@@ -48,17 +47,7 @@ stage train train "$CHECKPOINTS" --arch "$ARCH" "${MODEL_ARGS[@]}" --warmup-upda
     --save-interval-updates "${SAVE_INTERVAL_UPDATES:-50}" --keep-interval-updates "${AVERAGE_LAST:-5}" \
     --log-interval 10
 
-average_available() {
-    local found
-    found=$(find "$CHECKPOINTS" -name 'checkpoint_*_*.pt' | wc -l)
-    if [ "$found" -eq 0 ]; then
-        say "no interval checkpoint (the budget was too short): using checkpoint_last.pt"
-        cp "$CHECKPOINTS/checkpoint_last.pt" "$CHECKPOINTS/checkpoint_average.pt"
-    else
-        average "$CHECKPOINTS" $((found < ${AVERAGE_LAST:-5} ? found : ${AVERAGE_LAST:-5}))
-    fi
-}
-stage average average_available
+stage average average_available "$CHECKPOINTS" "${AVERAGE_LAST:-5}"
 
 # §6.1 decoding: beam 4, length penalty α = 0.6, at most input + 50 tokens; every one of the 1,000 sentences.
 TRANSLATIONS="$WORK_DIR/test2016.generate.txt"

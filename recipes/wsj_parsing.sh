@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# English constituency parsing, §6.3 / Table 4: a 4-layer Transformer with d_model = 1024 trained on the WSJ
+# part of the Penn Treebank (40K sentences) reaches 91.3 F1 on section 23 (WSJ only).
+#   WSJ_DIR=/path/to/treebank_3/parsed/mrg/wsj bash recipes/wsj_parsing.sh        # the paper's setting (GPUs)
+#   SAMPLE_DIR=../shared/data/ptb_sample bash recipes/wsj_parsing.sh              # public sample, CPU-sized
+# Variables (all optional but one of WSJ_DIR / SAMPLE_DIR):
+#   WSJ_DIR            the LDC treebank's WSJ folder (sections 00..24): 02-21 train, 22 valid, 23 test
+#   SAMPLE_DIR         NLTK's public WSJ sample instead: a small model trained on CPU for BUDGET_MINUTES (20)
+#   EXTRA_TRAIN_TREES  more training tree files, space-separated (semi-supervised; with SOURCE_VOCABULARY=32000)
+#   SOURCE_VOCABULARY  source words kept (§6.3: 16000; 32000 semi-supervised)
+#   DROPOUT, ATTENTION_DROPOUT, LR_FACTOR   what §6.3 tuned on section 22 (defaults: the base model's 0.1, 0,
+#                      and eq. 3 unscaled); the recipe scores section 22 (valid) too, for that tuning
+#   BEAM (21), ALPHA (0.3), MAX_UPDATE, and those of every recipe: see recipes/common.sh.
+source "$(dirname "$0")/common.sh"
+if [ -n "${WSJ_DIR:-}" ]; then
+    TREEBANK=(--wsj-dir "$WSJ_DIR")
+elif [ -n "${SAMPLE_DIR:-}" ]; then
+    TREEBANK=(--sample-dir "$SAMPLE_DIR")
+    CPU=${CPU:-1}  # the sample is sized for a CPU
+else
+    die "set WSJ_DIR (the LDC Penn Treebank's parsed/mrg/wsj) or SAMPLE_DIR (e.g. ../shared/data/ptb_sample)"
+fi
+detect_devices
+
+# Words in, linearised trees out (Vinyals & Kaiser 2015): "(S (NP XX XX )NP (VP XX )VP XX )S"; a vocabulary
+# of the 16K most frequent words (§6.3).
+DATA_DIR=${DATA_DIR:-$WORK_DIR/data}
+say "stage prepare: python -m prepare.wsj_parsing --work-dir $DATA_DIR ${TREEBANK[*]}"
+# shellcheck disable=SC2086
+DATA_BIN=$("$PYTHON" -m prepare.wsj_parsing --work-dir "$DATA_DIR" "${TREEBANK[@]}" \
+    --source-vocabulary "${SOURCE_VOCABULARY:-16000}" ${EXTRA_TRAIN_TREES:+--extra-train $EXTRA_TRAIN_TREES}) ||
+    die "data preparation failed"
+EMBEDDING_SHARING=(--share-decoder-input-output-embed)
+
+# §6.3: 4 layers, d_model = 1024, all else as the base model (d_ff 2048, h 8, P_drop 0.1);
+# batches of ~25,000 tokens, Adam and eq. 3 with 4,000 warmup steps, label smoothing 0.1 (§5).
+CHECKPOINTS="$WORK_DIR/checkpoints"
+if [ -n "${WSJ_DIR:-}" ]; then
+    MODEL_ARGS=(--arch vaswani_transformer_parsing --dropout "${DROPOUT:-0.1}"
+                --attention-dropout "${ATTENTION_DROPOUT:-0.0}" --factor "${LR_FACTOR:-1.0}"
+                --max-update "${MAX_UPDATE:-100000}" --save-interval-updates "${SAVE_INTERVAL_UPDATES:-1500}"
+                --keep-interval-updates "${AVERAGE_LAST:-5}")
+    batch_size_for_workers
+else
+    # The sample (3,253 training trees) on 2 CPU cores: the quickstart's small model with the parsing depth
+    # (4 layers), more dropout for so little data, a fixed wall-clock budget.
+    MODEL_ARGS=(--arch vaswani_transformer_parsing --encoder-embed-dim 128 --decoder-embed-dim 128
+                --encoder-ffn-embed-dim 512 --decoder-ffn-embed-dim 512 --encoder-attention-heads 4
+                --decoder-attention-heads 4 --dropout "${DROPOUT:-0.2}" --attention-dropout "${ATTENTION_DROPOUT:-0.0}"
+                --warmup-updates 300 --factor "${LR_FACTOR:-0.7}" --max-epoch "${MAX_EPOCH:-200}"
+                --stop-time-hours "$(budget_hours "${BUDGET_MINUTES:-20}")"
+                --save-interval-updates "${SAVE_INTERVAL_UPDATES:-50}" --keep-interval-updates "${AVERAGE_LAST:-5}"
+                --disable-validation)
+    TOKENS_PER_STEP=${TOKENS_PER_STEP:-2048} MAX_TOKENS_PER_GPU=${MAX_TOKENS_PER_GPU:-2048}
+    batch_size_for_workers
+fi
+stage train train "$CHECKPOINTS" "${MODEL_ARGS[@]}" --log-interval 10
+stage average average_available "$CHECKPOINTS" "${AVERAGE_LAST:-5}"
+
+# §6.3 decoding: beam 21, length penalty α = 0.3, at most input + 300 tokens; then every output made a tree
+# over its words and scored with EVALB's COLLINS.prm. Section 22 (valid) for tuning, section 23 (test).
+parse() {  # parse SPLIT: fairseq-generate's output for every sentence of SPLIT
+    # shellcheck disable=SC2086
+    "$PYTHON" -m fairseq_cli.generate "$DATA_BIN" --user-dir "$PLUGIN" --task vaswani_translation \
+        --path "$CHECKPOINTS/checkpoint_average.pt" --gen-subset "$1" --beam "${BEAM:-21}" --gnmt-alpha "${ALPHA:-0.3}" \
+        --max-len-a 1 --max-len-b 300 --batch-size 32 --required-batch-size-multiple 1 "${EVAL_DEVICE_ARGS[@]}" \
+        ${EXTRA_GENERATE_ARGS:-} > "$WORK_DIR/$1.generate.txt"
+}
+for split in valid test; do
+    stage "parse_$split" parse "$split"
+    say "$split: labelled bracketing F1 (EVALB, COLLINS.prm)"
+    "$PYTHON" -m vaswani_plugin.score_parses --generate-output "$WORK_DIR/$split.generate.txt" \
+        --words "$DATA_DIR/text/$split.words" --tags "$DATA_DIR/gold/$split.tags" --gold "$DATA_DIR/gold/$split.trees" \
+        --output "$WORK_DIR/$split.parsed.trees" | tee "$WORK_DIR/$split.f1"
+done
+say "done: parsed trees in $WORK_DIR/{valid,test}.parsed.trees, scores in $WORK_DIR/{valid,test}.f1"

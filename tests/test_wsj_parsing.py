@@ -1,0 +1,118 @@
+"""§6.3 parsing: prepare.wsj_parsing, score_parses (repair + EVALB) and recipes/wsj_parsing.sh end to end on a
+few files of the public WSJ sample (../shared/data/ptb_sample), with a tiny model and seconds of training."""
+
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from cli_helpers import REPO, TINY_MODEL
+from test_recipes import NEEDS_CPU_PATH, run_recipe
+from vaswani_plugin.evalb import evaluate
+from vaswani_plugin.trees import delinearise, read_trees
+from wmt_mirror import SHARED_DATA
+
+FILES = {"train": ["0001", "0002", "0003"], "valid": ["0150"], "test": ["0165"]}
+
+
+@pytest.fixture(scope="module")
+def few_files(tmp_path_factory):
+    """Five files of the sample, in a folder of their own (a copy in the test's temporary directory)."""
+    folder = tmp_path_factory.mktemp("ptb")
+    for numbers in FILES.values():
+        for number in numbers:
+            shutil.copy(SHARED_DATA / "ptb_sample" / f"wsj_{number}.mrg", folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def prepared(few_files, tmp_path_factory):
+    work = tmp_path_factory.mktemp("prepared")
+    result = subprocess.run([sys.executable, "-m", "prepare.wsj_parsing", "--work-dir", str(work), "--sample-dir",
+                             str(few_files)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == str(work / "data-bin")
+    return work, result.stderr
+
+
+def test_prepare_splits_files_and_keeps_the_trees_recoverable(prepared, few_files):
+    work, log = prepared
+    for split, numbers in FILES.items():
+        trees = [t for n in numbers for t in read_trees((few_files / f"wsj_{n}.mrg").read_text())]
+        words = (work / "text" / f"{split}.words").read_text().splitlines()
+        sequences = (work / "text" / f"{split}.tree").read_text().splitlines()
+        gold = (work / "gold" / f"{split}.trees").read_text().splitlines()
+        tags = (work / "gold" / f"{split}.tags").read_text().splitlines()
+        assert len(words) == len(sequences) == len(gold) == len(tags) == len(trees)
+        assert f"{split}: {len(trees)} trees from {len(numbers)} files" in log
+        for w, s, g, t in zip(words, sequences, gold, tags):
+            assert str(delinearise(s.split(), w.split(), t.split())) == g
+            assert "-NONE-" not in g and "-SBJ" not in g
+    # One dictionary per side: words, and the tree tokens (no word among them).
+    tree_dict = (work / "data-bin" / "dict.tree.txt").read_text().split()[::2]
+    assert "XX" in tree_dict and "(S" in tree_dict and ")S" in tree_dict and "Vinken" not in tree_dict
+    assert "Vinken" in (work / "data-bin" / "dict.words.txt").read_text().split()[::2]
+
+
+def write_generate_output(path, outputs):
+    """fairseq-generate's lines for the outputs, in a shuffled order as fairseq writes them."""
+    order = sorted(range(len(outputs)), key=lambda i: (i * 7) % len(outputs))
+    path.write_text("".join(f"S-{i}\tx\nH-{i}\t-1.0\t{outputs[i]}\nD-{i}\t-1.0\t{outputs[i]}\n" for i in order))
+
+
+def score(work, generate_output, tmp_path):
+    return subprocess.run([sys.executable, "-m", "vaswani_plugin.score_parses", "--generate-output",
+                           str(generate_output), "--words", str(work / "text" / "valid.words"), "--tags",
+                           str(work / "gold" / "valid.tags"), "--gold", str(work / "gold" / "valid.trees"),
+                           "--output", str(tmp_path / "parsed.trees")], capture_output=True, text=True, timeout=120)
+
+
+def test_score_parses_repairs_outputs_and_scores_them_as_evalb(prepared, tmp_path):
+    work, _ = prepared
+    gold_sequences = (work / "text" / "valid.tree").read_text().splitlines()
+    # Perfect outputs for all but two sentences: one truncated (unbalanced), one with a word too many.
+    outputs = list(gold_sequences)
+    outputs[0] = " ".join(outputs[0].split()[:-3])
+    outputs[1] = outputs[1].replace("XX", "XX XX", 1)
+    write_generate_output(tmp_path / "generate.txt", outputs)
+    result = score(work, tmp_path / "generate.txt", tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert f"outputs repaired into well-formed trees: 2 of {len(outputs)}" in result.stdout
+    parsed = (tmp_path / "parsed.trees").read_text().splitlines()
+    gold = (work / "gold" / "valid.trees").read_text().splitlines()
+    assert parsed[2:] == gold[2:]
+    _, summary, _ = evaluate(gold, parsed)
+    assert 50 < summary.f1 < 100 and summary.valid == len(gold)  # two of the 9 sentences are off
+    assert re.search(rf"^F1 = {summary.f1:.2f} \(labelled bracketing, EVALB COLLINS.prm, {len(gold)} of "
+                     rf"{len(gold)} sentences scored\)$", result.stdout, re.M)
+
+
+def test_score_parses_needs_every_sentence(prepared, tmp_path):
+    work, _ = prepared
+    gold_sequences = (work / "text" / "valid.tree").read_text().splitlines()
+    write_generate_output(tmp_path / "generate.txt", gold_sequences[:-1])  # fairseq dropped the last one
+    result = score(work, tmp_path / "generate.txt", tmp_path)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "every sentence must be translated once" in result.stderr
+
+
+@NEEDS_CPU_PATH
+def test_recipe_end_to_end_on_a_few_sample_files(few_files, tmp_path):
+    env = dict(SAMPLE_DIR=str(few_files), WORK_DIR=str(tmp_path), BUDGET_MINUTES="0.1", SAVE_INTERVAL_UPDATES="4",
+               AVERAGE_LAST="2", EXTRA_TRAIN_ARGS=" ".join(TINY_MODEL),
+               EXTRA_GENERATE_ARGS="--max-len-a 0 --max-len-b 12")  # an untrained model's outputs, cut short
+    result = run_recipe("wsj_parsing.sh", env)
+    log = (tmp_path / "checkpoints" / "train.log").read_text()
+    assert "'model': {'_name': 'vaswani_transformer_parsing'" in log and "'share_decoder_input_output_embed': True" in log
+    for split in ("valid", "test"):
+        generated = (tmp_path / f"{split}.generate.txt").read_text()
+        gold = (tmp_path / "data" / "gold" / f"{split}.trees").read_text().splitlines()
+        parsed = (tmp_path / f"{split}.parsed.trees").read_text().splitlines()
+        assert len(parsed) == len(gold) and len(re.findall(r"^H-\d+\t", generated, re.M)) == len(gold)
+        for tree, reference in zip(parsed, gold):  # well-formed trees over the gold words
+            assert read_trees(tree)[0].words() == read_trees(reference)[0].words()
+        assert re.search(rf"^F1 = \d+\.\d\d \(labelled bracketing, EVALB COLLINS.prm, {len(gold)} of {len(gold)} ",
+                         (tmp_path / f"{split}.f1").read_text(), re.M)
+    assert "'beam': 21" in result.stderr and "'gnmt_alpha': 0.3" in result.stderr
