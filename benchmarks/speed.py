@@ -49,7 +49,10 @@ def load_data(spec):
     from fairseq.data import Dictionary, LanguagePairDataset
     if spec["data"]:
         from fairseq.tasks.translation import TranslationConfig, TranslationTask
-        task = TranslationTask.setup_task(TranslationConfig(data=spec["data"]))
+        # These three refer to fairseq's global config, which only its command line resolves: fairseq's defaults.
+        config = TranslationConfig(data=spec["data"], dataset_impl="mmap", required_seq_len_multiple=1,
+                                   train_subset="train")
+        task = TranslationTask.setup_task(config)
         for split in ("train", "test"):
             task.load_dataset(split)
         return task.source_dictionary, task.dataset("train"), task.dataset("test")
@@ -227,6 +230,8 @@ def main(argv=None):
         args.max_tokens, args.warmup, args.updates, args.sentences = 512, 1, 2, 16
     elif not args.data:
         parser.error("--data DATA_BIN is needed (or --smoke); e.g. the quickstart's work/quickstart/data/data-bin")
+    elif not all(any(Path(args.data).glob(f"{split}.*.bin")) for split in ("train", "test")):
+        parser.error(f"--data {args.data}: no binarised train and test splits there (fairseq-preprocess output)")
     if args.checkpoint and len(args.sizes) != 1:
         parser.error("--checkpoint fixes the model: give the one --sizes it has")
     if args.amp and args.device != "cuda":

@@ -1,5 +1,5 @@
-"""benchmarks/speed.py in its smoke mode: seconds, a tiny model on synthetic data; the real figures come from
-its full mode and are recorded in the README, not asserted here."""
+"""benchmarks/speed.py in seconds: its smoke mode (a tiny model on synthetic data) and its full mode on a tiny
+binarised corpus; the real figures come from the full mode on real data, recorded in the README, not asserted."""
 
 import re
 import subprocess
@@ -14,7 +14,11 @@ COLUMNS = ["train tok/s", "peak MB", "beam4 sent/s", "beam4 tok/s", "greedy sent
 
 
 def run_smoke(*options):
-    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "speed.py"), "--smoke", *options],
+    return run_benchmark("--smoke", *options)
+
+
+def run_benchmark(*options):
+    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "speed.py"), *options],
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
@@ -38,6 +42,12 @@ def test_smoke_prints_both_implementations_ratios_and_same_hypotheses():
     check_table(output)
 
 
+def test_full_mode_reads_binarised_data(reversal_data):
+    output = run_benchmark("--data", str(reversal_data / "joined"), "--sizes", "tiny", "--device", "cpu",
+                           "--max-tokens", "512", "--warmup", "1", "--updates", "2", "--sentences", "16")
+    check_table(output)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the device tool); CI has none")
 def test_smoke_on_gpu_with_amp_reports_mfu():
     output = run_smoke("--device", "cuda", "--amp")
@@ -45,8 +55,12 @@ def test_smoke_on_gpu_with_amp_reports_mfu():
     assert re.search(r"tiny +vaswani_transformer .* \d+\.\d%$", output, re.M)
 
 
-def test_bad_combinations_are_one_line_errors():
+def test_bad_combinations_are_one_line_errors(tmp_path):
     result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "speed.py"), "--sizes", "small"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "--data DATA_BIN is needed" in result.stderr
+    assert "Traceback" not in result.stderr
+    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "speed.py"), "--data", str(tmp_path)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "no binarised train and test splits there" in result.stderr
     assert "Traceback" not in result.stderr
