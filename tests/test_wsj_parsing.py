@@ -116,3 +116,35 @@ def test_recipe_end_to_end_on_a_few_sample_files(few_files, tmp_path):
         assert re.search(rf"^F1 = \d+\.\d\d \(labelled bracketing, EVALB COLLINS.prm, {len(gold)} of {len(gold)} ",
                          (tmp_path / f"{split}.f1").read_text(), re.M)
     assert "'beam': 21" in result.stderr and "'gnmt_alpha': 0.3" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def ldc_layout(tmp_path_factory):
+    """Sample files laid out as the LDC treebank's parsed/mrg/wsj: sections 02-21 train, 22 dev, 23 test; files
+    in other sections (00, 24) must be left out."""
+    root = tmp_path_factory.mktemp("wsj")
+    layout = {"02": ["0001", "0002"], "21": ["0003"], "22": ["0150"], "23": ["0165"], "00": ["0004"], "24": ["0166"]}
+    for section, numbers in layout.items():
+        (root / section).mkdir()
+        for number in numbers:
+            shutil.copy(SHARED_DATA / "ptb_sample" / f"wsj_{number}.mrg", root / section)
+    return root, layout
+
+
+@NEEDS_CPU_PATH
+def test_recipe_on_the_ldc_layout_uses_sections_02_21_22_23(ldc_layout, tmp_path):
+    root, layout = ldc_layout
+    env = dict(WSJ_DIR=str(root), WORK_DIR=str(tmp_path), CPU="1", MAX_UPDATE="4", SAVE_INTERVAL_UPDATES="2",
+               AVERAGE_LAST="2", TOKENS_PER_STEP="2000", MAX_TOKENS_PER_GPU="2000", EXTRA_TRAIN_ARGS=" ".join(TINY_MODEL),
+               EXTRA_GENERATE_ARGS="--max-len-a 0 --max-len-b 12")
+    run_recipe("wsj_parsing.sh", env)
+    log = (tmp_path / "checkpoints" / "train.log").read_text()
+    assert "'model': {'_name': 'vaswani_transformer_parsing'" in log and "'max_update': 4" in log
+    assert "'dropout': 0.1" in log and "'attention_dropout': 0.0" in log
+    for split, sections in {"train": ["02", "21"], "valid": ["22"], "test": ["23"]}.items():
+        trees = [t for s in sections for n in layout[s] for t in read_trees((root / s / f"wsj_{n}.mrg").read_text())]
+        assert len((tmp_path / "data" / "text" / f"{split}.words").read_text().splitlines()) == len(trees)
+    for split in ("valid", "test"):
+        count = len((tmp_path / "data" / "gold" / f"{split}.trees").read_text().splitlines())
+        assert re.search(rf"^F1 = \d+\.\d\d \(labelled bracketing, EVALB COLLINS.prm, {count} of {count} ",
+                         (tmp_path / f"{split}.f1").read_text(), re.M)
