@@ -98,6 +98,19 @@ def test_score_parses_needs_every_sentence(prepared, tmp_path):
     assert "every sentence must be translated once" in result.stderr
 
 
+def check_parsed_and_scored(work):
+    """A recipe run's dev and test: every sentence generated, parsed into a tree over its words, and scored."""
+    for split in ("valid", "test"):
+        generated = (work / f"{split}.generate.txt").read_text()
+        gold = (work / "data" / "gold" / f"{split}.trees").read_text().splitlines()
+        parsed = (work / f"{split}.parsed.trees").read_text().splitlines()
+        assert len(parsed) == len(gold) and len(re.findall(r"^H-\d+\t", generated, re.M)) == len(gold)
+        for tree, reference in zip(parsed, gold):  # well-formed trees over the gold words
+            assert read_trees(tree)[0].words() == read_trees(reference)[0].words()
+        assert re.search(rf"^F1 = \d+\.\d\d \(labelled bracketing, EVALB COLLINS.prm, {len(gold)} of {len(gold)} ",
+                         (work / f"{split}.f1").read_text(), re.M)
+
+
 @NEEDS_CPU_PATH
 def test_recipe_end_to_end_on_a_few_sample_files(few_files, tmp_path):
     env = dict(SAMPLE_DIR=str(few_files), WORK_DIR=str(tmp_path), BUDGET_MINUTES="0.1", SAVE_INTERVAL_UPDATES="4",
@@ -106,15 +119,7 @@ def test_recipe_end_to_end_on_a_few_sample_files(few_files, tmp_path):
     result = run_recipe("wsj_parsing.sh", env)
     log = (tmp_path / "checkpoints" / "train.log").read_text()
     assert "'model': {'_name': 'vaswani_transformer_parsing'" in log and "'share_decoder_input_output_embed': True" in log
-    for split in ("valid", "test"):
-        generated = (tmp_path / f"{split}.generate.txt").read_text()
-        gold = (tmp_path / "data" / "gold" / f"{split}.trees").read_text().splitlines()
-        parsed = (tmp_path / f"{split}.parsed.trees").read_text().splitlines()
-        assert len(parsed) == len(gold) and len(re.findall(r"^H-\d+\t", generated, re.M)) == len(gold)
-        for tree, reference in zip(parsed, gold):  # well-formed trees over the gold words
-            assert read_trees(tree)[0].words() == read_trees(reference)[0].words()
-        assert re.search(rf"^F1 = \d+\.\d\d \(labelled bracketing, EVALB COLLINS.prm, {len(gold)} of {len(gold)} ",
-                         (tmp_path / f"{split}.f1").read_text(), re.M)
+    check_parsed_and_scored(tmp_path)
     assert "'beam': 21" in result.stderr and "'gnmt_alpha': 0.3" in result.stderr
 
 
@@ -144,7 +149,4 @@ def test_recipe_on_the_ldc_layout_uses_sections_02_21_22_23(ldc_layout, tmp_path
     for split, sections in {"train": ["02", "21"], "valid": ["22"], "test": ["23"]}.items():
         trees = [t for s in sections for n in layout[s] for t in read_trees((root / s / f"wsj_{n}.mrg").read_text())]
         assert len((tmp_path / "data" / "text" / f"{split}.words").read_text().splitlines()) == len(trees)
-    for split in ("valid", "test"):
-        count = len((tmp_path / "data" / "gold" / f"{split}.trees").read_text().splitlines())
-        assert re.search(rf"^F1 = \d+\.\d\d \(labelled bracketing, EVALB COLLINS.prm, {count} of {count} ",
-                         (tmp_path / f"{split}.f1").read_text(), re.M)
+    check_parsed_and_scored(tmp_path)
