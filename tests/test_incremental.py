@@ -81,3 +81,34 @@ def test_encoder_decoder_keys_and_values_are_computed_once_per_sentence(dictiona
         for step in range(1, 5):
             model.decoder(target[:, :step], encoder_out, incremental_state=state)
     assert len(calls) == 1
+
+
+def test_beam_cache_through_beam_search_reorders_shrinks_and_other_orders(dictionary):
+    """Every kind of reorder the beam cache distinguishes, each step checked against the full forward pass:
+    beam search's first reorder (all beams continue the sentence's first row), moves within sentences,
+    a sentence leaving from the middle (slabs keep its group), a second leaving (slabs compacted),
+    and an order that is no beam pattern (histories copied)."""
+    torch.manual_seed(3)
+    model = build_model(dictionary).eval()
+    generator = torch.Generator().manual_seed(3)
+    source = random_tokens(dictionary, 3, 6, generator, lengths=[6, 3, 5], left_pad=True)
+    encoder_out = model.encoder.reorder_encoder_out(model.encoder(source), torch.arange(3).repeat_interleave(3))
+    tokens = torch.empty(9, 0, dtype=torch.long)
+    reorders = [torch.tensor([0, 0, 0, 3, 3, 3, 6, 6, 6]), torch.tensor([2, 2, 0, 4, 3, 5, 8, 6, 6]),
+                torch.tensor([1, 0, 0, 8, 7, 6]), torch.tensor([5, 3, 4]), torch.tensor([2, 0])]
+    state = {}
+    with torch.no_grad():
+        for new_order in [None] + reorders:
+            if new_order is not None:
+                model.decoder.reorder_incremental_state_scripting(state, new_order)
+                encoder_out = model.encoder.reorder_encoder_out(encoder_out, new_order)
+                tokens = tokens[new_order]
+            for _ in range(2):
+                tokens = torch.cat([tokens, random_tokens(dictionary, tokens.size(0), 1, generator)], dim=1)
+                out = model.decoder(tokens, encoder_out, incremental_state=state, return_attention=True)
+                full = model.decoder(tokens, encoder_out)
+                torch.testing.assert_close(log_probs(model, out)[:, -1], log_probs(model, full)[:, -1], rtol=0,
+                                           atol=1e-5)
+                torch.testing.assert_close(out[1]["attn"][0][:, -1], full[1]["attn"][0][:, -1], rtol=0, atol=1e-5)
+    cache = state["vaswani_beam_cache"]
+    assert (cache.group_size, cache.slab_groups) == (1, 2)  # the last order was no beam pattern

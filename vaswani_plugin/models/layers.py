@@ -5,13 +5,14 @@ inside attention, which is the layout torch's scaled_dot_product_attention wants
 """
 
 import math
-from typing import Dict, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-Cache = Dict[str, Optional[Tensor]]
+from vaswani_plugin.models.beam_cache import LayerCache
+
 
 
 def sinusoidal_positions(positions: Tensor, dim: int) -> Tensor:
@@ -118,8 +119,10 @@ class MultiHeadAttention(nn.Module):
         k, v = self.kv_proj(memory).split((self.qk_size, self.v_size), dim=-1)
         return self._split_heads(k, self.key_dim), self._split_heads(v, self.value_dim)
 
-    def _self_queries_keys_values(self, x: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-        """Q, K, V of self-attention from the fused projection, split into heads."""
+    def _queries_keys_values(self, x: Tensor, memory: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
+        """Q, K, V split into heads: all three from x (fused) in self-attention, K and V from memory otherwise."""
+        if not self.self_attention:
+            return (self._split_heads(self.q_proj(x), self.key_dim), *self._keys_values(memory))
         q, k, v = self.qkv_proj(x).split((self.qk_size, self.qk_size, self.v_size), dim=-1)
         return self._split_heads(q, self.key_dim), self._split_heads(k, self.key_dim), \
             self._split_heads(v, self.value_dim)
@@ -127,10 +130,7 @@ class MultiHeadAttention(nn.Module):
     def head_probabilities(self, x: Tensor, memory: Optional[Tensor] = None, mask: Optional[Tensor] = None,
                            is_causal: bool = False) -> Tensor:
         """Each head's softmax(QK^T / √d_k) (batch, heads, queries, keys) for the arguments of a full forward."""
-        if self.self_attention:
-            q, k, _ = self._self_queries_keys_values(x)
-        else:
-            q, (k, _) = self._split_heads(self.q_proj(x), self.key_dim), self._keys_values(memory)
+        q, k, _ = self._queries_keys_values(x, memory)
         return attention_probabilities(q, k, mask, is_causal)
 
     def forward(
@@ -139,31 +139,22 @@ class MultiHeadAttention(nn.Module):
         memory: Optional[Tensor] = None,
         mask: Optional[Tensor] = None,
         is_causal: bool = False,
-        cache: Optional[Cache] = None,
+        cache: Optional[LayerCache] = None,
         need_weights: bool = False,
     ) -> Tuple[Tensor, Optional[Tensor]]:
-        """x: (batch, time, dim). cache: per-layer dict for incremental decoding (keys/values so far).
+        """x: (batch, time, dim). cache: the layer's LayerCache in incremental decoding (beam_cache.py).
 
         Returns the output and, if need_weights, the attention probabilities averaged over heads
         (batch, queries, keys).
         """
-        if self.self_attention:
-            q, k, v = self._self_queries_keys_values(x)
-            if cache is not None:
-                if cache.get("self_k") is not None:
-                    k = torch.cat([cache["self_k"], k], dim=2)
-                    v = torch.cat([cache["self_v"], v], dim=2)
-                cache["self_k"], cache["self_v"] = k, v
-        else:
+        if cache is not None:
+            # Step-by-step decoding: the newest position only, keys/values from the beam cache.
+            if self.self_attention:
+                return self.out_proj(cache.attend_self(*self._queries_keys_values(x, None))), None
             q = self._split_heads(self.q_proj(x), self.key_dim)
-            if cache is not None and cache.get("memory_k") is not None:
-                # Encoder-decoder keys/values are computed once per sentence, then reused every step.
-                k, v = cache["memory_k"], cache["memory_v"]
-            else:
-                k, v = self._keys_values(memory)
-                if cache is not None:
-                    cache["memory_k"], cache["memory_v"] = k, v
-
+            out, weights = cache.attend_memory(q, lambda: self._keys_values(memory), mask, need_weights)
+            return self.out_proj(out), weights
+        q, k, v = self._queries_keys_values(x, memory)
         dropout = self.dropout if self.training else 0.0
         weights = None
         if need_weights:

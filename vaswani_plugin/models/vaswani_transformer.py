@@ -16,6 +16,7 @@ from fairseq.utils import safe_getattr, safe_hasattr
 from torch import Tensor, nn
 
 from vaswani_plugin.errors import VaswaniConfigError
+from vaswani_plugin.models.beam_cache import BeamCache
 from vaswani_plugin.models.layers import (
     DecoderLayer,
     EncoderLayer,
@@ -197,26 +198,37 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
         padding = prev_output_tokens.eq(self.padding_idx)
         positions = position_indices(padding)
         tokens = prev_output_tokens
+        memory = encoder_out["memory"][0]
+        cache = None
         if incremental_state is not None:
-            # Only the newest position is computed; earlier keys/values come from the cache.
+            # Only the newest position is computed; earlier keys/values come from the beam cache.
             tokens, positions = tokens[:, -1:], positions[:, -1:]
-            self_mask, self_is_causal = padding_attention_mask(padding), False
+            cache = incremental_state.get("vaswani_beam_cache")
+            if cache is None:
+                cache = incremental_state["vaswani_beam_cache"] = BeamCache(
+                    tokens.size(0), len(self.layers), tokens.device)
+            cache.begin_step(padding)
+            self_mask, self_is_causal = None, False
         else:
             self_mask, self_is_causal = causal_attention_mask(padding)
-        memory = encoder_out["memory"][0]
-        memory_mask = padding_attention_mask(encoder_out["memory_padding_mask"][0])
+        # The encoder-decoder mask is only needed until the cache holds the encoder's keys/values.
+        memory_mask = None
+        if cache is None or cache.length == 0:
+            memory_mask = padding_attention_mask(encoder_out["memory_padding_mask"][0])
         if return_attention is None:
             return_attention = not self.training and incremental_state is None
 
         x = self.embedding(tokens, positions)
         attention = None
         for index, layer in enumerate(self.layers):
-            cache = None if incremental_state is None else incremental_state.setdefault(f"vaswani_layer{index}", {})
             is_last = index == len(self.layers) - 1
-            x, weights = layer(x, memory, self_mask, self_is_causal, memory_mask, cache=cache,
+            x, weights = layer(x, memory, self_mask, self_is_causal, memory_mask,
+                               cache=None if cache is None else cache.layers[index],
                                need_weights=return_attention and is_last)
             if weights is not None:
                 attention = weights
+        if cache is not None:
+            cache.end_step()
         if self.final_norm is not None:
             x = self.final_norm(x)
         return x, {"attn": [attention]}
@@ -224,20 +236,11 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
     def output_layer(self, features: Tensor) -> Tensor:
         return self.output_projection(features)
 
-    def reorder_incremental_state(self, incremental_state: Dict[str, Dict[str, Optional[Tensor]]],
-                                  new_order: Tensor):
-        """Beam search moved hypotheses around: select the cached keys/values of the surviving ones."""
-        for key, cache in incremental_state.items():
-            if not key.startswith("vaswani_layer"):
-                continue
-            for name, tensor in cache.items():
-                if tensor is None:
-                    continue
-                if name.startswith("memory_") and tensor.size(0) == new_order.size(0):
-                    # Within a sentence all beams share the same source, so the encoder-decoder keys/values
-                    # only need selecting when finished sentences leave the batch.
-                    continue
-                cache[name] = tensor.index_select(0, new_order)
+    def reorder_incremental_state(self, incremental_state: Dict[str, BeamCache], new_order: Tensor):
+        """Beam search moved hypotheses around: row i now continues old row new_order[i]."""
+        cache = incremental_state.get("vaswani_beam_cache")
+        if cache is not None:
+            cache.reorder(new_order)
 
     def max_positions(self):
         return self.max_target_positions
