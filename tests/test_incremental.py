@@ -83,13 +83,21 @@ def test_encoder_decoder_keys_and_values_are_computed_once_per_sentence(dictiona
     assert len(calls) == 1
 
 
-def test_beam_cache_through_beam_search_reorders_shrinks_and_other_orders(dictionary):
+@pytest.mark.parametrize("announced_beam", [None, 3])
+def test_beam_cache_through_beam_search_reorders_shrinks_and_other_orders(dictionary, announced_beam):
     """Every kind of reorder the beam cache distinguishes, each step checked against the full forward pass:
     beam search's first reorder (all beams continue the sentence's first row), moves within sentences,
     a sentence leaving from the middle (slabs keep its group), a second leaving (slabs compacted),
-    and an order that is no beam pattern (histories copied)."""
+    and an order that is no beam pattern (histories copied). With the beam size announced (as fairseq's
+    SequenceGenerator does), beams are grouped from the first step and the encoder-decoder keys/values are
+    computed once per sentence."""
     torch.manual_seed(3)
     model = build_model(dictionary).eval()
+    if announced_beam:
+        model.set_beam_size(announced_beam)  # as SequenceGenerator calls it
+    memory_rows = []
+    model.decoder.layers[0].encoder_attention.sublayer.kv_proj.register_forward_hook(
+        lambda module, inputs, output: memory_rows.append(inputs[0].size(0)))
     generator = torch.Generator().manual_seed(3)
     source = random_tokens(dictionary, 3, 6, generator, lengths=[6, 3, 5], left_pad=True)
     encoder_out = model.encoder.reorder_encoder_out(model.encoder(source), torch.arange(3).repeat_interleave(3))
@@ -112,3 +120,21 @@ def test_beam_cache_through_beam_search_reorders_shrinks_and_other_orders(dictio
                 torch.testing.assert_close(out[1]["attn"][0][:, -1], full[1]["attn"][0][:, -1], rtol=0, atol=1e-5)
     cache = state["vaswani_beam_cache"]
     assert (cache.group_size, cache.slab_groups) == (1, 2)  # the last order was no beam pattern
+    assert memory_rows[0] == (3 if announced_beam else 9)  # the first step's, before any full pass
+
+
+def test_announced_beam_size_without_beam_layout_keeps_rows_apart(dictionary):
+    """Rows that do not share an encoder output are not grouped, whatever beam size was announced."""
+    torch.manual_seed(4)
+    model = build_model(dictionary).eval()
+    model.set_beam_size(3)
+    generator = torch.Generator().manual_seed(4)
+    encoder_out = model.encoder(random_tokens(dictionary, 3, 5, generator))
+    target = random_tokens(dictionary, 3, 2, generator)
+    state = {}
+    with torch.no_grad():
+        for step in (1, 2):
+            out = model.decoder(target[:, :step], encoder_out, incremental_state=state)
+        full = model.decoder(target, encoder_out)
+    torch.testing.assert_close(log_probs(model, out)[:, -1], log_probs(model, full)[:, -1], rtol=0, atol=1e-5)
+    assert state["vaswani_beam_cache"].group_size == 1

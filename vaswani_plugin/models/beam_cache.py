@@ -14,23 +14,38 @@ from typing import Callable, List, Optional, Tuple
 import torch
 from torch import Tensor
 
-INITIAL_CAPACITY = 16
+MINIMUM_CAPACITY = 16
 
 
 class BeamCache:
     """One decoding run, all layers. Rows are hypotheses; groups of `group_size` consecutive rows are the beams
     of one sentence; `slab_group[g]` is where group g's keys/values live in the layers' slabs."""
 
-    def __init__(self, rows: int, layers: int, device: torch.device):
-        # Until beam search first reorders, the beam size is unknown: every row is its own group.
-        self.group_size = 1
-        self.slab_groups = rows
-        self.slab_group = torch.arange(rows, device=device)
+    def __init__(self, rows: int, group_size: int, layers: int, source_length: int, device: torch.device):
+        self.group_size = group_size
+        self.slab_groups = rows // group_size
+        self.slab_group = torch.arange(self.slab_groups, device=device)
         self.in_order = True  # slab_group == arange(slab_groups): no scatter/gather between rows and slabs
-        self.ancestry = torch.zeros(rows, INITIAL_CAPACITY, dtype=torch.long, device=device)
+        # Positions allocated: twice the source length holds nearly every translation; longer ones double it.
+        capacity = max(MINIMUM_CAPACITY, 2 * source_length)
+        self.ancestry = torch.zeros(rows, capacity, dtype=torch.long, device=device)
         self.length = 0  # positions written
         self.layers = [LayerCache(self) for _ in range(layers)]
         self.allowed: Optional[Tensor] = None
+
+    @classmethod
+    def start(cls, layers: int, memory: Tensor, memory_padding: Tensor, beam_size: Optional[int]
+              ) -> Tuple["BeamCache", Tensor, Tensor]:
+        """A cache for decoding memory's rows. Where each run of `beam_size` rows holds one encoder output
+        (beam search's layout), rows are grouped from the first step and the encoder-decoder keys/values are
+        computed once per sentence: returns the cache and the memory and padding its groups attend to.
+        Otherwise every row is its own group until beam search's first reorder shows the groups."""
+        rows, k = memory.size(0), beam_size or 1
+        if k > 1 and rows % k == 0 and all(_repeated_in_runs(t, k) for t in (memory, memory_padding)):
+            memory, memory_padding = memory[::k], memory_padding[::k]
+        else:
+            k = 1
+        return cls(rows, k, layers, memory.size(1), memory.device), memory, memory_padding
 
     @property
     def capacity(self) -> int:
@@ -102,8 +117,8 @@ class BeamCache:
         self.in_order = True
 
     def regroup(self, new_order: Tensor):
-        """Any other reorder, and beam search's first one (each sentence's beams all continue its first row):
-        copy each new group's history once, into slot 0 of a fresh slab."""
+        """Any other reorder, and beam search's first one if its beam size was not known (each sentence's beams
+        all continue its first row): copy each new group's history once, into slot 0 of a fresh slab."""
         run = int((new_order == new_order[0]).long().cumprod(0).sum())
         k = run if new_order.numel() % run == 0 and bool(
             (new_order.view(-1, run) == new_order[::run, None]).all()) else 1
@@ -167,7 +182,8 @@ class LayerCache:
         (with memory_mask) are taken at the first step only."""
         cache = self.cache
         if self.memory_k is None:
-            self.memory_k, self.memory_v = keys_values()
+            # Contiguous once, or every step's matmul would copy them.
+            self.memory_k, self.memory_v = [t.contiguous() for t in keys_values()]
             self.memory_mask = memory_mask
         queries = cache.to_slab(q[:, :, 0] / math.sqrt(q.size(-1))).transpose(1, 2)
         scores = torch.matmul(queries, self.memory_k.transpose(-1, -2))
@@ -208,3 +224,9 @@ class LayerCache:
             setattr(self, name, fresh)
         self.memory_k, self.memory_v, self.memory_mask = [
             None if t is None else t.index_select(0, old_groups) for t in self._memory()]
+
+
+def _repeated_in_runs(rows: Tensor, k: int) -> bool:
+    """Whether rows 0..k-1, k..2k-1, ... are each k copies of one row."""
+    runs = rows.view(-1, k, *rows.shape[1:])
+    return torch.equal(runs, runs[:, :1].expand_as(runs))

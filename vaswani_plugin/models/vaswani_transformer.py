@@ -115,6 +115,10 @@ class VaswaniTransformerModel(FairseqEncoderDecoderModel):
                                  share_output=cfg.share_all_embeddings or cfg.share_decoder_input_output_embed)
         return cls(encoder, decoder)
 
+    def set_beam_size(self, beam_size: int):
+        """fairseq's SequenceGenerator announces its beam size here; the decoder's beam cache uses it."""
+        self.decoder.set_beam_size(beam_size)
+
 
 class VaswaniEncoder(FairseqEncoder):
     """§3.1: a stack of N identical layers over the embedded source."""
@@ -198,15 +202,17 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
         padding = prev_output_tokens.eq(self.padding_idx)
         positions = position_indices(padding)
         tokens = prev_output_tokens
-        memory = encoder_out["memory"][0]
+        memory, memory_padding = encoder_out["memory"][0], encoder_out["memory_padding_mask"][0]
         cache = None
         if incremental_state is not None:
             # Only the newest position is computed; earlier keys/values come from the beam cache.
             tokens, positions = tokens[:, -1:], positions[:, -1:]
             cache = incremental_state.get("vaswani_beam_cache")
             if cache is None:
-                cache = incremental_state["vaswani_beam_cache"] = BeamCache(
-                    tokens.size(0), len(self.layers), tokens.device)
+                # fairseq's SequenceGenerator announces its beam size through set_beam_size (_beam_size).
+                cache, memory, memory_padding = BeamCache.start(
+                    len(self.layers), memory, memory_padding, getattr(self, "_beam_size", None))
+                incremental_state["vaswani_beam_cache"] = cache
             cache.begin_step(padding)
             self_mask, self_is_causal = None, False
         else:
@@ -214,7 +220,7 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
         # The encoder-decoder mask is only needed until the cache holds the encoder's keys/values.
         memory_mask = None
         if cache is None or cache.length == 0:
-            memory_mask = padding_attention_mask(encoder_out["memory_padding_mask"][0])
+            memory_mask = padding_attention_mask(memory_padding)
         if return_attention is None:
             return_attention = not self.training and incremental_state is None
 
