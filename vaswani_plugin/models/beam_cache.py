@@ -201,13 +201,14 @@ class LayerCache:
         out = self.cache.from_slab(out).transpose(1, 2)
         return out.reshape(self.cache.rows, 1, -1)
 
-    def _memory(self) -> List[Optional[Tensor]]:
-        return [self.memory_k, self.memory_v, self.memory_mask]
-
     def select_groups(self, groups: Tensor):
-        self.self_k, self.self_v = self.self_k.index_select(0, groups), self.self_v.index_select(0, groups)
-        self.memory_k, self.memory_v, self.memory_mask = [
-            None if t is None else t.index_select(0, groups) for t in self._memory()]
+        """Keep slab groups `groups`, in that order."""
+        self.self_k, self.self_v = _select_rows((self.self_k, self.self_v), groups)
+        self.select_memory(groups)
+
+    def select_memory(self, groups: Tensor):
+        self.memory_k, self.memory_v, self.memory_mask = _select_rows(
+            (self.memory_k, self.memory_v, self.memory_mask), groups)
 
     def copy_history(self, old_groups: Tensor, history: Tensor, group_size: int):
         """New group g continues one row: old slab group old_groups[g], slots history[g] at past positions."""
@@ -222,8 +223,11 @@ class LayerCache:
             # The other slots were never written at these positions: masked out, but must not be NaN (0 · NaN).
             fresh[:, :, : history.size(1), 1:] = 0
             setattr(self, name, fresh)
-        self.memory_k, self.memory_v, self.memory_mask = [
-            None if t is None else t.index_select(0, old_groups) for t in self._memory()]
+        self.select_memory(old_groups)
+
+
+def _select_rows(tensors, rows: Tensor) -> List[Optional[Tensor]]:
+    return [None if t is None else t.index_select(0, rows) for t in tensors]
 
 
 def _repeated_in_runs(rows: Tensor, k: int) -> bool:
