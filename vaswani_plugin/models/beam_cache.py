@@ -31,6 +31,9 @@ class BeamCache:
         self.ancestry = torch.zeros(rows, capacity, dtype=torch.long, device=device)
         self.length = 0  # positions written
         self.layers = [LayerCache(self) for _ in range(layers)]
+        # Set by begin_step for the position being computed, read by every layer's attention.
+        self.write_groups: Optional[Tensor] = None
+        self.write_slots: Optional[Tensor] = None
         self.allowed: Optional[Tensor] = None
 
     @classmethod

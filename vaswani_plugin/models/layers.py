@@ -14,7 +14,6 @@ from torch import Tensor, nn
 from vaswani_plugin.models.beam_cache import LayerCache
 
 
-
 def sinusoidal_positions(positions: Tensor, dim: int) -> Tensor:
     """§3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))."""
     # float64 so that the encodings equal the formula to fp32 precision at any position.

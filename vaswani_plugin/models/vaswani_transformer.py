@@ -196,8 +196,8 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
         """Returns (features, {"attn": [encoder-decoder attention of the last layer, averaged over heads]}).
 
         The attention is computed for full passes in eval mode (--print-alignment: fairseq aligns with a full
-        pass over the finished hypotheses) or when return_attention is set; training and step-by-step decoding
-        skip it so that every attention runs in SDPA's fused kernels.
+        pass over the finished hypotheses) or when return_attention is set. Training skips it so that every
+        attention runs in SDPA's fused kernels; step-by-step decoding (the beam cache) so as not to average it.
         """
         padding = prev_output_tokens.eq(self.padding_idx)
         positions = position_indices(padding)
