@@ -1,5 +1,6 @@
 """Shared helpers: tiny dictionaries and models built through the plugin's own config and build_model."""
 
+from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import pytest
@@ -71,3 +72,41 @@ def reversal_training(reversal_data, tmp_path_factory):
                  "--share-all-embeddings", *TINY_MODEL, *PAPER_TRAINING, "--max-update", "6",
                  "--save-dir", save_dir, "--log-format", "json", "--log-interval", "1", cwd=REPO)
     return save_dir, result.stdout + result.stderr
+
+
+LANE_JOBS = {}
+
+
+def lane_job(function):
+    """Make FUNCTION(tmp_path_factory, lane) a job of the second lane, under its name. A test that checks its
+    result is marked @pytest.mark.lane(name, ...) (the jobs it needs, in the order they must run) and reads it
+    with lane[name].result(); a job can read the jobs before it in the same way."""
+    LANE_JOBS[function.__name__] = function
+    return function
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "lane(*jobs): the test checks these jobs of the second lane (conftest.py)")
+
+
+def _skipped(item) -> bool:
+    return any(marker.args and marker.args[0] is True for marker in item.iter_markers("skipif"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def lane(request, tmp_path_factory):
+    """The second lane: a thread that runs, from the start of the session and in the order of the selected tests
+    that check them, the slow jobs (whole recipe runs) marked on those tests. A recipe run is mostly Python
+    start-up on one core (importing fairseq takes 3.5 s), so beside the tests in the foreground it costs
+    almost no wall time on CI's 2 cores; the suite would take minutes longer with them one after another."""
+    wanted = []
+    for item in request.session.items:
+        if not _skipped(item):
+            for marker in item.iter_markers("lane"):
+                wanted += [name for name in marker.args if name not in wanted]
+    futures = {}
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="second-lane")
+    for name in wanted:
+        futures[name] = pool.submit(LANE_JOBS[name], tmp_path_factory, futures)
+    yield futures
+    pool.shutdown(cancel_futures=True)  # jobs of tests that never ran (-x, Ctrl-C) are dropped

@@ -16,6 +16,7 @@ import pytest
 import torch
 from matplotlib.image import imread
 
+from conftest import lane_job
 from test_recipes import NEEDS_CPU_PATH, REPO, TINY, hypotheses, run_recipe
 from wmt_mirror import SHARED_DATA
 
@@ -24,8 +25,8 @@ TINY_QUICKSTART = dict(RAW_DIR=str(SHARED_DATA / "multi30k"), BUDGET_MINUTES="0.
                        EXTRA_GENERATE_ARGS="--max-len-a 0 --max-len-b 3")
 
 
-@pytest.fixture(scope="module")
-def quickstart(tmp_path_factory):
+@lane_job
+def quickstart_run(tmp_path_factory, lane):
     """bash recipes/quickstart.sh in the layout benchmarks/quickstart_vs_fairseq.sh uses, so that the
     benchmark finds the plugin's half done."""
     root = tmp_path_factory.mktemp("quickstart")
@@ -33,9 +34,19 @@ def quickstart(tmp_path_factory):
     return root, run_recipe("quickstart.sh", env)
 
 
+@lane_job
+def quickstart_benchmark_run(tmp_path_factory, lane):
+    """benchmarks/quickstart_vs_fairseq.sh for seed 1 where quickstart_run left its runs."""
+    root, _ = lane["quickstart_run"].result()
+    env = dict(TINY_QUICKSTART, WORK_DIR=str(root), SEEDS="1")
+    return subprocess.run(["bash", str(REPO / "benchmarks" / "quickstart_vs_fairseq.sh")], capture_output=True,
+                          text=True, timeout=600, env=dict(os.environ, **env, PYTHON=sys.executable))
+
+
 @NEEDS_CPU_PATH
-def test_quickstart_from_raw_files_to_bleu_translations_and_pictures(quickstart):
-    root, result = quickstart
+@pytest.mark.lane("quickstart_run")
+def test_quickstart_from_raw_files_to_bleu_translations_and_pictures(lane):
+    root, result = lane["quickstart_run"].result()
     work, data = root / "seed1" / "vaswani_transformer", root / "data"
 
     # Data: the three real splits in full, joint BPE.
@@ -75,11 +86,10 @@ def test_quickstart_from_raw_files_to_bleu_translations_and_pictures(quickstart)
 
 
 @NEEDS_CPU_PATH
-def test_benchmark_against_fairseq_transformer(quickstart):
-    root, _ = quickstart
-    env = dict(TINY_QUICKSTART, WORK_DIR=str(root), SEEDS="1")
-    result = subprocess.run(["bash", str(REPO / "benchmarks" / "quickstart_vs_fairseq.sh")], capture_output=True,
-                            text=True, timeout=600, env=dict(os.environ, **env, PYTHON=sys.executable))
+@pytest.mark.lane("quickstart_run", "quickstart_benchmark_run")
+def test_benchmark_against_fairseq_transformer(lane):
+    root, _ = lane["quickstart_run"].result()
+    result = lane["quickstart_benchmark_run"].result()
     assert result.returncode == 0, result.stderr[-4000:]
     runs = root / "seed1"
     assert "stage train: done before, skipped" in (runs / "vaswani_transformer.log").read_text()
@@ -105,8 +115,9 @@ def readme_block(marker: str) -> str:
 
 
 @NEEDS_CPU_PATH
-def test_translating_your_own_sentence_as_the_readme_says(quickstart):
-    root, _ = quickstart
+@pytest.mark.lane("quickstart_run")
+def test_translating_your_own_sentence_as_the_readme_says(lane):
+    root, _ = lane["quickstart_run"].result()
     command = readme_block("test:interactive").replace("work/quickstart/data", str(root / "data")) \
         .replace("work/quickstart", str(root / "seed1" / "vaswani_transformer"))
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")

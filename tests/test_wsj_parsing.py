@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from cli_helpers import REPO, TINY_MODEL
+from conftest import lane_job
 from test_recipes import NEEDS_CPU_PATH, run_recipe
 from vaswani_plugin.evalb import evaluate
 from vaswani_plugin.trees import delinearise, read_trees
@@ -17,13 +18,17 @@ from wmt_mirror import SHARED_DATA
 FILES = {"train": ["0001", "0002", "0003"], "valid": ["0150"], "test": ["0165"]}
 
 
+def copy_sample_files(folder, numbers):
+    folder.mkdir(parents=True, exist_ok=True)
+    for number in numbers:
+        shutil.copy(SHARED_DATA / "ptb_sample" / f"wsj_{number}.mrg", folder)
+
+
 @pytest.fixture(scope="module")
 def few_files(tmp_path_factory):
     """Five files of the sample, in a folder of their own (a copy in the test's temporary directory)."""
     folder = tmp_path_factory.mktemp("ptb")
-    for numbers in FILES.values():
-        for number in numbers:
-            shutil.copy(SHARED_DATA / "ptb_sample" / f"wsj_{number}.mrg", folder)
+    copy_sample_files(folder, [number for numbers in FILES.values() for number in numbers])
     return folder
 
 
@@ -111,42 +116,55 @@ def check_parsed_and_scored(work):
                          (work / f"{split}.f1").read_text(), re.M)
 
 
-@NEEDS_CPU_PATH
-def test_recipe_end_to_end_on_a_few_sample_files(few_files, tmp_path):
-    env = dict(SAMPLE_DIR=str(few_files), WORK_DIR=str(tmp_path), BUDGET_MINUTES="0.1", SAVE_INTERVAL_UPDATES="4",
-               AVERAGE_LAST="2", EXTRA_TRAIN_ARGS=" ".join(TINY_MODEL),
+@lane_job
+def wsj_sample_run(tmp_path_factory, lane):
+    """The recipe on five files of the sample (SAMPLE_DIR), with seconds of training."""
+    root = tmp_path_factory.mktemp("wsj-sample")
+    copy_sample_files(root / "ptb", [number for numbers in FILES.values() for number in numbers])
+    env = dict(SAMPLE_DIR=str(root / "ptb"), WORK_DIR=str(root / "work"), BUDGET_MINUTES="0.1",
+               SAVE_INTERVAL_UPDATES="4", AVERAGE_LAST="2", EXTRA_TRAIN_ARGS=" ".join(TINY_MODEL),
                EXTRA_GENERATE_ARGS="--max-len-a 0 --max-len-b 12")  # an untrained model's outputs, cut short
-    result = run_recipe("wsj_parsing.sh", env)
-    log = (tmp_path / "checkpoints" / "train.log").read_text()
+    return root / "work", run_recipe("wsj_parsing.sh", env)
+
+
+@NEEDS_CPU_PATH
+@pytest.mark.lane("wsj_sample_run")
+def test_recipe_end_to_end_on_a_few_sample_files(lane):
+    work, result = lane["wsj_sample_run"].result()
+    log = (work / "checkpoints" / "train.log").read_text()
     assert "'model': {'_name': 'vaswani_transformer_parsing'" in log and "'share_decoder_input_output_embed': True" in log
-    check_parsed_and_scored(tmp_path)
+    check_parsed_and_scored(work)
     assert "'beam': 21" in result.stderr and "'gnmt_alpha': 0.3" in result.stderr
 
 
-@pytest.fixture(scope="module")
-def ldc_layout(tmp_path_factory):
-    """Sample files laid out as the LDC treebank's parsed/mrg/wsj: sections 02-21 train, 22 dev, 23 test; files
-    in other sections (00, 24) must be left out."""
-    root = tmp_path_factory.mktemp("wsj")
-    layout = {"02": ["0001", "0002"], "21": ["0003"], "22": ["0150"], "23": ["0165"], "00": ["0004"], "24": ["0166"]}
-    for section, numbers in layout.items():
-        (root / section).mkdir()
-        for number in numbers:
-            shutil.copy(SHARED_DATA / "ptb_sample" / f"wsj_{number}.mrg", root / section)
-    return root, layout
+# The LDC treebank's parsed/mrg/wsj layout: sections 02-21 train, 22 dev, 23 test; files in other sections (00, 24)
+# must be left out.
+LDC_LAYOUT = {"02": ["0001", "0002"], "21": ["0003"], "22": ["0150"], "23": ["0165"], "00": ["0004"], "24": ["0166"]}
+
+
+@lane_job
+def wsj_ldc_run(tmp_path_factory, lane):
+    """The recipe on sample files laid out as the LDC treebank (WSJ_DIR), for 4 updates."""
+    root = tmp_path_factory.mktemp("wsj-ldc")
+    for section, numbers in LDC_LAYOUT.items():
+        copy_sample_files(root / "wsj" / section, numbers)
+    env = dict(WSJ_DIR=str(root / "wsj"), WORK_DIR=str(root / "work"), CPU="1", MAX_UPDATE="4",
+               SAVE_INTERVAL_UPDATES="2", AVERAGE_LAST="2", TOKENS_PER_STEP="2000", MAX_TOKENS_PER_GPU="2000",
+               EXTRA_TRAIN_ARGS=" ".join(TINY_MODEL), EXTRA_GENERATE_ARGS="--max-len-a 0 --max-len-b 12")
+    run_recipe("wsj_parsing.sh", env)
+    return root
 
 
 @NEEDS_CPU_PATH
-def test_recipe_on_the_ldc_layout_uses_sections_02_21_22_23(ldc_layout, tmp_path):
-    root, layout = ldc_layout
-    env = dict(WSJ_DIR=str(root), WORK_DIR=str(tmp_path), CPU="1", MAX_UPDATE="4", SAVE_INTERVAL_UPDATES="2",
-               AVERAGE_LAST="2", TOKENS_PER_STEP="2000", MAX_TOKENS_PER_GPU="2000", EXTRA_TRAIN_ARGS=" ".join(TINY_MODEL),
-               EXTRA_GENERATE_ARGS="--max-len-a 0 --max-len-b 12")
-    run_recipe("wsj_parsing.sh", env)
-    log = (tmp_path / "checkpoints" / "train.log").read_text()
+@pytest.mark.lane("wsj_ldc_run")
+def test_recipe_on_the_ldc_layout_uses_sections_02_21_22_23(lane):
+    root = lane["wsj_ldc_run"].result()
+    work = root / "work"
+    log = (work / "checkpoints" / "train.log").read_text()
     assert "'model': {'_name': 'vaswani_transformer_parsing'" in log and "'max_update': 4" in log
     assert "'dropout': 0.1" in log and "'attention_dropout': 0.0" in log
     for split, sections in {"train": ["02", "21"], "valid": ["22"], "test": ["23"]}.items():
-        trees = [t for s in sections for n in layout[s] for t in read_trees((root / s / f"wsj_{n}.mrg").read_text())]
-        assert len((tmp_path / "data" / "text" / f"{split}.words").read_text().splitlines()) == len(trees)
-    check_parsed_and_scored(tmp_path)
+        trees = [t for s in sections for n in LDC_LAYOUT[s]
+                 for t in read_trees((root / "wsj" / s / f"wsj_{n}.mrg").read_text())]
+        assert len((work / "data" / "text" / f"{split}.words").read_text().splitlines()) == len(trees)
+    check_parsed_and_scored(work)
