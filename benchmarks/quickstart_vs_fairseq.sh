@@ -10,6 +10,8 @@
 #   SEEDS           one pair of runs per seed (default "1 2 3")
 #   PARALLEL        1 (default): the two runs of a seed at the same time, each pinned to its own core with one
 #                   thread (taskset), so that both see the same machine; 0: one after the other, all cores each
+#   FAIRSEQ_BF16    the precision of fairseq's side (default 0: float32, as fairseq trains on CPU; 1 or auto:
+#                   the plugin task's bfloat16 autocast, as the quickstart's BF16); the plugin's side follows BF16
 #   RAW_DIR, WORK_DIR (default ./work/quickstart_vs_fairseq), and the quickstart's others.
 # Progress goes to stderr and to each run's log; stdout is the comparison alone.
 set -euo pipefail
@@ -29,10 +31,14 @@ fi
 # run SEED ARCH CORE: one quickstart; CORE empty = unpinned.
 run() {
     local seed=$1 arch=$2 core=$3 extra="--seed $1" pin=()
-    [ "$arch" = transformer ] && extra+=" --criterion label_smoothed_cross_entropy"
+    local precision=()
+    if [ "$arch" = transformer ]; then
+        extra+=" --criterion label_smoothed_cross_entropy"
+        precision=(BF16="${FAIRSEQ_BF16:-0}")  # fairseq has no bfloat16 training on CPU: its --bf16 assumes a TPU
+    fi
     [ -n "$core" ] && pin=(env OMP_NUM_THREADS=1 taskset -c "$core")
     echo "[quickstart_vs_fairseq] seed $seed, $arch${core:+ on core $core}: log in $WORK_DIR/seed$seed/$arch.log" >&2
-    ARCH=$arch WORK_DIR="$WORK_DIR/seed$seed/$arch" RECIPE="quickstart-$arch" \
+    env "${precision[@]}" ARCH=$arch WORK_DIR="$WORK_DIR/seed$seed/$arch" RECIPE="quickstart-$arch" \
         EXTRA_TRAIN_ARGS="${EXTRA_TRAIN_ARGS:-} $extra" "${pin[@]}" bash "$REPO/recipes/quickstart.sh" \
         > "$WORK_DIR/seed$seed/$arch.log" 2>&1 ||
         { echo "quickstart_vs_fairseq: seed $seed, $arch failed; see $WORK_DIR/seed$seed/$arch.log" >&2; return 1; }

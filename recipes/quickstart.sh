@@ -10,6 +10,7 @@
 #   WORK_DIR         where everything goes                               (default ./work/quickstart)
 #   ARCH             the model (default vaswani_transformer; benchmarks/ runs fairseq's `transformer` here)
 #   MAX_EPOCH        stop earlier than the budget after this many epochs (default 30; a GPU gets there)
+#   BF16             auto (default): bfloat16 autocast on a CPU with AVX512-BF16 or AMX (~1.5x the steps); 0: float32
 #   and those of every recipe (DATA_DIR, NUM_GPUS, FP16, EXTRA_TRAIN_ARGS, ...): see recipes/common.sh.
 RECIPE=${RECIPE:-quickstart}
 source "$(dirname "$0")/common.sh"
@@ -35,6 +36,7 @@ TOKENS_PER_STEP=${TOKENS_PER_STEP:-2048}
 MAX_TOKENS_PER_GPU=${MAX_TOKENS_PER_GPU:-2048}
 batch_size_for_workers
 BUDGET_MINUTES=${BUDGET_MINUTES:-20}
+BF16=${BF16:-auto}
 BUDGET_HOURS=$(budget_hours "$BUDGET_MINUTES")
 say "training $ARCH for $BUDGET_MINUTES minutes of wall-clock time (or ${MAX_EPOCH:-30} epochs)"
 

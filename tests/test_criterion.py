@@ -33,7 +33,7 @@ def direct_loss(lprobs, target, epsilon):
 def label_smoothed_loss(logits, target, epsilon, padding_idx):
     """The criterion's loss and nll summed over the non-padding targets."""
     keep = target.ne(padding_idx)
-    loss, nll = LabelSmoothedLoss.apply(logits[keep], target[keep], epsilon, padding_idx)
+    loss, nll, _ = LabelSmoothedLoss.apply(logits[keep], target[keep], epsilon, padding_idx)
     return loss.sum(), nll.sum()
 
 
@@ -131,7 +131,7 @@ def test_gradient_equals_autograd_of_the_definition():
     reference = logits.clone().requires_grad_()
     (-(q * torch.log_softmax(reference, dim=-1)).sum(-1) * weights).sum().backward()
     ours = logits.clone().requires_grad_()
-    loss, _ = LabelSmoothedLoss.apply(ours, target, epsilon, PAD)
+    loss, *_ = LabelSmoothedLoss.apply(ours, target, epsilon, PAD)
     (loss * weights).sum().backward()
     torch.testing.assert_close(ours.grad, reference.grad, rtol=1e-10, atol=1e-12)
 
@@ -139,7 +139,7 @@ def test_gradient_equals_autograd_of_the_definition():
 def test_second_backward_through_the_same_graph_is_refused():
     """The gradient overwrites the saved log-probabilities, so a retained graph must not be reused."""
     logits = torch.randn(3, 5, requires_grad=True)
-    loss, _ = LabelSmoothedLoss.apply(logits, torch.tensor([0, 2, 4]), 0.1, PAD)
+    loss, *_ = LabelSmoothedLoss.apply(logits, torch.tensor([0, 2, 4]), 0.1, PAD)
     loss.sum().backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="backward only once"):
         loss.sum().backward()
@@ -148,7 +148,7 @@ def test_second_backward_through_the_same_graph_is_refused():
 def test_half_precision_logits_get_float32_loss_and_gradients_of_their_dtype():
     logits = torch.randn(5, 13).to(torch.bfloat16).requires_grad_()
     target = torch.tensor([2, 3, 12, 0, 5])
-    loss, nll = LabelSmoothedLoss.apply(logits, target, 0.1, PAD)
+    loss, nll, _ = LabelSmoothedLoss.apply(logits, target, 0.1, PAD)
     assert loss.dtype == nll.dtype == torch.float32
     reference = logits.detach().float().requires_grad_()
     LabelSmoothedLoss.apply(reference, target, 0.1, PAD)[0].sum().backward()

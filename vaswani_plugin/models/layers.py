@@ -158,6 +158,11 @@ class MultiHeadAttention(nn.Module):
         weights = None
         if need_weights:
             out, weights = attention_with_weights(q, k, v, mask, is_causal, dropout)
+        elif q.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
+            # torch's CPU flash attention runs its backward ~10x slower in bfloat16 than in float32.
+            with torch.autocast("cpu", enabled=False):
+                out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask,
+                                                     dropout_p=dropout, is_causal=is_causal)
         else:
             # Eq. 1: Attention(Q, K, V) = softmax(QK^T / √d_k) V.
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,

@@ -1,8 +1,12 @@
-"""Task `vaswani_translation`: fairseq's `translation` with the GNMT length penalty of §6.1 (α = 0.6)."""
+"""Task `vaswani_translation`: fairseq's `translation` with the GNMT length penalty of §6.1 (α = 0.6), and
+training under bfloat16 autocast (on CPUs too, which fairseq's own --bf16, made for TPUs, cannot)."""
 
 from dataclasses import dataclass, field
 from typing import Optional
 
+import torch
+from fairseq.optim.amp_optimizer import AMPOptimizer
+from fairseq.optim.fp16_optimizer import _FP16OptimizerMixin, _MemoryEfficientFP16OptimizerMixin
 from fairseq.sequence_generator import SequenceGenerator, SequenceGeneratorWithAlignment
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
@@ -54,11 +58,31 @@ class VaswaniTranslationConfig(TranslationConfig):
     gnmt_alpha: Optional[float] = field(
         default=None, metadata={"help": "rank beam-search hypotheses by log P(Y|X) / ((5+|Y|)/6)^alpha, the "
                                         "GNMT length penalty of §6.1 (0.6 in the paper); replaces --lenpen"})
+    bf16_autocast: bool = field(
+        default=False, metadata={"help": "train under torch.autocast in bfloat16 on the model's device (CPU or "
+                                         "GPU): matrix products in bfloat16; weights, loss, gradients and Adam in "
+                                         "float32. Faster only where the hardware multiplies bfloat16 natively "
+                                         "(AVX512-BF16 or AMX CPUs, Ampere or newer GPUs). Not fairseq's --bf16, "
+                                         "which assumes a TPU"})
 
 
 @register_task("vaswani_translation", dataclass=VaswaniTranslationConfig)
 class VaswaniTranslationTask(TranslationTask):
-    """fairseq's `translation`, plus --gnmt-alpha for beam search as in §6.1."""
+    """fairseq's `translation`, plus --gnmt-alpha for beam search as in §6.1 and --bf16-autocast for training."""
+
+    def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        if not self.cfg.bf16_autocast:
+            return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+        if isinstance(optimizer, (AMPOptimizer, _FP16OptimizerMixin, _MemoryEfficientFP16OptimizerMixin)):
+            raise VaswaniConfigError("--bf16-autocast is a precision of its own: drop --fp16, --amp and --bf16")
+        device = next(model.parameters()).device.type
+
+        def criterion_under_autocast(model, sample):
+            # Only the forward pass: fairseq's train_step runs the backward pass outside, as autocast asks.
+            with torch.autocast(device, dtype=torch.bfloat16):
+                return criterion(model, sample)
+
+        return super().train_step(sample, model, criterion_under_autocast, optimizer, update_num, ignore_grad)
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None,
                         prefix_allowed_tokens_fn=None):
