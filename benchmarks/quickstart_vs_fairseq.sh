@@ -71,20 +71,23 @@ archs = ("vaswani_transformer", "transformer")
 
 def result(run):
     bleu = (run / "test2016.generate.txt.bleu").read_text()
-    updates = re.findall(r"num_updates[ =](\d+)", (run / "checkpoints" / "train.log").read_text())
+    log = (run / "checkpoints" / "train.log").read_text()
+    updates = re.findall(r"num_updates[ =](\d+)", log)
     return {"sacrebleu": float(re.search(r"^sacreBLEU = ([\d.]+)", bleu, re.M)[1]),
             "tokenised": float(re.search(r"^BLEU \(tokenised, compound-split\) = ([\d.]+)", bleu, re.M)[1]),
             "sentences": int(re.search(r"^sentences = (\d+)", bleu, re.M)[1]),
-            "updates": int(updates[-1]) if updates else 0}
+            "updates": int(updates[-1]) if updates else 0,
+            "precision": "bf16 autocast" if "'bf16_autocast': True" in log else "float32"}
 
 
 rows = {(seed, arch): result(work / f"seed{seed}" / arch) for seed in seeds for arch in archs}
 sentences = rows[seeds[0], "transformer"]["sentences"]
 how = "the two runs of a seed side by side, one core each" if parallel else "one run at a time"
 print(f"test2016 ({sentences} sentences), {budget} minutes of training per run, {how}")
-print(f"{'seed':>4} {'arch':22} {'updates':>8} {'sacreBLEU':>10} {'tok. BLEU':>10}")
+print(f"{'seed':>4} {'arch':22} {'precision':14} {'updates':>8} {'sacreBLEU':>10} {'tok. BLEU':>10}")
 for (seed, arch), row in rows.items():
-    print(f"{seed:>4} {arch:22} {row['updates']:>8} {row['sacrebleu']:>10.2f} {row['tokenised']:>10.2f}")
+    print(f"{seed:>4} {arch:22} {row['precision']:14} {row['updates']:>8} {row['sacrebleu']:>10.2f} "
+          f"{row['tokenised']:>10.2f}")
 for key in ("sacrebleu", "tokenised", "updates"):
     differences = [rows[seed, archs[0]][key] - rows[seed, archs[1]][key] for seed in seeds]
     spread = f" ± {statistics.stdev(differences):.2f} (sd)" if len(differences) > 1 else ""

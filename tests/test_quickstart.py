@@ -17,7 +17,7 @@ import torch
 from matplotlib.image import imread
 
 from conftest import lane_job
-from test_recipes import NEEDS_CPU_PATH, REPO, TINY, hypotheses, run_recipe
+from test_recipes import NATIVE_BF16, NEEDS_CPU_PATH, REPO, TINY, hypotheses, run_recipe
 from wmt_mirror import SHARED_DATA
 
 TINY_QUICKSTART = dict(RAW_DIR=str(SHARED_DATA / "multi30k"), BUDGET_MINUTES="0.15", BPE_MERGES="500",
@@ -58,6 +58,9 @@ def test_quickstart_from_raw_files_to_bleu_translations_and_pictures(lane):
     # Training stopped by the wall-clock budget; the average is that of the last 2 interval checkpoints.
     log = (work / "checkpoints" / "train.log").read_text()
     assert "Stopping training due to cumulative_training_time" in log and "'stop_time_hours': 0.0025" in log
+    # BF16=auto: bfloat16 autocast where this CPU multiplies bfloat16 natively, float32 elsewhere.
+    assert ("'bf16_autocast': True" in log) == NATIVE_BF16
+    assert ("'task': {'_name': 'vaswani_translation'" if NATIVE_BF16 else "'task': {'_name': 'translation'") in log
     interval = sorted((work / "checkpoints").glob("checkpoint_*_*.pt"),
                       key=lambda path: int(path.stem.split("_")[-1]))
     assert len(interval) == 2
@@ -97,13 +100,15 @@ def test_benchmark_against_fairseq_transformer(lane):
     assert "arch='transformer'" in log and "encoder_embed_dim=32" in log  # fairseq's model config: a Namespace
     # fairseq's side is trained with fairseq's own criterion and the pair's seed.
     assert "'_name': 'label_smoothed_cross_entropy'" in log and "'seed': 1," in log
+    assert "'task': {'_name': 'translation'" in log  # float32, as fairseq trains on CPU (FAIRSEQ_BF16=0)
     assert "on core 1" in result.stderr  # the two runs of a seed side by side, pinned
 
     scores = {}
     for arch in ("vaswani_transformer", "transformer"):
         bleu = (runs / arch / "test2016.generate.txt.bleu").read_text()
         scores[arch] = float(re.search(r"^sacreBLEU = ([\d.]+)", bleu, re.M)[1])
-        assert re.search(rf"^ +1 {arch} +\d+ +{scores[arch]:.2f} ", result.stdout, re.M), result.stdout
+        precision = "bf16 autocast" if arch == "vaswani_transformer" and NATIVE_BF16 else "float32"
+        assert re.search(rf"^ +1 {arch} +{precision} +\d+ +{scores[arch]:.2f} ", result.stdout, re.M), result.stdout
     difference = scores["vaswani_transformer"] - scores["transformer"]
     assert f"sacrebleu: mean {difference:+.2f} over 1 seed(s)" in result.stdout, result.stdout
 

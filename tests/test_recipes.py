@@ -196,10 +196,10 @@ def test_table3_needs_a_row():
     assert result.stderr.strip() == "table3: error: usage: bash recipes/table3.sh A|B|C|D|E|big (a row of Table 3)"
 
 
-def run_common(tmp_path, commands, **settings):
-    """Source recipes/common.sh and run COMMANDS, with a stand-in python that reports 8 visible GPUs."""
+def run_common(tmp_path, commands, gpus=8, **settings):
+    """Source recipes/common.sh and run COMMANDS, with a stand-in python that reports GPUS visible GPUs."""
     fake_python = tmp_path / "python"
-    fake_python.write_text("#!/bin/sh\necho 8\n")
+    fake_python.write_text(f"#!/bin/sh\necho {gpus}\n")
     fake_python.chmod(0o755)
     env = dict(os.environ, PYTHON=str(fake_python), RECIPE="test", WORK_DIR=str(tmp_path), **settings)
     return subprocess.run(["bash", "-c", f"source {REPO}/recipes/common.sh; {commands}"], env=env,
@@ -229,3 +229,31 @@ def test_more_gpus_than_visible_is_an_error(tmp_path):
     result = run_common(tmp_path, "detect_devices", NUM_GPUS="9")
     assert result.returncode == 1
     assert result.stderr.strip() == "test: error: NUM_GPUS=9 but only 8 GPUs are visible"
+
+
+NATIVE_BF16 = re.search(r"\b(avx512_bf16|amx_bf16)\b", Path("/proc/cpuinfo").read_text()) is not None \
+    if Path("/proc/cpuinfo").exists() else False
+
+
+@pytest.mark.parametrize("gpus,settings,expected", [
+    (8, {}, "--task translation"),
+    (8, {"BF16": "1"}, "--task vaswani_translation --bf16-autocast"),
+    (8, {"BF16": "auto"}, "--task translation"),  # auto is for CPUs; GPUs have FP16=1
+    (0, {"BF16": "auto", "CPU": "1"},
+     "--task vaswani_translation --bf16-autocast" if NATIVE_BF16 else "--task translation"),
+    (0, {"BF16": "0", "CPU": "1"}, "--task translation"),
+])
+def test_bf16_setting_chooses_the_training_task(gpus, settings, expected, tmp_path):
+    result = run_common(tmp_path, 'detect_devices; training_task; echo "${TRAIN_TASK_ARGS[*]}"', gpus=gpus,
+                        **settings)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == expected
+
+
+@pytest.mark.parametrize("settings,message", [
+    ({"BF16": "1", "FP16": "1"}, "test: error: FP16=1 and BF16=1 are two precisions: choose one"),
+    ({"BF16": "yes"}, "test: error: BF16=yes: use 1, 0 or auto"),
+])
+def test_bad_bf16_settings_are_one_line_errors(settings, message, tmp_path):
+    result = run_common(tmp_path, "detect_devices; training_task", **settings)
+    assert result.returncode == 1 and result.stderr.strip().splitlines()[-1] == message
