@@ -145,6 +145,9 @@ def worker(spec) -> dict:
     samples = [to_device(train.collater([train[i] for i in batches[j]])) for j in (order * steps)[:steps]]
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
     scaler = torch.amp.GradScaler("cuda", enabled=spec["amp"])
+    precision = dict(dtype=torch.float16, enabled=spec["amp"])
+    if spec["bf16_autocast"] and spec["impl"] == "vaswani_transformer":  # as its task's --bf16-autocast trains
+        precision = dict(dtype=torch.bfloat16, enabled=True)
     model.train()
     tokens = flops = 0.0
     for step, sample in enumerate(samples):
@@ -153,7 +156,7 @@ def worker(spec) -> dict:
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats()
             start = time.perf_counter()
-        with torch.autocast(device.type, dtype=torch.float16, enabled=spec["amp"]):
+        with torch.autocast(device.type, **precision):
             loss, _, _ = criterion(model, sample)
         scaler.scale(loss).backward()
         scaler.step(optimizer)
@@ -215,6 +218,10 @@ def main(argv=None):
     parser.add_argument("--sizes", nargs="+", choices=sorted(SIZES), default=["small", "base"])
     parser.add_argument("--device", default="cuda" if _cuda() else "cpu", choices=["cpu", "cuda"])
     parser.add_argument("--amp", action="store_true", help="fp16 autocast (GPU)")
+    parser.add_argument("--bf16-autocast", action="store_true",
+                        help="the plugin's training steps under bfloat16 autocast, as its task's --bf16-autocast "
+                             "trains; fairseq's stay float32, as fairseq trains on a CPU. Not the same computation: "
+                             "the training ratio is then the quickstart's, not the converter's (generation stays fp32)")
     parser.add_argument("--max-tokens", type=int, default=4096, help="tokens per training batch")
     parser.add_argument("--warmup", type=int, default=5, help="untimed training updates first")
     parser.add_argument("--updates", type=int, default=20, help="timed training updates")
@@ -236,10 +243,14 @@ def main(argv=None):
         parser.error("--checkpoint fixes the model: give the one --sizes it has")
     if args.amp and args.device != "cuda":
         parser.error("--amp is for GPUs (--device cuda)")
+    if args.amp and args.bf16_autocast:
+        parser.error("--amp and --bf16-autocast are two precisions: choose one")
 
     import torch
     device = torch.cuda.get_device_name(0) if args.device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
-    print(f"device: {device}; torch {torch.__version__}; {'fp16 AMP' if args.amp else 'fp32'}; training batches of "
+    precision = "fp16 AMP" if args.amp else "fp32, the plugin's training in bf16 autocast" if args.bf16_autocast \
+        else "fp32"
+    print(f"device: {device}; torch {torch.__version__}; {precision}; training batches of "
           f"{args.max_tokens} tokens, {args.updates} timed updates after {args.warmup}; generation of "
           f"{args.sentences} sentences, batches of 128, max length input + 50")
     columns = [("train_tokens_per_s", "train tok/s"), ("peak_memory_mb", "peak MB"),
@@ -250,7 +261,7 @@ def main(argv=None):
         results = {}
         for impl in ("transformer", "vaswani_transformer"):
             spec = dict(impl=impl, size=size, data=args.data, checkpoint=args.checkpoint, device=args.device,
-                        amp=args.amp, max_tokens=args.max_tokens, warmup=args.warmup, updates=args.updates,
+                        amp=args.amp, bf16_autocast=args.bf16_autocast, max_tokens=args.max_tokens, warmup=args.warmup, updates=args.updates,
                         sentences=args.sentences)
             results[impl] = measure(spec)
         for impl, row in results.items():

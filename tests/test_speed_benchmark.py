@@ -42,10 +42,12 @@ def test_smoke_prints_both_implementations_ratios_and_same_hypotheses():
     check_table(output)
 
 
-def test_full_mode_reads_binarised_data(reversal_data):
+def test_full_mode_reads_binarised_data_and_trains_the_plugin_in_bf16_on_request(reversal_data):
     output = run_benchmark("--data", str(reversal_data / "joined"), "--sizes", "tiny", "--device", "cpu",
-                           "--max-tokens", "512", "--warmup", "1", "--updates", "2", "--sentences", "16")
-    check_table(output)
+                           "--max-tokens", "512", "--warmup", "1", "--updates", "2", "--sentences", "16",
+                           "--bf16-autocast")
+    assert "; fp32, the plugin's training in bf16 autocast;" in output
+    check_table(output)  # generation starts from the untrained weights again: the same hypotheses
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the device tool); CI has none")
@@ -64,3 +66,6 @@ def test_bad_combinations_are_one_line_errors(tmp_path):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "no binarised train and test splits there" in result.stderr
     assert "Traceback" not in result.stderr
+    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "speed.py"), "--smoke", "--amp",
+                             "--bf16-autocast", "--device", "cuda"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "--amp and --bf16-autocast are two precisions" in result.stderr
