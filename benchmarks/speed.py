@@ -261,8 +261,8 @@ def main(argv=None):
         results = {}
         for impl in ("transformer", "vaswani_transformer"):
             spec = dict(impl=impl, size=size, data=args.data, checkpoint=args.checkpoint, device=args.device,
-                        amp=args.amp, bf16_autocast=args.bf16_autocast, max_tokens=args.max_tokens, warmup=args.warmup, updates=args.updates,
-                        sentences=args.sentences)
+                        amp=args.amp, bf16_autocast=args.bf16_autocast, max_tokens=args.max_tokens,
+                        warmup=args.warmup, updates=args.updates, sentences=args.sentences)
             results[impl] = measure(spec)
         for impl, row in results.items():
             mfu = f"{100 * row['mfu']:7.1f}%" if "mfu" in row else f"{'-':>8}"

@@ -10,7 +10,7 @@
 #   WORK_DIR         where everything goes                               (default ./work/quickstart)
 #   ARCH             the model (default vaswani_transformer; benchmarks/ runs fairseq's `transformer` here)
 #   MAX_EPOCH        stop earlier than the budget after this many epochs (default 30; a GPU gets there)
-#   BF16             auto (default): bfloat16 autocast on a CPU with AVX512-BF16 or AMX (~1.5x the steps); 0: float32
+#   BF16             auto (default): bfloat16 autocast on a CPU with AVX512-BF16 or AMX (~1.75x the steps); 0: float32
 #   and those of every recipe (DATA_DIR, NUM_GPUS, FP16, EXTRA_TRAIN_ARGS, ...): see recipes/common.sh.
 RECIPE=${RECIPE:-quickstart}
 source "$(dirname "$0")/common.sh"
