@@ -132,12 +132,17 @@ def test_en_de_base_from_nothing_to_bleu_then_resume(mirror, en_de_data, tmp_pat
     check_scores(resumed.stdout, 3003)
 
 
+def run_on_a_mirror_of_its_own(tmp_path_factory, script, pair):
+    """SCRIPT from nothing on its own mirror and DATA_DIR (root/raw, root/data; WORK_DIR root/work), so that it
+    can run on the second lane beside the base test, which prepares en_de_data. Returns (root, result)."""
+    root = tmp_path_factory.mktemp(Path(script).stem)
+    build_mirror(root / "raw", pair)
+    return root, run_recipe(script, tiny_env(root / "work", root / "raw", root / "data"))
+
+
 @lane_job
 def en_de_big_run(tmp_path_factory, lane):
-    """The big recipe from its own mirror and DATA_DIR (the base test's is being prepared in the foreground)."""
-    root = tmp_path_factory.mktemp("en-de-big")
-    build_mirror(root / "raw", "en-de")
-    return root, run_recipe("wmt14_en_de_big.sh", tiny_env(root / "work", root / "raw", root / "data"))
+    return run_on_a_mirror_of_its_own(tmp_path_factory, "wmt14_en_de_big.sh", "en-de")
 
 
 @NEEDS_CPU_PATH
@@ -154,9 +159,7 @@ def test_en_de_big(lane):
 
 @lane_job
 def en_fr_big_run(tmp_path_factory, lane):
-    root = tmp_path_factory.mktemp("en-fr-big")
-    build_mirror(root / "raw", "en-fr")
-    return root, run_recipe("wmt14_en_fr_big.sh", tiny_env(root / "work", root / "raw", root / "data"))
+    return run_on_a_mirror_of_its_own(tmp_path_factory, "wmt14_en_fr_big.sh", "en-fr")
 
 
 @NEEDS_CPU_PATH

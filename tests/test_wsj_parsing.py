@@ -16,6 +16,7 @@ from vaswani_plugin.trees import delinearise, read_trees
 from wmt_mirror import SHARED_DATA
 
 FILES = {"train": ["0001", "0002", "0003"], "valid": ["0150"], "test": ["0165"]}
+FIVE_FILES = [number for numbers in FILES.values() for number in numbers]
 
 
 def copy_sample_files(folder, numbers):
@@ -28,7 +29,7 @@ def copy_sample_files(folder, numbers):
 def few_files(tmp_path_factory):
     """Five files of the sample, in a folder of their own (a copy in the test's temporary directory)."""
     folder = tmp_path_factory.mktemp("ptb")
-    copy_sample_files(folder, [number for numbers in FILES.values() for number in numbers])
+    copy_sample_files(folder, FIVE_FILES)
     return folder
 
 
@@ -120,7 +121,7 @@ def check_parsed_and_scored(work):
 def wsj_sample_run(tmp_path_factory, lane):
     """The recipe on five files of the sample (SAMPLE_DIR), with seconds of training."""
     root = tmp_path_factory.mktemp("wsj-sample")
-    copy_sample_files(root / "ptb", [number for numbers in FILES.values() for number in numbers])
+    copy_sample_files(root / "ptb", FIVE_FILES)
     env = dict(SAMPLE_DIR=str(root / "ptb"), WORK_DIR=str(root / "work"), BUDGET_MINUTES="0.1",
                SAVE_INTERVAL_UPDATES="4", AVERAGE_LAST="2", EXTRA_TRAIN_ARGS=" ".join(TINY_MODEL),
                EXTRA_GENERATE_ARGS="--max-len-a 0 --max-len-b 12")  # an untrained model's outputs, cut short

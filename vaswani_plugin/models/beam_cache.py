@@ -171,13 +171,8 @@ class LayerCache:
             slab[cache.write_groups, :, cache.length, cache.write_slots] = new[:, :, 0]
         positions = cache.length + 1
         keys, values = [slab[:, :, :positions].flatten(2, 3) for slab in (self.self_k, self.self_v)]
-        queries = cache.to_slab(q[:, :, 0] / math.sqrt(q.size(-1))).transpose(1, 2)  # (groups, heads, k, d_k)
         # Every slot of the group is scored; the mask keeps the hypothesis's own.
-        scores = torch.matmul(queries, keys.transpose(-1, -2))
-        if cache.allowed is not None:
-            scores = scores.masked_fill(~cache.allowed, float("-inf"))
-        probs = torch.softmax(scores.float(), dim=-1).type_as(scores)
-        return self._rows(torch.matmul(probs, values))
+        return self._attend(q, keys, values, cache.allowed)[1]
 
     def attend_memory(self, q: Tensor, keys_values: Callable[[], Tuple[Tensor, Tensor]],
                       memory_mask: Optional[Tensor], need_weights: bool) -> Tuple[Tensor, Optional[Tensor]]:
@@ -188,16 +183,22 @@ class LayerCache:
             # Contiguous once, or every step's matmul would copy them.
             self.memory_k, self.memory_v = [t.contiguous() for t in keys_values()]
             self.memory_mask = memory_mask
-        queries = cache.to_slab(q[:, :, 0] / math.sqrt(q.size(-1))).transpose(1, 2)
-        scores = torch.matmul(queries, self.memory_k.transpose(-1, -2))
-        if self.memory_mask is not None:
-            scores = scores.masked_fill(~self.memory_mask, float("-inf"))
-        probs = torch.softmax(scores.float(), dim=-1).type_as(scores)  # (slab groups, heads, k queries, keys)
-        out = self._rows(torch.matmul(probs, self.memory_v))
+        probs, out = self._attend(q, self.memory_k, self.memory_v, self.memory_mask)
         weights = None
         if need_weights:
             weights = cache.from_slab(probs.mean(dim=1)).reshape(cache.rows, 1, -1)
         return out, weights
+
+    def _attend(self, q: Tensor, keys: Tensor, values: Tensor, allowed: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+        """Eq. 1 for each slab group's k queries (q: rows, heads, 1, d_k) against the keys/values the group
+        shares (slab groups, heads, keys, d). Returns the probabilities (slab groups, heads, k, keys) and the
+        output rows (rows, 1, heads · d_v)."""
+        queries = self.cache.to_slab(q[:, :, 0] / math.sqrt(q.size(-1))).transpose(1, 2)
+        scores = torch.matmul(queries, keys.transpose(-1, -2))
+        if allowed is not None:
+            scores = scores.masked_fill(~allowed, float("-inf"))
+        probs = torch.softmax(scores.float(), dim=-1).type_as(scores)
+        return probs, self._rows(torch.matmul(probs, values))
 
     def _rows(self, out: Tensor) -> Tensor:
         """(slab groups, heads, k, d_v) -> (rows, 1, heads · d_v)."""
