@@ -1,0 +1,67 @@
+"""Padded targets: the decoder's position-wise layers run on the real positions only, and every sentence of a
+padded batch gets the outputs and gradients it gets alone, without padding."""
+
+import pytest
+import torch
+
+from conftest import build_model, random_tokens
+from vaswani_plugin.models.layers import causal_attention_mask
+
+LENGTHS = [6, 3, 5, 1]
+
+
+def batch(dictionary, left_pad):
+    generator = torch.Generator().manual_seed(4)
+    source = random_tokens(dictionary, 4, 5, generator, lengths=[5, 2, 4, 3], left_pad=True)
+    target = random_tokens(dictionary, 4, 6, generator, lengths=LENGTHS, left_pad=left_pad)
+    return source, target
+
+
+def real_rows(tokens, dictionary, left_pad):
+    """Each row's real tokens, without padding."""
+    return [row[row.ne(dictionary.pad())] for row in tokens]
+
+
+@pytest.mark.parametrize("left_pad", [False, True], ids=["right_padded", "left_padded"])
+def test_each_sentence_of_a_padded_batch_gets_what_it_gets_alone(dictionary, left_pad):
+    torch.manual_seed(5)
+    model = build_model(dictionary, decoder_normalize_before=left_pad, decoder_learned_pos=left_pad).eval()
+    source, target = batch(dictionary, left_pad)
+    rows_seen = []
+    model.decoder.layers[0].feed_forward.sublayer.inner.register_forward_hook(
+        lambda module, args, out: rows_seen.append(args[0].shape[:-1].numel()))
+    with torch.no_grad():
+        features, _ = model(source, None, target, features_only=True)
+        keep = target.ne(dictionary.pad())
+        assert rows_seen == [sum(LENGTHS)]  # the FFN ran on the real target positions only
+        for n, (src, tgt) in enumerate(zip(real_rows(source, dictionary, True), real_rows(target, dictionary, left_pad))):
+            alone, _ = model(src[None], None, tgt[None], features_only=True)
+            torch.testing.assert_close(features[n][keep[n]], alone[0], rtol=1e-5, atol=1e-5)
+    assert features[~keep].abs().max() == 0  # padding positions are returned as zeros
+
+
+def test_gradients_of_a_padded_batch_are_the_sum_over_its_sentences(dictionary):
+    torch.manual_seed(6)
+    model = build_model(dictionary, dropout=0.0)
+    source, target = batch(dictionary, left_pad=False)
+
+    def gradients(src, tgt):
+        model.zero_grad()
+        features, _ = model(src, None, tgt, features_only=True)
+        logits = model.decoder.output_layer(features[tgt.ne(dictionary.pad())])
+        torch.log_softmax(logits, -1)[:, 4].sum().backward()
+        return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+    batched = gradients(source, target)
+    alone = [gradients(s[None], t[None]) for s, t in zip(real_rows(source, dictionary, True),
+                                                           real_rows(target, dictionary, False))]
+    assert "decoder.layers.0.feed_forward.sublayer.inner.weight" in batched
+    for name, grad in batched.items():
+        torch.testing.assert_close(grad, sum(g[name] for g in alone if name in g), rtol=1e-4, atol=1e-5)
+
+
+def test_right_padding_needs_only_the_causal_flag():
+    padding = torch.tensor([[False, False, True], [False, False, False]])
+    assert causal_attention_mask(padding) == (None, True)
+    mask, is_causal = causal_attention_mask(padding.flip(1))  # left padding: an explicit mask
+    assert not is_causal and mask.shape == (2, 1, 3, 3) and not mask[0, 0, 2, 0] and mask[0, 0, 2, 1]
