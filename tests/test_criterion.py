@@ -8,8 +8,9 @@ import torch.nn.functional as F
 from fairseq import metrics
 
 from conftest import build_model, random_tokens
+from vaswani_plugin.criterions import vaswani_label_smoothed_cross_entropy as criterion_module
 from vaswani_plugin.criterions.vaswani_label_smoothed_cross_entropy import (
-    LabelSmoothedLoss,
+    OutputLayerLoss,
     VaswaniLabelSmoothedCrossEntropy,
 )
 
@@ -31,10 +32,11 @@ def direct_loss(lprobs, target, epsilon):
 
 
 def label_smoothed_loss(logits, target, epsilon, padding_idx):
-    """The criterion's loss and nll summed over the non-padding targets."""
+    """The criterion's loss and nll summed over the non-padding targets (logits through an identity W)."""
     keep = target.ne(padding_idx)
-    loss, nll, _ = LabelSmoothedLoss.apply(logits[keep], target[keep], epsilon, padding_idx)
-    return loss.sum(), nll.sum()
+    identity = torch.eye(logits.size(-1), dtype=logits.dtype)
+    loss, nll, _ = OutputLayerLoss.apply(logits[keep], identity, target[keep], epsilon, padding_idx)
+    return loss, nll
 
 
 @pytest.fixture
@@ -118,40 +120,55 @@ def test_logits_give_the_loss_of_their_log_probabilities(example):
             direct_loss(lprobs, target, epsilon), rel=1e-6)
 
 
-def test_gradient_equals_autograd_of_the_definition():
-    """The hand-written backward against autograd through log_softmax and the explicit q."""
+@pytest.mark.parametrize("chunk_elements", [2**22, 24], ids=["one_chunk", "chunks_of_2_tokens"])
+def test_gradients_equal_autograd_of_the_definition(chunk_elements, monkeypatch):
+    """The written-out gradients for x and W of z = x W^T, chunk by chunk, against autograd through the
+    projection, log_softmax and the explicit q; scaled as the loss is."""
+    monkeypatch.setattr(criterion_module, "CHUNK_ELEMENTS", chunk_elements)
     generator = torch.Generator().manual_seed(1)
-    logits = torch.randn(7, 11, generator=generator, dtype=torch.float64) * 3
+    features = torch.randn(7, 5, generator=generator, dtype=torch.float64) * 2
+    weight = torch.randn(11, 5, generator=generator, dtype=torch.float64)
     target = torch.tensor([4, 0, 10, 3, 3, 2, 7])
-    weights = torch.rand(7, generator=generator, dtype=torch.float64)
     epsilon = 0.1
     q = torch.full((7, 11), epsilon / 10, dtype=torch.float64)
     q[:, PAD] = 0.0
     q[torch.arange(7), target] += 1 - epsilon
-    reference = logits.clone().requires_grad_()
-    (-(q * torch.log_softmax(reference, dim=-1)).sum(-1) * weights).sum().backward()
-    ours = logits.clone().requires_grad_()
-    loss, *_ = LabelSmoothedLoss.apply(ours, target, epsilon, PAD)
-    (loss * weights).sum().backward()
-    torch.testing.assert_close(ours.grad, reference.grad, rtol=1e-10, atol=1e-12)
+    x_ref, w_ref = features.clone().requires_grad_(), weight.clone().requires_grad_()
+    reference = -(q * torch.log_softmax(x_ref @ w_ref.T, dim=-1)).sum()
+    (reference * 0.7).backward()
+    x, w = features.clone().requires_grad_(), weight.clone().requires_grad_()
+    loss, nll, correct = OutputLayerLoss.apply(x, w, target, epsilon, PAD)
+    (loss * 0.7).backward()
+    torch.testing.assert_close(loss, reference.detach(), rtol=1e-12, atol=0)
+    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(w.grad, w_ref.grad, rtol=1e-10, atol=1e-12)
+    logits = features @ weight.T
+    assert nll.item() == pytest.approx(F.cross_entropy(logits, target, reduction="sum").item(), rel=1e-12)
+    assert correct.item() == logits.argmax(-1).eq(target).sum().item()
 
 
-def test_second_backward_through_the_same_graph_is_refused():
-    """The gradient overwrites the saved log-probabilities, so a retained graph must not be reused."""
-    logits = torch.randn(3, 5, requires_grad=True)
-    loss, *_ = LabelSmoothedLoss.apply(logits, torch.tensor([0, 2, 4]), 0.1, PAD)
-    loss.sum().backward(retain_graph=True)
-    with pytest.raises(RuntimeError, match="backward only once"):
-        loss.sum().backward()
+def test_without_gradients_nothing_is_kept_for_backward():
+    features, weight = torch.randn(4, 3), torch.randn(6, 3)
+    with torch.no_grad():
+        loss, _, _ = OutputLayerLoss.apply(features, weight, torch.tensor([0, 2, 4, 5]), 0.1, PAD)
+    assert loss.grad_fn is None
+    frozen_weight = weight.clone()
+    x = features.clone().requires_grad_()
+    OutputLayerLoss.apply(x, frozen_weight, torch.tensor([0, 2, 4, 5]), 0.1, PAD)[0].backward()
+    assert x.grad is not None and frozen_weight.grad is None
 
 
-def test_half_precision_logits_get_float32_loss_and_gradients_of_their_dtype():
-    logits = torch.randn(5, 13).to(torch.bfloat16).requires_grad_()
+def test_half_precision_gets_float32_loss_and_gradients_of_its_dtype():
+    generator = torch.Generator().manual_seed(2)
+    features = torch.randn(5, 8, generator=generator)
+    weight = torch.randn(13, 8, generator=generator)
     target = torch.tensor([2, 3, 12, 0, 5])
-    loss, nll, _ = LabelSmoothedLoss.apply(logits, target, 0.1, PAD)
+    x, w = features.to(torch.bfloat16).requires_grad_(), weight.to(torch.bfloat16).requires_grad_()
+    loss, nll, _ = OutputLayerLoss.apply(x, w, target, 0.1, PAD)
     assert loss.dtype == nll.dtype == torch.float32
-    reference = logits.detach().float().requires_grad_()
-    LabelSmoothedLoss.apply(reference, target, 0.1, PAD)[0].sum().backward()
-    loss.sum().backward()
-    assert logits.grad.dtype == torch.bfloat16
-    torch.testing.assert_close(logits.grad.float(), reference.grad, rtol=1e-2, atol=1e-3)
+    x_ref, w_ref = x.detach().float().requires_grad_(), w.detach().float().requires_grad_()
+    OutputLayerLoss.apply(x_ref, w_ref, target, 0.1, PAD)[0].backward()
+    loss.backward()
+    assert x.grad.dtype == w.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(x.grad.float(), x_ref.grad, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(w.grad.float(), w_ref.grad, rtol=2e-2, atol=2e-2)

@@ -36,7 +36,9 @@ def test_tiny_model_learns_to_reverse_with_beam_search():
     model.train()
     for step in range(1, 1201):
         for group in optimizer.param_groups:
-            group["lr"] = noam_learning_rate(step, 64, warmup_updates=200, factor=2.0)
+            # Factor 1 (peak 8.8e-3): with factor 2 the result swung between 80% and 99.5% exact on float
+            # rounding alone (the same losses to 1e-7 for 50 steps, then a different trajectory).
+            group["lr"] = noam_learning_rate(step, 64, warmup_updates=200, factor=1.0)
         source, lengths, target, prev = reversal_batch(dictionary, 64, generator)
         sample = {"net_input": {"src_tokens": source, "src_lengths": lengths, "prev_output_tokens": prev},
                   "target": target, "ntokens": int(target.ne(dictionary.pad()).sum())}

@@ -4,6 +4,7 @@ import math
 from dataclasses import dataclass, field
 
 import torch
+from torch import Tensor
 from fairseq import metrics, utils
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
@@ -16,42 +17,73 @@ class VaswaniLabelSmoothedCrossEntropyConfig(FairseqDataclass):
     sentence_avg: bool = II("optimization.sentence_avg")
 
 
-class LabelSmoothedLoss(torch.autograd.Function):
-    """§5.4 from the logits z: loss = -Σ_k q(k) log p(k), p = softmax(z), q(k) = (1-ε)[k = y] + ε/K.
+# Tokens per chunk of OutputLayerLoss: a chunk's (tokens, V) float32 tensors stay at 16 MB.
+CHUNK_ELEMENTS = 2**22
 
-    K = V-1: the non-padding symbols. The gradient is written out, ∂loss/∂z = p - (1-ε)[k = y] - (ε/K)[k ≠ pad],
-    and computed in place in the log-probabilities: autograd through log_softmax, gather and sum allocates
-    several (tokens, V) tensors and adds them up, which on CPU was ~40% of a small model's training step.
+
+def smoothed_losses(lprobs: Tensor, target: Tensor, epsilon: float, padding_idx: int):
+    """§5.4 per token: loss = -Σ_k q(k) log p(k), q(k) = (1-ε)[k = y] + ε/K over the K = V-1 non-padding
+    symbols; also the nll and whether the most probable word is the target."""
+    nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    uniform = -(lprobs.sum(dim=-1) - lprobs[:, padding_idx])  # -Σ_{k≠pad} log p(k)
+    loss = (1.0 - epsilon) * nll + epsilon / (lprobs.size(-1) - 1) * uniform
+    return loss, nll, lprobs.argmax(dim=-1).eq(target)
+
+
+def logits_gradient_(lprobs: Tensor, target: Tensor, epsilon: float, padding_idx: int) -> Tensor:
+    """∂loss/∂z = p - (1-ε)[k = y] - (ε/K)[k ≠ pad], written over the log-probabilities (in place)."""
+    smoothing = epsilon / (lprobs.size(-1) - 1)
+    grad = lprobs.exp_()  # p
+    grad.sub_(smoothing)
+    grad[:, padding_idx] += smoothing
+    return grad.scatter_add_(-1, target.unsqueeze(-1), grad.new_full((target.numel(), 1), epsilon - 1.0))
+
+
+class OutputLayerLoss(torch.autograd.Function):
+    """§3.4 + §5.4: the logits z = x W^T of the real target positions and their label-smoothed loss.
+
+    The tokens go through in chunks, and each chunk's gradients for x and W are taken at once from the
+    written-out ∂loss/∂z, so no (tokens, V) tensor outlives its chunk. Autograd through the projection,
+    log_softmax, gather and sum kept several whole ones: the largest tensors of a small model's step.
     """
 
     @staticmethod
-    def forward(ctx, logits: torch.Tensor, target: torch.Tensor, epsilon: float, padding_idx: int):
-        """logits (tokens, V), target (tokens,) without padding. Returns per-token (loss, nll, whether the most
-        probable word is the target); fp16 and bf16 logits give fp32 losses."""
-        lprobs = torch.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
-        nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
-        correct = lprobs.argmax(dim=-1).eq(target)  # on the fp32 copy: argmax over bf16 is 6x slower on CPU
-        non_padding_symbols = lprobs.size(-1) - 1
-        uniform = -(lprobs.sum(dim=-1) - lprobs[:, padding_idx])  # -Σ_{k≠pad} log p(k)
-        loss = (1.0 - epsilon) * nll + epsilon / non_padding_symbols * uniform
-        ctx.save_for_backward(lprobs, target)
-        ctx.epsilon, ctx.padding_idx, ctx.logits_dtype, ctx.used = epsilon, padding_idx, logits.dtype, False
+    def forward(ctx, features: Tensor, weight: Tensor, target: Tensor, epsilon: float, padding_idx: int):
+        """features (tokens, d), weight (V, d), target (tokens,) without padding. Returns the sums over the
+        tokens of the loss, the nll and the correct guesses; losses in float32 at least (fp16, bf16)."""
+        device = features.device.type
+        # The products run in the autocast dtype if autocast is on (as nn.Linear would), else in W's.
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weight.dtype
+        wide = torch.promote_types(dtype, torch.float32)
+        need_x, need_w = ctx.needs_input_grad[:2]
+        with torch.autocast(device, enabled=False):
+            w, x = weight.to(dtype), features.to(dtype)
+            grad_x = torch.empty_like(x) if need_x else None
+            grad_w = torch.zeros_like(weight, dtype=wide) if need_w else None
+            totals = torch.zeros(3, dtype=wide, device=features.device)
+            rows = max(1, CHUNK_ELEMENTS // w.size(0))
+            for start in range(0, x.size(0), rows):
+                chunk, y = x[start:start + rows], target[start:start + rows]
+                lprobs = torch.log_softmax(torch.mm(chunk, w.t()).to(wide), dim=-1)
+                totals += torch.stack([part.sum() for part in smoothed_losses(lprobs, y, epsilon, padding_idx)])
+                if need_x or need_w:
+                    grad_z = logits_gradient_(lprobs, y, epsilon, padding_idx).to(dtype)
+                    if need_x:
+                        torch.mm(grad_z, w, out=grad_x[start:start + rows])
+                    if need_w:
+                        grad_w += torch.mm(grad_z.t(), chunk)
+        ctx.save_for_backward(grad_x, grad_w)
+        ctx.dtypes = features.dtype, weight.dtype
+        loss, nll, correct = (total.clone() for total in totals.unbind())  # three tensors, not views
         ctx.mark_non_differentiable(nll, correct)
         return loss, nll, correct
 
     @staticmethod
-    def backward(ctx, grad_loss: torch.Tensor, _grad_nll, _grad_correct):
-        if ctx.used:
-            raise RuntimeError("LabelSmoothedLoss computes its gradient in place: backward only once")
-        ctx.used = True
-        lprobs, target = ctx.saved_tensors
-        smoothing = ctx.epsilon / (lprobs.size(-1) - 1)
-        grad = lprobs.exp_()  # p
-        grad.sub_(smoothing)
-        grad[:, ctx.padding_idx] += smoothing
-        grad.scatter_add_(-1, target.unsqueeze(-1), grad.new_full((target.numel(), 1), ctx.epsilon - 1.0))
-        grad.mul_(grad_loss.unsqueeze(-1))
-        return grad.to(ctx.logits_dtype), None, None, None
+    def backward(ctx, grad_loss: Tensor, _grad_nll, _grad_correct):
+        grad_x, grad_w = ctx.saved_tensors
+        (x_dtype, w_dtype), scale = ctx.dtypes, grad_loss
+        return (None if grad_x is None else (grad_x * scale).to(x_dtype),
+                None if grad_w is None else (grad_w * scale).to(w_dtype), None, None, None)
 
 
 @register_criterion("vaswani_label_smoothed_cross_entropy", dataclass=VaswaniLabelSmoothedCrossEntropyConfig)
@@ -67,15 +99,17 @@ class VaswaniLabelSmoothedCrossEntropy(FairseqCriterion):
         if getattr(model.decoder, "adaptive_softmax", None) is not None:
             raise ValueError("vaswani_label_smoothed_cross_entropy needs a full softmax output layer; use "
                              "fairseq's adaptive_loss criterion with --adaptive-softmax-cutoff")
+        projection = getattr(model.decoder, "output_projection", None)
+        if not isinstance(projection, torch.nn.Linear) or projection.bias is not None:
+            raise ValueError("vaswani_label_smoothed_cross_entropy needs a decoder whose output layer is "
+                             "output_projection, a linear map without bias (§3.4)")
         # The output layer (§3.4) runs on the non-padding target positions only.
         features, _ = model(**sample["net_input"], features_only=True)
         target = sample["target"]
         keep = target.ne(self.padding_idx)
-        logits = model.decoder.output_layer(features[keep])
         target = target[keep]
-        loss, nll, correct = LabelSmoothedLoss.apply(logits, target, self.epsilon, self.padding_idx)
-        loss, nll_loss = loss.sum(), nll.sum()
-        n_correct = correct.sum()
+        loss, nll_loss, n_correct = OutputLayerLoss.apply(features[keep], projection.weight, target, self.epsilon,
+                                                          self.padding_idx)
         sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
         logging_output = {
             "loss": loss.data,
