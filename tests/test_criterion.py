@@ -172,3 +172,15 @@ def test_half_precision_gets_float32_loss_and_gradients_of_its_dtype():
     assert x.grad.dtype == w.grad.dtype == torch.bfloat16
     torch.testing.assert_close(x.grad.float(), x_ref.grad, rtol=2e-2, atol=2e-2)
     torch.testing.assert_close(w.grad.float(), w_ref.grad, rtol=2e-2, atol=2e-2)
+
+
+def test_an_output_layer_other_than_a_bias_free_projection_is_refused(dictionary):
+    model = build_model(dictionary)
+    model.decoder.output_projection = torch.nn.Linear(32, len(dictionary))  # with a bias: not §3.4's
+    task = type("Task", (), {"target_dictionary": dictionary})()
+    criterion = VaswaniLabelSmoothedCrossEntropy(task, label_smoothing=0.1, sentence_avg=False)
+    target = random_tokens(dictionary, 2, 4)
+    sample = {"net_input": {"src_tokens": target, "src_lengths": torch.tensor([4, 4]), "prev_output_tokens": target},
+              "target": target, "ntokens": 8}
+    with pytest.raises(ValueError, match="output_projection, a linear map without bias"):
+        criterion(model, sample)
