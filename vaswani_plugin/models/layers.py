@@ -79,29 +79,6 @@ def causal_attention_mask(key_padding: Tensor) -> Tuple[Optional[Tensor], bool]:
     return mask, False
 
 
-class Packing:
-    """The real (non-padding) positions of a (batch, time) batch: position-wise layers run on those rows only.
-
-    fairseq's training batches are sorted by source length, so their targets are ~20% padding (Multi30k, 4,096
-    tokens). The decoder's linear layers, norms and dropout run on the packed rows (tokens, channels); attention
-    scatters its projections back into the (batch, time) grid that SDPA needs, with zeros at padding.
-    """
-
-    def __init__(self, padding: Tensor):
-        self.keep = ~padding
-        self.rows = self.keep.flatten().nonzero().squeeze(1)
-
-    def pack(self, x: Tensor) -> Tensor:
-        """(batch, time, ...) -> (tokens, ...)."""
-        return x[self.keep]
-
-    def unpack(self, x: Tensor) -> Tensor:
-        """(tokens, channels) -> (batch, time, channels), zeros at padding."""
-        batch, length = self.keep.shape
-        grid = x.new_zeros(batch * length, x.size(-1))
-        return grid.index_copy_(0, self.rows, x).view(batch, length, -1)
-
-
 class MultiHeadAttention(nn.Module):
     """§3.2.2: MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O, head_i = Attention(QW_i^Q, KW_i^K, VW_i^V).
 
@@ -143,16 +120,11 @@ class MultiHeadAttention(nn.Module):
         k, v = self.kv_proj(memory).split((self.qk_size, self.v_size), dim=-1)
         return self._split_heads(k, self.key_dim), self._split_heads(v, self.value_dim)
 
-    def _queries_keys_values(self, x: Tensor, memory: Optional[Tensor], packing: Optional[Packing] = None
-                             ) -> Tuple[Tensor, Tensor, Tensor]:
-        """Q, K, V split into heads: all three from x (fused) in self-attention, K and V from memory otherwise.
-        With packing, x holds the real rows only and the projections are unpacked into the grid."""
-        def grid(projected: Tensor) -> Tensor:
-            return projected if packing is None else packing.unpack(projected)
-
+    def _queries_keys_values(self, x: Tensor, memory: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
+        """Q, K, V split into heads: all three from x (fused) in self-attention, K and V from memory otherwise."""
         if not self.self_attention:
-            return (self._split_heads(grid(self.q_proj(x)), self.key_dim), *self._keys_values(memory))
-        q, k, v = grid(self.qkv_proj(x)).split((self.qk_size, self.qk_size, self.v_size), dim=-1)
+            return (self._split_heads(self.q_proj(x), self.key_dim), *self._keys_values(memory))
+        q, k, v = self.qkv_proj(x).split((self.qk_size, self.qk_size, self.v_size), dim=-1)
         return self._split_heads(q, self.key_dim), self._split_heads(k, self.key_dim), \
             self._split_heads(v, self.value_dim)
 
@@ -170,10 +142,8 @@ class MultiHeadAttention(nn.Module):
         is_causal: bool = False,
         cache: Optional[LayerCache] = None,
         need_weights: bool = False,
-        packing: Optional[Packing] = None,
     ) -> Tuple[Tensor, Optional[Tensor]]:
-        """x: (batch, time, dim), or (tokens, dim) with packing. cache: the layer's LayerCache in incremental
-        decoding (beam_cache.py).
+        """x: (batch, time, dim). cache: the layer's LayerCache in incremental decoding (beam_cache.py).
 
         Returns the output and, if need_weights, the attention probabilities averaged over heads
         (batch, queries, keys).
@@ -185,7 +155,7 @@ class MultiHeadAttention(nn.Module):
             q = self._split_heads(self.q_proj(x), self.key_dim)
             out, weights = cache.attend_memory(q, lambda: self._keys_values(memory), mask, need_weights)
             return self.out_proj(out), weights
-        q, k, v = self._queries_keys_values(x, memory, packing)
+        q, k, v = self._queries_keys_values(x, memory)
         dropout = self.dropout if self.training else 0.0
         weights = None
         if need_weights:
@@ -199,8 +169,8 @@ class MultiHeadAttention(nn.Module):
             # Eq. 1: Attention(Q, K, V) = softmax(QK^T / √d_k) V.
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
                                                  is_causal=is_causal)
-        out = out.transpose(1, 2)  # Concat(head_1, ..., head_h): (batch, time, heads, d_v) -> (..., h d_v)
-        out = out.flatten(2) if packing is None else packing.pack(out).flatten(1)
+        batch, _, length, _ = out.shape
+        out = out.transpose(1, 2).reshape(batch, length, self.v_size)
         return self.out_proj(out), weights
 
 
@@ -283,10 +253,9 @@ class DecoderLayer(nn.Module):
         self.feed_forward = Residual(FeedForward(dim, ffn_dim, activation_dropout), dim, dropout,
                                      normalize_before)
 
-    def forward(self, x, memory, self_mask, self_is_causal, memory_mask, cache=None, need_weights=False,
-                packing=None):
-        x, _ = self.self_attention(x, mask=self_mask, is_causal=self_is_causal, cache=cache, packing=packing)
+    def forward(self, x, memory, self_mask, self_is_causal, memory_mask, cache=None, need_weights=False):
+        x, _ = self.self_attention(x, mask=self_mask, is_causal=self_is_causal, cache=cache)
         x, weights = self.encoder_attention(x, memory=memory, mask=memory_mask, cache=cache,
-                                            need_weights=need_weights, packing=packing)
+                                            need_weights=need_weights)
         x, _ = self.feed_forward(x)
         return x, weights

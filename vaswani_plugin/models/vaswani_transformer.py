@@ -20,7 +20,6 @@ from vaswani_plugin.models.beam_cache import BeamCache
 from vaswani_plugin.models.layers import (
     DecoderLayer,
     EncoderLayer,
-    Packing,
     TokenEmbedding,
     causal_attention_mask,
     padding_attention_mask,
@@ -225,25 +224,19 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
         if return_attention is None:
             return_attention = not self.training and incremental_state is None
 
-        # Full passes over padded targets run the position-wise layers on the real positions only.
-        packing = Packing(padding) if cache is None and padding.any() else None
-        if packing is not None:
-            tokens, positions = packing.pack(tokens), packing.pack(positions)
         x = self.embedding(tokens, positions)
         attention = None
         for index, layer in enumerate(self.layers):
             is_last = index == len(self.layers) - 1
             x, weights = layer(x, memory, self_mask, self_is_causal, memory_mask,
                                cache=None if cache is None else cache.layers[index],
-                               need_weights=return_attention and is_last, packing=packing)
+                               need_weights=return_attention and is_last)
             if weights is not None:
                 attention = weights
         if cache is not None:
             cache.end_step()
         if self.final_norm is not None:
             x = self.final_norm(x)
-        if packing is not None:
-            x = packing.unpack(x)
         return x, {"attn": [attention]}
 
     def output_layer(self, features: Tensor) -> Tensor:
