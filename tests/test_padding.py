@@ -17,7 +17,7 @@ def batch(dictionary, left_pad):
     return source, target
 
 
-def real_rows(tokens, dictionary, left_pad):
+def real_rows(tokens, dictionary):
     """Each row's real tokens, without padding."""
     return [row[row.ne(dictionary.pad())] for row in tokens]
 
@@ -30,7 +30,7 @@ def test_each_sentence_of_a_padded_batch_gets_what_it_gets_alone(dictionary, lef
     with torch.no_grad():
         features, _ = model(source, None, target, features_only=True)
         keep = target.ne(dictionary.pad())
-        for n, (src, tgt) in enumerate(zip(real_rows(source, dictionary, True), real_rows(target, dictionary, left_pad))):
+        for n, (src, tgt) in enumerate(zip(real_rows(source, dictionary), real_rows(target, dictionary))):
             alone, _ = model(src[None], None, tgt[None], features_only=True)
             torch.testing.assert_close(features[n][keep[n]], alone[0], rtol=1e-5, atol=1e-5)
 
@@ -48,8 +48,7 @@ def test_gradients_of_a_padded_batch_are_the_sum_over_its_sentences(dictionary):
         return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
 
     batched = gradients(source, target)
-    alone = [gradients(s[None], t[None]) for s, t in zip(real_rows(source, dictionary, True),
-                                                           real_rows(target, dictionary, False))]
+    alone = [gradients(s[None], t[None]) for s, t in zip(real_rows(source, dictionary), real_rows(target, dictionary))]
     assert "decoder.layers.0.feed_forward.sublayer.inner.weight" in batched
     for name, grad in batched.items():
         torch.testing.assert_close(grad, sum(g[name] for g in alone if name in g), rtol=1e-4, atol=1e-5)

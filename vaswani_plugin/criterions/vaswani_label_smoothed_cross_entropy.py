@@ -17,7 +17,7 @@ class VaswaniLabelSmoothedCrossEntropyConfig(FairseqDataclass):
     sentence_avg: bool = II("optimization.sentence_avg")
 
 
-# Tokens per chunk of OutputLayerLoss: a chunk's (tokens, V) float32 tensors stay at 16 MB.
+# Logits per chunk of OutputLayerLoss (rows = CHUNK_ELEMENTS // V tokens): 16 MB in float32.
 CHUNK_ELEMENTS = 2**22
 
 
@@ -81,9 +81,9 @@ class OutputLayerLoss(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss: Tensor, _grad_nll, _grad_correct):
         grad_x, grad_w = ctx.saved_tensors
-        (x_dtype, w_dtype), scale = ctx.dtypes, grad_loss
-        return (None if grad_x is None else (grad_x * scale).to(x_dtype),
-                None if grad_w is None else (grad_w * scale).to(w_dtype), None, None, None)
+        x_dtype, w_dtype = ctx.dtypes
+        return (None if grad_x is None else (grad_x * grad_loss).to(x_dtype),
+                None if grad_w is None else (grad_w * grad_loss).to(w_dtype), None, None, None)
 
 
 @register_criterion("vaswani_label_smoothed_cross_entropy", dataclass=VaswaniLabelSmoothedCrossEntropyConfig)
