@@ -8,9 +8,10 @@ setup(
     long_description_content_type="text/markdown",
     packages=find_packages(include=["vaswani_plugin", "vaswani_plugin.*"]),
     python_requires=">=3.9",
-    # torch >= 2.0 for scaled_dot_product_attention. fairseq is an extra so that installing the plugin
-    # into an environment with its own fairseq never replaces it.
-    install_requires=["torch>=2.0"],
+    # torch >= 2.4 for torch.get_autocast_dtype(device) (tests/test_gpu_paths_on_cpu.py pins this to the APIs
+    # used). fairseq is an extra so that installing the plugin into an environment with its own fairseq never
+    # replaces it.
+    install_requires=["torch>=2.4"],
     extras_require={
         "fairseq": ["ve-fairseq==0.12.3"],
         # prepare/ and recipes/: tokenisation, BPE, word-pieces, scoring; attention pictures

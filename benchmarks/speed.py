@@ -118,6 +118,7 @@ def worker(spec) -> dict:
     from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
     from fairseq.sequence_generator import SequenceGenerator
     from vaswani_plugin.criterions.vaswani_label_smoothed_cross_entropy import VaswaniLabelSmoothedCrossEntropy
+    from vaswani_plugin.models.output_layer_loss import chunk_logits_for
     from vaswani_plugin.training_cost import peak_for
 
     device = torch.device(spec["device"])
@@ -128,7 +129,8 @@ def worker(spec) -> dict:
     if spec["impl"] == "transformer":
         criterion = LabelSmoothedCrossEntropyCriterion(task, sentence_avg=False, label_smoothing=0.1)
     else:
-        criterion = VaswaniLabelSmoothedCrossEntropy(task, label_smoothing=0.1, sentence_avg=False)
+        criterion = VaswaniLabelSmoothedCrossEntropy(task, label_smoothing=0.1, sentence_avg=False,
+                                                     loss_chunk_logits=spec["loss_chunk_logits"])
 
     def to_device(sample):
         return {k: to_device(v) if isinstance(v, dict) else v.to(device) if torch.is_tensor(v) else v
@@ -168,6 +170,9 @@ def worker(spec) -> dict:
     synchronize()
     seconds = time.perf_counter() - start
     result = {"train_tokens_per_s": tokens / seconds}
+    if spec["impl"] == "vaswani_transformer":
+        rows = max(1, (criterion.loss_chunk_logits or chunk_logits_for(device)) // len(dictionary))
+        result["loss_chunks"] = sum(-(-sample["ntokens"] // rows) for sample in samples) / len(samples)
     if device.type == "cuda":
         result["peak_memory_mb"] = torch.cuda.max_memory_allocated() / 2**20
         peak = peak_for(torch.cuda.get_device_name(0), spec["amp"])
@@ -223,6 +228,9 @@ def main(argv=None):
                              "trains; fairseq's stay float32, as fairseq trains on a CPU. Not the same computation: "
                              "the training ratio is then the quickstart's, not the converter's (generation stays fp32)")
     parser.add_argument("--max-tokens", type=int, default=4096, help="tokens per training batch")
+    parser.add_argument("--loss-chunk-logits", type=int, default=0,
+                        help="logits per chunk of the plugin's output layer and loss (the criterion's option); "
+                             "0: by device, as training chooses")
     parser.add_argument("--warmup", type=int, default=5, help="untimed training updates first")
     parser.add_argument("--updates", type=int, default=20, help="timed training updates")
     parser.add_argument("--sentences", type=int, default=512, help="test sentences to translate")
@@ -247,11 +255,15 @@ def main(argv=None):
         parser.error("--amp and --bf16-autocast are two precisions: choose one")
 
     import torch
+    from vaswani_plugin.models.output_layer_loss import chunk_logits_for
     device = torch.cuda.get_device_name(0) if args.device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    chunk_logits = args.loss_chunk_logits or chunk_logits_for(torch.device(args.device))
     precision = "fp16 AMP" if args.amp else "fp32, the plugin's training in bf16 autocast" if args.bf16_autocast \
         else "fp32"
     print(f"device: {device}; torch {torch.__version__}; {precision}; training batches of "
-          f"{args.max_tokens} tokens, {args.updates} timed updates after {args.warmup}; generation of "
+          f"{args.max_tokens} tokens, {args.updates} timed updates after {args.warmup}; the plugin's loss in chunks "
+          f"of {chunk_logits:,} logits ({'--loss-chunk-logits' if args.loss_chunk_logits else 'by device'}); "
+          f"generation of "
           f"{args.sentences} sentences, batches of 128, max length input + 50")
     columns = [("train_tokens_per_s", "train tok/s"), ("peak_memory_mb", "peak MB"),
                ("beam4_sentences_per_s", "beam4 sent/s"), ("beam4_tokens_per_s", "beam4 tok/s"),
@@ -262,6 +274,7 @@ def main(argv=None):
         for impl in ("transformer", "vaswani_transformer"):
             spec = dict(impl=impl, size=size, data=args.data, checkpoint=args.checkpoint, device=args.device,
                         amp=args.amp, bf16_autocast=args.bf16_autocast, max_tokens=args.max_tokens,
+                        loss_chunk_logits=args.loss_chunk_logits,
                         warmup=args.warmup, updates=args.updates, sentences=args.sentences)
             results[impl] = measure(spec)
         for impl, row in results.items():
@@ -270,7 +283,8 @@ def main(argv=None):
         ours, theirs = results["vaswani_transformer"], results["transformer"]
         print(f"{size:6} {'ratio plugin/fairseq':22}" + "".join(f"{ours[key] / theirs[key]:15.2f}" for key, _ in columns))
         same = all(ours[f"{name}_hypotheses"] == theirs[f"{name}_hypotheses"] for name in ("beam4", "greedy"))
-        print(f"{size:6} same hypotheses (beam 4 and greedy): {'yes' if same else 'NO'}")
+        print(f"{size:6} same hypotheses (beam 4 and greedy): {'yes' if same else 'NO'}; the plugin's loss took "
+              f"{ours['loss_chunks']:.1f} chunks per training batch")
 
 
 def _cuda() -> bool:

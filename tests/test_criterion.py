@@ -8,13 +8,15 @@ import torch.nn.functional as F
 from fairseq import metrics
 
 from conftest import build_model, random_tokens
-from vaswani_plugin.criterions import vaswani_label_smoothed_cross_entropy as criterion_module
-from vaswani_plugin.criterions.vaswani_label_smoothed_cross_entropy import (
-    OutputLayerLoss,
-    VaswaniLabelSmoothedCrossEntropy,
-)
+from vaswani_plugin.criterions.vaswani_label_smoothed_cross_entropy import VaswaniLabelSmoothedCrossEntropy
+from vaswani_plugin.models.output_layer_loss import CPU_CHUNK_LOGITS, OutputLayerLoss
 
 PAD = 1
+
+
+def output_layer_loss(features, weight, target, epsilon, chunk_logits=CPU_CHUNK_LOGITS):
+    """OutputLayerLoss over non-padding rows, gradients as grad mode asks (as SmoothedLoss calls it)."""
+    return OutputLayerLoss.apply(features, weight, target, epsilon, PAD, chunk_logits, torch.is_grad_enabled())
 
 
 def direct_loss(lprobs, target, epsilon):
@@ -35,7 +37,8 @@ def label_smoothed_loss(logits, target, epsilon, padding_idx):
     """The criterion's loss and nll summed over the non-padding targets (logits through an identity W)."""
     keep = target.ne(padding_idx)
     identity = torch.eye(logits.size(-1), dtype=logits.dtype)
-    loss, nll, _ = OutputLayerLoss.apply(logits[keep], identity, target[keep], epsilon, padding_idx)
+    loss, nll, _ = OutputLayerLoss.apply(logits[keep], identity, target[keep], epsilon, padding_idx, CPU_CHUNK_LOGITS,
+                                         torch.is_grad_enabled())
     return loss, nll
 
 
@@ -120,11 +123,10 @@ def test_logits_give_the_loss_of_their_log_probabilities(example):
             direct_loss(lprobs, target, epsilon), rel=1e-6)
 
 
-@pytest.mark.parametrize("chunk_elements", [2**22, 24], ids=["one_chunk", "chunks_of_2_tokens"])
-def test_gradients_equal_autograd_of_the_definition(chunk_elements, monkeypatch):
+@pytest.mark.parametrize("chunk_logits", [2**22, 24], ids=["one_chunk", "chunks_of_2_tokens"])
+def test_gradients_equal_autograd_of_the_definition(chunk_logits):
     """The written-out gradients for x and W of z = x W^T, chunk by chunk, against autograd through the
     projection, log_softmax and the explicit q; scaled as the loss is."""
-    monkeypatch.setattr(criterion_module, "CHUNK_ELEMENTS", chunk_elements)
     generator = torch.Generator().manual_seed(1)
     features = torch.randn(7, 5, generator=generator, dtype=torch.float64) * 2
     weight = torch.randn(11, 5, generator=generator, dtype=torch.float64)
@@ -137,7 +139,7 @@ def test_gradients_equal_autograd_of_the_definition(chunk_elements, monkeypatch)
     reference = -(q * torch.log_softmax(x_ref @ w_ref.T, dim=-1)).sum()
     (reference * 0.7).backward()
     x, w = features.clone().requires_grad_(), weight.clone().requires_grad_()
-    loss, nll, correct = OutputLayerLoss.apply(x, w, target, epsilon, PAD)
+    loss, nll, correct = output_layer_loss(x, w, target, epsilon, chunk_logits)
     (loss * 0.7).backward()
     torch.testing.assert_close(loss, reference.detach(), rtol=1e-12, atol=0)
     torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-10, atol=1e-12)
@@ -150,11 +152,11 @@ def test_gradients_equal_autograd_of_the_definition(chunk_elements, monkeypatch)
 def test_without_gradients_nothing_is_kept_for_backward():
     features, weight = torch.randn(4, 3), torch.randn(6, 3)
     with torch.no_grad():
-        loss, _, _ = OutputLayerLoss.apply(features, weight, torch.tensor([0, 2, 4, 5]), 0.1, PAD)
+        loss, _, _ = output_layer_loss(features, weight, torch.tensor([0, 2, 4, 5]), 0.1)
     assert loss.grad_fn is None
     frozen_weight = weight.clone()
     x = features.clone().requires_grad_()
-    OutputLayerLoss.apply(x, frozen_weight, torch.tensor([0, 2, 4, 5]), 0.1, PAD)[0].backward()
+    output_layer_loss(x, frozen_weight, torch.tensor([0, 2, 4, 5]), 0.1)[0].backward()
     assert x.grad is not None and frozen_weight.grad is None
 
 
@@ -164,10 +166,10 @@ def test_half_precision_gets_float32_loss_and_gradients_of_its_dtype():
     weight = torch.randn(13, 8, generator=generator)
     target = torch.tensor([2, 3, 12, 0, 5])
     x, w = features.to(torch.bfloat16).requires_grad_(), weight.to(torch.bfloat16).requires_grad_()
-    loss, nll, _ = OutputLayerLoss.apply(x, w, target, 0.1, PAD)
+    loss, nll, _ = output_layer_loss(x, w, target, 0.1)
     assert loss.dtype == nll.dtype == torch.float32
     x_ref, w_ref = x.detach().float().requires_grad_(), w.detach().float().requires_grad_()
-    OutputLayerLoss.apply(x_ref, w_ref, target, 0.1, PAD)[0].backward()
+    output_layer_loss(x_ref, w_ref, target, 0.1)[0].backward()
     loss.backward()
     assert x.grad.dtype == w.grad.dtype == torch.bfloat16
     torch.testing.assert_close(x.grad.float(), x_ref.grad, rtol=2e-2, atol=2e-2)

@@ -31,7 +31,8 @@ def check_table(output):
         rows[name] = [float(x) for x in re.findall(r"\d+\.\d+", line)[:len(COLUMNS)]]
     assert all(value > 0 for row in rows.values() for value in row)
     for ours, theirs, ratio in zip(rows["vaswani_transformer"], rows["transformer"], rows["ratio plugin/fairseq"]):
-        assert ratio == pytest.approx(ours / theirs, abs=0.01)
+        # The printed figures are rounded to 0.05: small ones (a loaded machine) move their ratio that much more.
+        assert ratio == pytest.approx(ours / theirs, abs=0.01 + ratio * (0.05 / ours + 0.05 / theirs))
     # Converted weights: both implementations translate the same.
     assert "tiny   same hypotheses (beam 4 and greedy): yes" in output
 
@@ -39,14 +40,19 @@ def check_table(output):
 def test_smoke_prints_both_implementations_ratios_and_same_hypotheses():
     output = run_smoke("--device", "cpu")
     assert output.startswith("device: CPU") and "fp32" in output
+    assert "the plugin's loss in chunks of 4,194,304 logits (by device)" in output
+    assert "tiny   same hypotheses (beam 4 and greedy): yes; the plugin's loss took 1.0 chunks per training batch" \
+        in output
     check_table(output)
 
 
 def test_full_mode_reads_binarised_data_and_trains_the_plugin_in_bf16_on_request(reversal_data):
     output = run_benchmark("--data", str(reversal_data / "joined"), "--sizes", "tiny", "--device", "cpu",
                            "--max-tokens", "512", "--warmup", "1", "--updates", "2", "--sentences", "16",
-                           "--bf16-autocast")
+                           "--bf16-autocast", "--loss-chunk-logits", "2000")
     assert "; fp32, the plugin's training in bf16 autocast;" in output
+    assert "the plugin's loss in chunks of 2,000 logits (--loss-chunk-logits)" in output
+    assert float(re.search(r"the plugin's loss took (\d+\.\d) chunks per training batch", output).group(1)) > 1
     check_table(output)  # generation starts from the untrained weights again: the same hypotheses
 
 

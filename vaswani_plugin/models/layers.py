@@ -55,10 +55,9 @@ class TokenEmbedding(nn.Module):
         return self.dropout(x)
 
 
-def padding_attention_mask(key_padding: Tensor) -> Optional[Tensor]:
-    """Boolean SDPA mask (True = may attend), shape (batch, 1, 1, keys); None when nothing is padded."""
-    if not key_padding.any():
-        return None
+def padding_attention_mask(key_padding: Tensor) -> Tensor:
+    """Boolean SDPA mask (True = may attend), shape (batch, 1, 1, keys). Always a mask: asking whether anything
+    is padded would cost a host sync, and nearly every batch pads some source sentence."""
     return (~key_padding)[:, None, None, :]
 
 
@@ -69,6 +68,7 @@ def causal_attention_mask(key_padding: Tensor) -> Tuple[Optional[Tensor], bool]:
     and scoring batches), the causal flag alone masks every padding key from every real query and lets SDPA
     pick its fused kernels; padding queries then see earlier padding, but no real position reads them.
     Otherwise a query always keeps its own key, so a padding query never has an empty row (NaN).
+    Telling the two apart is the one host sync of a training forward pass (on a GPU).
     """
     if not (key_padding[:, :-1] & ~key_padding[:, 1:]).any():
         return None, True

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.models.beam_cache import BeamCache
+from vaswani_plugin.models.output_layer_loss import SmoothedLoss
 from vaswani_plugin.models.layers import (
     DecoderLayer,
     EncoderLayer,
@@ -93,6 +94,8 @@ class VaswaniTransformerModel(FairseqEncoderDecoderModel):
     # fairseq's SequenceGeneratorWithAlignment (--print-alignment) then takes the attention from one full pass
     # over the finished hypotheses (the same values, tests/test_incremental.py) instead of every decoding step.
     full_context_alignment = True
+    # vaswani_label_smoothed_cross_entropy passes its SmoothedLoss to forward (see forward).
+    forward_computes_smoothed_loss = True
 
     @classmethod
     def build_model(cls, cfg, task):
@@ -114,6 +117,17 @@ class VaswaniTransformerModel(FairseqEncoderDecoderModel):
         decoder = VaswaniDecoder(cfg, target_dict, decoder_embedding,
                                  share_output=cfg.share_all_embeddings or cfg.share_decoder_input_output_embed)
         return cls(encoder, decoder)
+
+    def forward(self, src_tokens, src_lengths, prev_output_tokens, smoothed_loss: Optional[SmoothedLoss] = None,
+                **kwargs):
+        """§3.1: encoder, then decoder. With smoothed_loss, the output layer (§3.4) and the loss of §5.4 run here,
+        inside forward, and (loss, nll_loss, n_correct) is returned: data-parallel wrappers then see W used by
+        the forward pass (DDP's find_unused_parameters with an untied output layer)."""
+        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, **kwargs)
+        if smoothed_loss is None:
+            return self.decoder(prev_output_tokens, encoder_out=encoder_out, **kwargs)
+        features, _ = self.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=True)
+        return smoothed_loss(features, self.decoder.output_projection.weight)
 
     def set_beam_size(self, beam_size: int):
         """fairseq's SequenceGenerator announces its beam size here; the decoder's beam cache uses it."""
