@@ -1,0 +1,48 @@
+"""fairseq-train with fairseq's own --fp16 / --memory-efficient-fp16 on a CPU, for tests: the two places where
+fairseq's float16 path assumes CUDA are patched in this process only (nothing of fairseq changes on disk).
+
+    python tests/fp16_on_cpu.py <fairseq-train arguments, with --cpu>
+
+- FP16Optimizer keys its flat float32 master weights by torch.cuda.current_device() and later copies the float16
+  gradients into them grouped by p.device.index, which is None on a CPU: current_device() answers None here, so
+  the keys match. (With any other key the copy finds no parameters and every update has all-zero gradients.)
+- On a gradient overflow the trainer sets grad_norm = torch.tensor(0.0).cuda(): .cuda() leaves a tensor on the CPU.
+
+FP16_ON_CPU_OVERFLOW_AT=N makes one gradient element of the N-th batch (N-th backward pass, from 1) infinite
+after the backward pass, as a float16 overflow would, so that fairseq's dynamic loss scaler reacts to it.
+"""
+
+import os
+import sys
+
+from fairseq_cli.train import cli_main  # first: it sets up fairseq-train's logging before fairseq is imported
+import torch
+from fairseq.optim.fp16_optimizer import _FP16OptimizerMixin, _MemoryEfficientFP16OptimizerMixin
+
+torch.cuda.current_device = lambda: None
+torch.Tensor.cuda = lambda tensor, *args, **kwargs: tensor
+
+
+def overflow_at(batch: int):
+    """Wrap both float16 optimizers' backward so that the gradient of the BATCH-th backward pass overflows."""
+    calls = 0
+
+    def wrap(backward):
+        def backward_with_overflow(self, loss):
+            nonlocal calls
+            backward(self, loss)
+            calls += 1
+            if calls == batch:
+                params = self.fp16_params if hasattr(self, "fp16_params") else self.params
+                next(p for p in params if p.grad is not None).grad.view(-1)[0] = float("inf")
+        return backward_with_overflow
+
+    for mixin in (_FP16OptimizerMixin, _MemoryEfficientFP16OptimizerMixin):
+        mixin.backward = wrap(mixin.backward)
+
+
+if __name__ == "__main__":
+    if "FP16_ON_CPU_OVERFLOW_AT" in os.environ:
+        overflow_at(int(os.environ["FP16_ON_CPU_OVERFLOW_AT"]))
+    sys.argv[0] = "fairseq-train"
+    cli_main()
