@@ -24,6 +24,7 @@ decoder_input_tokens.
 import argparse
 import logging
 import math
+import pickle
 import sys
 from contextlib import contextmanager
 from functools import partial
@@ -39,6 +40,7 @@ from fairseq.models import ARCH_MODEL_REGISTRY
 from torch import Tensor
 
 import vaswani_plugin  # noqa: F401  (registers the model; allow-lists fairseq's checkpoint classes)
+from vaswani_plugin.checkpoint_loading import UnreadableCheckpoint, load_checkpoint
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerModel
 
@@ -103,10 +105,12 @@ def load_model(path, data, source_lang: Optional[str], target_lang: Optional[str
     if not Path(path).is_file():
         raise VaswaniConfigError(f"--path {path}: no such checkpoint file")
     try:
-        state = checkpoint_utils.load_checkpoint_to_cpu(str(path))
+        state = load_checkpoint(path, checkpoint_utils.load_checkpoint_to_cpu)
         cfg = state["cfg"]
         arch = getattr(cfg.model, "arch", None) or getattr(cfg.model, "_name", None)
-    except Exception:  # a file that is no fairseq checkpoint fails in torch.load or fairseq's upgrade, many ways
+    except (UnreadableCheckpoint, pickle.UnpicklingError):
+        raise  # one line naming the file; torch's own explanation of a class that safe loading refuses
+    except Exception:  # a torch file that is no fairseq checkpoint fails in fairseq's upgrade, many ways
         raise VaswaniConfigError(f"--path {path} is not a fairseq checkpoint") from None
     model_class = ARCH_MODEL_REGISTRY.get(arch)
     if model_class is None or not issubclass(model_class, VaswaniTransformerModel):

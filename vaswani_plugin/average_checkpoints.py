@@ -21,6 +21,7 @@ from typing import List, Sequence
 import torch
 
 import vaswani_plugin  # noqa: F401  (allow-lists fairseq's checkpoint classes for weights_only loading)
+from vaswani_plugin.checkpoint_loading import load_checkpoint
 from vaswani_plugin.errors import VaswaniConfigError
 
 PATTERNS = {"update": re.compile(r"checkpoint_(\d+)_(\d+)\.pt"), "epoch": re.compile(r"checkpoint(\d+)\.pt")}
@@ -48,7 +49,7 @@ def average_checkpoints(paths: Sequence) -> dict:
     for path in paths:
         if not Path(path).is_file():
             raise VaswaniConfigError(f"{path} is not a checkpoint file")
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = load_checkpoint(path)
         model = state.get("model") if isinstance(state, dict) else None
         if model is None:
             raise VaswaniConfigError(f"{path} is not a fairseq checkpoint (it has no 'model')")

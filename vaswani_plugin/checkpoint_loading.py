@@ -6,13 +6,27 @@ only these classes are added (measured on fairseq 0.12.3 checkpoints, see tests/
 - numpy's array reconstruction, ndarray, dtype and the int64 dtype class: the n-gram counts that
   `--eval-bleu` keeps in extra_state["metrics"].
 Checkpoints of this plugin's own model hold none of them.
+
+load_checkpoint is how this package's commands read a checkpoint: a file that is missing, empty, cut short
+(a job killed while fairseq copied it to checkpoint_last.pt) or no torch file at all is a one-line
+UnreadableCheckpoint naming it, not torch's traceback.
 """
 
 import argparse
+import zipfile
+from pathlib import Path
+from typing import Callable, Optional
 
 import numpy
 import torch
 from torch.torch_version import TorchVersion
+
+from vaswani_plugin.errors import VaswaniConfigError
+
+# torch.save writes a zip archive; torch < 1.6 wrote a pickle stream that begins with torch's magic number
+# (pickle's LONG1 opcode, 10 bytes, little-endian).
+ZIP_SIGNATURE = b"PK\x03\x04"
+LEGACY_SIGNATURE = b"\x8a\x0a" + torch.serialization.MAGIC_NUMBER.to_bytes(10, "little")
 
 
 def fairseq_checkpoint_globals():
@@ -32,3 +46,54 @@ def allow_fairseq_checkpoint_classes():
     """Add fairseq's checkpoint classes to torch's weights_only allow-list (torch >= 2.6 loads safely by default)."""
     if TorchVersion(torch.__version__) >= (2, 6):
         torch.serialization.add_safe_globals(fairseq_checkpoint_globals())
+
+
+class UnreadableCheckpoint(VaswaniConfigError):
+    """A checkpoint file that torch cannot read: missing, empty, cut short, damaged, or not a torch file."""
+
+
+def checkpoint_problem(path, error: Optional[BaseException] = None) -> Optional[str]:
+    """Why the file at `path` is no intact torch checkpoint, or None.
+
+    Reads its first bytes and, for a zip archive, its central directory, the last thing written: a write or
+    copy cut short lacks it. `error`, raised while loading the file, counts when torch's zip reader raised it
+    (an archive damaged inside); any other error (torch's refusal of a class, say) is not about the file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        return "no such file"
+    with open(path, "rb") as file:
+        head = file.read(32)
+    if not head:
+        return "an empty file, not a checkpoint"
+    if head.startswith(ZIP_SIGNATURE):
+        if not zipfile.is_zipfile(path):
+            return "cut short: torch's zip archive without its end (a write or copy that was interrupted)"
+        if isinstance(error, RuntimeError) and "PytorchStreamReader" in str(error):
+            return f"a damaged torch archive ({str(error).split('. ')[0]})"
+        return None
+    if head.startswith(b"\x80") and LEGACY_SIGNATURE in head:
+        return None
+    return "not a torch checkpoint (neither torch's zip format nor its legacy one)"
+
+
+def load_checkpoint(path, load: Optional[Callable] = None):
+    """The checkpoint at `path` on CPU, loaded safely (weights_only); UnreadableCheckpoint, one line naming the
+    file, when it is missing, empty, cut short, damaged or no torch file.
+
+    Memory-mapped: tensors are read when used, so reading a checkpoint's bookkeeping (update count, training
+    time) costs no time even for the big model with Adam's state. `load`: read the file with this function
+    instead (fairseq's checkpoint_utils.load_checkpoint_to_cpu, which upgrades old checkpoints). torch's
+    refusal of a class (safe loading, "Weights only load failed") is not caught: its message says what to do.
+    """
+    problem = checkpoint_problem(path)
+    if problem is None:
+        try:
+            if load is not None:
+                return load(str(path))
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
+        except RuntimeError as error:
+            problem = checkpoint_problem(path, error)
+            if problem is None:
+                raise
+    raise UnreadableCheckpoint(f"{path}: {problem}")

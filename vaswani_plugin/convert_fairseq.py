@@ -23,6 +23,7 @@ from fairseq.modules import SinusoidalPositionalEmbedding
 
 import vaswani_plugin  # noqa: F401  (allow-lists fairseq's checkpoint classes for weights_only loading)
 from vaswani_plugin.average_checkpoints import save_atomically
+from vaswani_plugin.checkpoint_loading import UnreadableCheckpoint, load_checkpoint
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerConfig
 
@@ -121,7 +122,7 @@ def convert_checkpoint(path) -> dict:
     """A fairseq transformer checkpoint file -> the state of an equivalent vaswani_transformer checkpoint."""
     if not Path(path).is_file():
         raise VaswaniConfigError("not a checkpoint file")
-    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    checkpoint = load_checkpoint(path)
     if not isinstance(checkpoint, dict) or not checkpoint.get("cfg") or "model" not in checkpoint:
         raise VaswaniConfigError("not a fairseq >= 0.10 checkpoint (it has no 'cfg' and 'model')")
     options = fairseq_options(checkpoint["cfg"]["model"])
@@ -141,6 +142,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     try:
         checkpoint = convert_checkpoint(args.input)
+    except UnreadableCheckpoint as error:  # names the file itself
+        sys.exit(f"{parser.prog}: error: {error}")
     except VaswaniConfigError as error:
         sys.exit(f"{parser.prog}: error: {args.input}: {error}")
     save_atomically(checkpoint, args.output)

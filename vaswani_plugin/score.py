@@ -48,10 +48,20 @@ def split_compounds(text: str) -> str:
     return re.sub(r"(\S)-(\S)", r"\1 ##AT##-##AT## \2", text)
 
 
+def read_lines(path) -> List[str]:
+    """The lines of a UTF-8 text file, without their ends; a file that is not UTF-8 is a one-line error (an
+    output cut short, by a killed job, can end inside a character)."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            return [line.rstrip("\r\n") for line in file]
+    except UnicodeDecodeError as error:
+        raise VaswaniConfigError(f"{path}: not UTF-8 text ({error.reason}: cut short inside a character, "
+                                 "or another encoding)") from None
+
+
 def read_hypotheses(path, remove_bpe: Optional[str] = None):
     """(hypotheses sorted by sentence id, their ids or None for a plain file); see the module docstring."""
-    with open(path, encoding="utf-8") as file:
-        lines = [line.rstrip("\r\n") for line in file]
+    lines = read_lines(path)
     found = {"H": {}, "D": {}}
     for match in filter(None, map(GENERATE_LINE.fullmatch, lines)):
         found[match[1]].setdefault(int(match[2]), match[3])  # the first (best) of --nbest
@@ -87,8 +97,7 @@ def score_lines(hypotheses: Sequence[str], references: Sequence[str], target_lan
 def score_files(hypotheses, reference, target_lang: str, remove_bpe: Optional[str] = None) -> Scores:
     """score_lines on a fairseq-generate output or plain hypothesis file and a plain reference file."""
     lines, ids = read_hypotheses(hypotheses, remove_bpe)
-    with open(reference, encoding="utf-8") as file:
-        references = [line.rstrip("\r\n") for line in file]
+    references = read_lines(reference)
     if len(lines) != len(references):
         hint = DROPPED_HINT if ids is not None and len(lines) < len(references) else ""
         raise VaswaniConfigError(f"{len(lines)} hypotheses for {len(references)} reference lines{hint}")
@@ -105,10 +114,7 @@ def examples(hypotheses, reference, source, target_lang: str, count: int,
     """The first `count` sentences side by side: source, reference and the detokenised translation."""
     lines, _ = read_hypotheses(hypotheses, remove_bpe)
     detokeniser = MosesDetokenizer(lang=target_lang)
-    texts = []
-    for path in (source, reference):
-        with open(path, encoding="utf-8") as file:
-            texts.append([line.rstrip("\r\n") for line in file])
+    texts = [read_lines(source), read_lines(reference)]
     shown = []
     for index, (src, ref, hyp) in enumerate(zip(texts[0], texts[1], lines[:count])):
         shown.append(f"example {index + 1}\n  source:      {src}\n  reference:   {ref}\n"

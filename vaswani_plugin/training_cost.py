@@ -10,6 +10,8 @@ import sys
 import torch
 
 import vaswani_plugin  # noqa: F401  (allow-list for loading fairseq checkpoints safely)
+from vaswani_plugin.checkpoint_loading import load_checkpoint
+from vaswani_plugin.errors import VaswaniConfigError
 
 # Dense peak TFLOP/s per GPU: (fp32, fp16/bf16 tensor cores). Table 2 used 2.8, 3.7, 6.0 and 9.5 TFLOPS
 # for K80, K40, M40 and P100 ("sustained single-precision floating-point capacity").
@@ -31,8 +33,13 @@ def peak_for(device_name: str, fp16: bool):
 
 
 def training_seconds(checkpoint: str) -> float:
-    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    return float(state["extra_state"]["previous_training_time"])
+    """The training time fairseq-train stored in the checkpoint (all runs of a resumed training together)."""
+    state = load_checkpoint(checkpoint)
+    try:
+        return float(state["extra_state"]["previous_training_time"])
+    except (KeyError, TypeError):
+        raise VaswaniConfigError(f"{checkpoint}: no training time in it (extra_state.previous_training_time); "
+                                 "not a checkpoint written by fairseq-train") from None
 
 
 def main(argv=None):
@@ -44,7 +51,10 @@ def main(argv=None):
     parser.add_argument("--paper", choices=sorted(PAPER_COST), help="print Table 2's cost of this model too")
     args = parser.parse_args(argv)
 
-    seconds = training_seconds(args.checkpoint)
+    try:
+        seconds = training_seconds(args.checkpoint)
+    except VaswaniConfigError as error:
+        sys.exit(f"{parser.prog}: error: {error}")
     peak, source = args.peak_tflops, "--peak-tflops"
     if peak is None and torch.cuda.is_available():
         name = torch.cuda.get_device_name(0)

@@ -1,0 +1,125 @@
+"""Make SAVE_DIR/checkpoint_last.pt resumable again after a job was killed at any instant.
+
+    python -m vaswani_plugin.resume_checkpoint SAVE_DIR
+
+fairseq-train resumes from checkpoint_last.pt. It writes checkpoint_<epoch>_<updates>.pt atomically but then
+copies it to checkpoint_last.pt with a plain copy, so a job killed during that copy (preemption, the OOM
+killer) leaves a cut-off checkpoint_last.pt, on which the next fairseq-train dies, although intact checkpoints
+lie beside it. The recipes run this command before every fairseq-train:
+
+- checkpoint_last.pt missing or readable: nothing to do, nothing printed;
+- unreadable: it is kept under a new name (checkpoint_last.unreadable-<its time>.pt), and the newest intact
+  training checkpoint of SAVE_DIR, by the update count stored in it (checkpoint_average.pt and other files
+  without optimizer state or data position are no training checkpoints), is copied atomically into
+  checkpoint_last.pt; with none, checkpoint_last.pt is removed and training starts from the beginning.
+The cut-off checkpoint_last.pt stays in place until the restored one replaces it (or it is removed), so this
+command can itself be killed anywhere and run again. A checkpoint that torch's safe loading refuses (a class
+not on the allow-list of checkpoint_loading.py) stops it with torch's own explanation.
+"""
+
+import argparse
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional, Tuple
+
+import vaswani_plugin  # noqa: F401  (allow-lists fairseq's checkpoint classes for weights_only loading)
+from vaswani_plugin.checkpoint_loading import UnreadableCheckpoint, load_checkpoint
+
+PROG = "vaswani_plugin.resume_checkpoint"
+TEMPORARY_PREFIX = ".checkpoint_last.pt."
+INTERVAL_CHECKPOINT = re.compile(r"checkpoint_\d+_\d+\.pt")
+
+
+def training_updates(path: Path) -> Optional[int]:
+    """The update count fairseq-train would resume from with this checkpoint; None for an unreadable file or
+    one that cannot resume training (an average: no optimizer state; not written by fairseq-train)."""
+    try:
+        state = load_checkpoint(path)
+    except UnreadableCheckpoint:
+        return None
+    if not isinstance(state, dict) or state.get("last_optimizer_state") is None or not state.get("optimizer_history"):
+        return None
+    if "train_iterator" not in (state.get("extra_state") or {}):
+        return None
+    return state["optimizer_history"][-1].get("num_updates")
+
+
+def newest_training_checkpoint(save_dir: Path) -> Optional[Tuple[int, Path]]:
+    """(updates, path) of the intact training checkpoint with the most updates in save_dir, if any; of equals,
+    the interval checkpoint (checkpoint_best.pt can hold the same state)."""
+    found = []
+    for path in save_dir.glob("checkpoint*.pt"):
+        if path.name not in ("checkpoint_last.pt", "checkpoint_average.pt"):
+            updates = training_updates(path)
+            if updates is not None:
+                found.append((updates, INTERVAL_CHECKPOINT.fullmatch(path.name) is not None, path))
+    if not found:
+        return None
+    updates, _, path = max(found)
+    return updates, path
+
+
+def copy_atomically(source: Path, target: Path) -> None:
+    """Copy to a temporary file beside `target`, flushed to disk, then rename it over `target`."""
+    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=TEMPORARY_PREFIX, suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as file, open(source, "rb") as original:
+            shutil.copyfileobj(original, file)
+            file.flush()
+            os.fsync(file.fileno())
+        shutil.copymode(source, temporary)
+        os.replace(temporary, target)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def keep(last: Path) -> Path:
+    """A second name for the unreadable checkpoint_last.pt, dated by its modification time (when the job died)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(last.stat().st_mtime))
+    kept = last.with_name(f"checkpoint_last.unreadable-{stamp}.pt")
+    if not (kept.exists() and kept.samefile(last)):  # a run killed after this step linked it already
+        try:
+            os.link(last, kept)
+        except OSError:  # a file system without hard links
+            shutil.copyfile(last, kept)
+    return kept
+
+
+def resume(save_dir) -> None:
+    """See the module docstring."""
+    save_dir = Path(save_dir)
+    last = save_dir / "checkpoint_last.pt"
+    for stale in save_dir.glob(f"{TEMPORARY_PREFIX}*.tmp"):  # copies of a run of this command that was killed
+        stale.unlink()
+    if not last.exists():
+        return
+    try:
+        load_checkpoint(last)
+        return
+    except UnreadableCheckpoint as error:
+        print(f"{PROG}: {error}; kept as {keep(last).name}", file=sys.stderr)
+    newest = newest_training_checkpoint(save_dir)
+    if newest is None:
+        last.unlink()
+        print(f"{PROG}: no intact training checkpoint in {save_dir}: training starts from the beginning")
+        return
+    updates, path = newest
+    copy_atomically(path, last)
+    print(f"{PROG}: resuming from {path.name} (update {updates}), copied to checkpoint_last.pt")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("save_dir", help="fairseq-train's --save-dir")
+    resume(parser.parse_args(argv).save_dir)
+
+
+if __name__ == "__main__":
+    main()
