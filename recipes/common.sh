@@ -21,6 +21,20 @@
 #   EXTRA_GENERATE_ARGS  more fairseq-generate arguments, appended last (e.g. --batch-size 32)
 #   CPU=1                allow running without a GPU (slow: for trying the pipeline out)
 #   PEAK_TFLOPS          per-GPU peak for the training-cost line (default: looked up by GPU name)
+#
+# Several nodes (NUM_NODES > 1): start the recipe once on every node, all with the same WORK_DIR and DATA_DIR on a
+# shared file system (fairseq's rank 0 writes the checkpoints, every rank reads checkpoint_last.pt to resume).
+# The first node to reach the data preparation prepares; the others wait for its lock (DATA_DIR/.lock, taken by
+# prepare.wmt14 and prepare.multi30k) and then find every step done. Node 0 logs training to
+# checkpoints/train.log, node N to checkpoints/train.nodeN.log, and writes the .done.* stamps. After training
+# only node 0 averages, translates and scores; the others say so and exit 0.
+# On CPU (CPU=1) a node is one training process (torch already spreads it over every core), so NUM_GPUS is 1
+# there and NUM_NODES counts processes; two on one machine, in two shells:
+#   CPU=1 NUM_NODES=2 NODE_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 bash recipes/wmt14_en_de_base.sh
+#   CPU=1 NUM_NODES=2 NODE_RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 bash recipes/wmt14_en_de_base.sh
+# fairseq's own start of CPU processes fails (torchrun: rank % torch.cuda.device_count(); pytorch_ddp asks for
+# device_ids), so each process gets its rank and the TCP address itself and joins over gloo with legacy_ddp
+# (detect_devices); fairseq is not changed.
 
 set -euo pipefail
 
@@ -47,29 +61,56 @@ stage() {
     else
         say "stage $name: starting"
         "$@"
-        touch "$stamp"
+        # Node 0's stamps only: another node's clock, or its finishing a moment later, would date its stamp
+        # after node 0's next stages and make them run again.
+        [ "${NODE_RANK:-0}" != 0 ] || touch "$stamp"
         say "stage $name: finished"
     fi
     PREVIOUS_STAMP=$stamp
 }
 
-# Sets WORKERS (processes that train in parallel), DEVICE_ARGS (training) and EVAL_DEVICE_ARGS.
+# Sets WORKERS (processes that train in parallel), DEVICE_ARGS (training), EVAL_DEVICE_ARGS and NODE_RANK (0 on
+# a single node).
 detect_devices() {
     local visible
     visible=$("$PYTHON" -c "import torch; print(torch.cuda.device_count())") || die "python with torch not found"
     NUM_NODES=${NUM_NODES:-1}
+    [[ "$NUM_NODES" =~ ^[1-9][0-9]*$ ]] || die "NUM_NODES=$NUM_NODES: use a number of nodes, 1 or more"
+    if [ "$NUM_NODES" -gt 1 ]; then
+        # fairseq's multi-node start: one run of the recipe per node, all reaching node 0 over TCP.
+        [ -n "${MASTER_ADDR:-}" ] && [ -n "${MASTER_PORT:-}" ] && [ -n "${NODE_RANK:-}" ] ||
+            die "NUM_NODES=$NUM_NODES needs MASTER_ADDR, MASTER_PORT (node 0's address and a free port) and" \
+                "NODE_RANK (0 .. NUM_NODES-1) on every node"
+        [[ "$NODE_RANK" =~ ^[0-9]+$ ]] && [ "$NODE_RANK" -lt "$NUM_NODES" ] ||
+            die "NODE_RANK=$NODE_RANK: use 0 .. $((NUM_NODES - 1)) (NUM_NODES=$NUM_NODES)"
+    else
+        NODE_RANK=0
+    fi
     if [ "$visible" -eq 0 ]; then
         [ "${CPU:-0}" = 1 ] || die "no GPU visible. The paper trains on 8 GPUs; to try the pipeline on CPU" \
             "(very slow, for testing only) set CPU=1"
+        # One process per node: torch already spreads its products over every core, and fairseq cannot start
+        # several CPU processes itself (its spawn counts GPUs).
+        [ "${NUM_GPUS:-1}" = 1 ] || die "NUM_GPUS=$NUM_GPUS: on CPU a node trains in one process, which uses" \
+            "every core; for more processes start more nodes (NUM_NODES, NODE_RANK)"
+        NUM_GPUS=1
         say "no GPU: training on CPU because CPU=1"
         # glibc hands every allocation over 32 MB straight back to the kernel, so each training step's
         # (tokens x vocabulary) tensors are page-faulted in afresh: keeping them in the heap measured 1.25x the
         # tokens/s of the quickstart (README "Quickstart"). Other C libraries ignore these variables.
         export MALLOC_MMAP_THRESHOLD_=${MALLOC_MMAP_THRESHOLD_:-4294967296}
         export MALLOC_TRIM_THRESHOLD_=${MALLOC_TRIM_THRESHOLD_:-4294967296}
-        WORKERS=1
+        WORKERS=$NUM_NODES
         DEVICE_ARGS=(--cpu)
         EVAL_DEVICE_ARGS=(--cpu)
+        if [ "$NUM_NODES" -gt 1 ]; then
+            # What fairseq's GPU start would infer, given outright: this process's rank, no spawning, and
+            # --device-id 0 (fairseq reads LOCAL_RANK otherwise); gloo, as NCCL is GPU-only, and legacy_ddp's
+            # all-reduce of the gradients, as pytorch_ddp on CPU fails on device_ids=[0].
+            DEVICE_ARGS+=(--distributed-world-size "$WORKERS" --distributed-rank "$NODE_RANK"
+                          --distributed-init-method "tcp://$MASTER_ADDR:$MASTER_PORT" --distributed-no-spawn
+                          --device-id 0 --distributed-backend gloo --ddp-backend legacy_ddp)
+        fi
         return
     fi
     NUM_GPUS=${NUM_GPUS:-$visible}
@@ -78,10 +119,6 @@ detect_devices() {
     DEVICE_ARGS=(--distributed-world-size "$WORKERS")
     EVAL_DEVICE_ARGS=()  # translation and validation run on one GPU
     if [ "$NUM_NODES" -gt 1 ]; then
-        # fairseq's multi-node start: one run of the recipe per node, all reaching node 0 over TCP.
-        [ -n "${MASTER_ADDR:-}" ] && [ -n "${MASTER_PORT:-}" ] && [ -n "${NODE_RANK:-}" ] ||
-            die "NUM_NODES=$NUM_NODES needs MASTER_ADDR, MASTER_PORT (node 0's address and a free port) and" \
-                "NODE_RANK (0 .. NUM_NODES-1) on every node"
         DEVICE_ARGS+=(--distributed-init-method "tcp://$MASTER_ADDR:$MASTER_PORT"
                       --distributed-rank $((NODE_RANK * NUM_GPUS)))
     fi
@@ -142,7 +179,7 @@ training_task() {
     local bf16=${BF16:-0}
     if [ "$bf16" = auto ]; then
         bf16=0
-        if [ "${DEVICE_ARGS[*]}" = --cpu ] && grep -qw -e avx512_bf16 -e amx_bf16 /proc/cpuinfo 2>/dev/null; then
+        if [ "${DEVICE_ARGS[0]}" = --cpu ] && grep -qw -e avx512_bf16 -e amx_bf16 /proc/cpuinfo 2>/dev/null; then
             bf16=1
         fi
     fi
@@ -155,12 +192,26 @@ training_task() {
     esac
 }
 
+# resume_checkpoint SAVE_DIR: a job killed while fairseq copied its newest checkpoint to checkpoint_last.pt leaves
+# that file cut off; make the newest intact checkpoint checkpoint_last.pt (vaswani_plugin/resume_checkpoint.py).
+# Node 0 only: fairseq's rank 0 reads checkpoint_last.pt and sends it to the other ranks, which start training only
+# once node 0's fairseq-train, run after this, has joined them.
+resume_checkpoint() {
+    # A first run has nothing to check, and saves the command's start-up (importing fairseq, 3.5 s).
+    [ "${NODE_RANK:-0}" = 0 ] && [ -e "$1/checkpoint_last.pt" ] || return 0
+    "$PYTHON" -m vaswani_plugin.resume_checkpoint "$1" 2>&1 | tee -a "$1/train.log" >&2
+}
+
 # train SAVE_DIR ARGS...: the paper's training set-up (§5) plus the recipe's model arguments.
 train() {
     local save_dir=$1
     shift
     mkdir -p "$save_dir"
+    resume_checkpoint "$save_dir"
     training_task
+    # One log per node, so that theirs never interleave; fairseq's other ranks log warnings only.
+    local log=train.log
+    [ "$NODE_RANK" = 0 ] || log=train.node$NODE_RANK.log
     # shellcheck disable=SC2086
     "$PYTHON" -m fairseq_cli.train "$DATA_BIN" --user-dir "$PLUGIN" "${TRAIN_TASK_ARGS[@]}" \
         "${EMBEDDING_SHARING[@]}" \
@@ -170,7 +221,16 @@ train() {
         --max-tokens "$MAX_TOKENS" --update-freq "$UPDATE_FREQ" --required-batch-size-multiple 1 \
         --save-dir "$save_dir" --no-epoch-checkpoints \
         --log-format simple --log-interval 100 \
-        "${DEVICE_ARGS[@]}" "$@" ${EXTRA_TRAIN_ARGS:-} 2>&1 | tee -a "$save_dir/train.log"
+        "${DEVICE_ARGS[@]}" "$@" ${EXTRA_TRAIN_ARGS:-} 2>&1 | tee -a "$save_dir/$log"
+}
+
+# leave_the_rest_to_node_zero: every node but node 0 stops after training, so that one node alone writes the
+# averaged checkpoint, the translations and the scores in the shared WORK_DIR.
+leave_the_rest_to_node_zero() {
+    if [ "$NODE_RANK" != 0 ]; then
+        say "node $NODE_RANK: training finished; node 0 averages, translates and scores"
+        exit 0
+    fi
 }
 
 # average SAVE_DIR N: §6.1, the average of the last N checkpoints.
@@ -242,6 +302,7 @@ train_average_translate() {
     local average_last=${AVERAGE_LAST:-$AVERAGE}
     stage train train "$checkpoints" --arch "$ARCH" --dropout "$DROPOUT" --max-update "${MAX_UPDATE:-$STEPS}" \
         --save-interval-updates "$every" --keep-interval-updates "$average_last"
+    leave_the_rest_to_node_zero
     stage average average "$checkpoints" "$average_last"
     stage translate translate "$checkpoints/checkpoint_average.pt" test "$WORK_DIR/newstest2014.generate.txt"
     score "$WORK_DIR/newstest2014.generate.txt" test

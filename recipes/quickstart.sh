@@ -50,6 +50,7 @@ stage train train "$CHECKPOINTS" --arch "$ARCH" "${MODEL_ARGS[@]}" --warmup-upda
     --save-interval-updates "${SAVE_INTERVAL_UPDATES:-50}" --keep-interval-updates "${AVERAGE_LAST:-5}" \
     --log-interval 10
 
+leave_the_rest_to_node_zero
 stage average average_available "$CHECKPOINTS" "${AVERAGE_LAST:-5}"
 
 # §6.1 decoding: beam 4, length penalty α = 0.6, at most input + 50 tokens; every one of the 1,000 sentences.

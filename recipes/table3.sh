@@ -57,6 +57,7 @@ for index in "${!VARIANTS[@]}"; do
     # shellcheck disable=SC2086
     stage "train-$run" train "$WORK_DIR/$run" --arch vaswani_transformer --dropout 0.1 \
         --max-update "${MAX_UPDATE:-$steps}" --save-interval-updates 0 $variant_args
+    [ "$NODE_RANK" = 0 ] || continue  # node 0 alone validates, translates and scores
     # Dev perplexity per word-piece on all of newstest2013, and BLEU with beam 4, α = 0.6, no averaging.
     ppl=$("$PYTHON" -m fairseq_cli.validate "$DATA_BIN" --user-dir "$PLUGIN" --task translation \
         --path "$WORK_DIR/$run/checkpoint_last.pt" --valid-subset valid --max-tokens "$MAX_TOKENS" \
@@ -69,6 +70,7 @@ for index in "${!VARIANTS[@]}"; do
         "$(awk "BEGIN { print $params / 1e6 }")" "${paper_params:--}")")
 done
 
+leave_the_rest_to_node_zero
 echo "Table 3 row ($ROW), dev = newstest2013, no checkpoint averaging; ours (paper's)"
 printf '%-22s %16s %16s %15s\n' variant "PPL (dev)" "BLEU (dev)" "params"
 printf '%s\n' "${results[@]}"

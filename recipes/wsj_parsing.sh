@@ -57,6 +57,7 @@ else
     batch_size_for_workers
 fi
 stage train train "$CHECKPOINTS" "${MODEL_ARGS[@]}" --log-interval 10
+leave_the_rest_to_node_zero
 stage average average_available "$CHECKPOINTS" "${AVERAGE_LAST:-5}"
 
 # §6.3 decoding: beam 21, length penalty α = 0.3, at most input + 300 tokens; then every output made a tree

@@ -1,0 +1,294 @@
+"""Resuming after a kill at any instant, and one-line errors for checkpoint files that are cut off or no checkpoint.
+
+fairseq writes checkpoint_<epoch>_<updates>.pt atomically but copies it to checkpoint_last.pt with a plain copy;
+a job killed during the copy leaves a cut-off checkpoint_last.pt. The command vaswani_plugin.resume_checkpoint
+(run by the recipes before fairseq-train) is checked on real checkpoints of a tiny training, and the base recipe
+is killed with SIGKILL during training at three points, once with checkpoint_last.pt then cut as a kill during
+fairseq's copy leaves it, and must end with the model of an uninterrupted run.
+"""
+
+import fractions
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from fairseq import checkpoint_utils
+
+from cli_helpers import REPO, plugin_dir, run
+from conftest import lane_job
+from test_recipes import BIG_RUN, NEEDS_CPU_PATH, check_scores, hypotheses, run_recipe, tiny_env
+from vaswani_plugin import attention_pictures, average_checkpoints, convert_fairseq, score, training_cost
+from vaswani_plugin.average_checkpoints import average_checkpoints as averaged
+from vaswani_plugin.errors import unreadable_checkpoint_message
+from vaswani_plugin.resume_checkpoint import main as resume_main
+
+PROG = "vaswani_plugin.resume_checkpoint"
+CUT_SHORT = "cut short: torch's zip archive without its end (a write or copy that was interrupted)"
+NOT_TORCH = "not a torch checkpoint (neither torch's zip format nor its legacy one)"
+
+
+def cut_to_half(source: Path, target: Path) -> bytes:
+    data = source.read_bytes()[: source.stat().st_size // 2]
+    target.write_bytes(data)
+    return data
+
+
+def with_updates(state: dict, updates: int, path: Path) -> Path:
+    """The training checkpoint `state`, saved as if fairseq had written it after `updates` updates."""
+    state["optimizer_history"][-1]["num_updates"] = updates
+    torch.save(state, path)
+    return path
+
+
+@pytest.fixture
+def training_state(reversal_training):
+    save_dir, _ = reversal_training
+    return torch.load(save_dir / "checkpoint_last.pt", weights_only=True)
+
+
+def test_cut_off_checkpoint_last_becomes_the_newest_intact_checkpoint(training_state, tmp_path, capsys):
+    for updates in (2, 4, 6):
+        with_updates(training_state, updates, tmp_path / f"checkpoint_1_{updates}.pt")
+    with_updates(training_state, 2, tmp_path / "checkpoint_best.pt")
+    # Newer by name, date or update count, but nothing to resume from: cut off, averaged (no optimizer state).
+    cut_to_half(tmp_path / "checkpoint_1_6.pt", tmp_path / "checkpoint_1_6.pt")
+    os.utime(tmp_path / "checkpoint_1_2.pt", (2e9, 2e9))
+    for name in ("checkpoint_average.pt", "checkpoint_exported.pt"):
+        torch.save(averaged([with_updates(training_state, 9, tmp_path / f"{name}.source")]), tmp_path / name)
+    # checkpoint_last.pt as a kill during fairseq's copy leaves it, and what a kill of the command itself leaves.
+    cut = cut_to_half(tmp_path / "checkpoint_1_4.pt", tmp_path / "checkpoint_last.pt")
+    (tmp_path / ".checkpoint_last.pt.x1y2.tmp").write_bytes(b"partial")
+
+    resume_main([str(tmp_path)])
+    out, err = capsys.readouterr()
+    kept = next(tmp_path.glob("checkpoint_last.unreadable-*.pt"))
+    assert err == f"{PROG}: {tmp_path}/checkpoint_last.pt: {CUT_SHORT}; kept as {kept.name}\n"
+    assert out == f"{PROG}: resuming from checkpoint_1_4.pt (update 4), copied to checkpoint_last.pt\n"
+    assert kept.read_bytes() == cut
+    assert (tmp_path / "checkpoint_last.pt").read_bytes() == (tmp_path / "checkpoint_1_4.pt").read_bytes()
+    assert not list(tmp_path.glob(".checkpoint_last.pt.*"))
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path / "checkpoint_last.pt"))  # as fairseq resumes
+    assert state["optimizer_history"][-1]["num_updates"] == 4
+
+    resume_main([str(tmp_path)])  # now intact: nothing to do
+    assert capsys.readouterr() == ("", "")
+
+
+def test_intact_or_missing_checkpoint_last_is_left_alone(training_state, tmp_path, capsys):
+    resume_main([str(tmp_path)])  # no checkpoint yet: a first run
+    with_updates(training_state, 2, tmp_path / "checkpoint_1_2.pt")
+    with_updates(training_state, 1, tmp_path / "checkpoint_last.pt")  # older than checkpoint_1_2.pt, but intact
+    before = {path.name: (path.read_bytes(), path.stat().st_mtime_ns) for path in tmp_path.iterdir()}
+    resume_main([str(tmp_path)])
+    assert capsys.readouterr() == ("", "")
+    assert {path.name: (path.read_bytes(), path.stat().st_mtime_ns) for path in tmp_path.iterdir()} == before
+
+
+def test_without_an_intact_checkpoint_training_starts_from_the_beginning(training_state, tmp_path, capsys):
+    cut_to_half(with_updates(training_state, 2, tmp_path / "checkpoint_1_2.pt"), tmp_path / "checkpoint_1_2.pt")
+    torch.save(averaged([with_updates(training_state, 2, tmp_path / "average.source")]),
+               tmp_path / "checkpoint_average.pt")
+    (tmp_path / "checkpoint_last.pt").write_text("not a checkpoint\n")
+    resume_main([str(tmp_path)])
+    out, err = capsys.readouterr()
+    kept = next(tmp_path.glob("checkpoint_last.unreadable-*.pt"))
+    assert err == f"{PROG}: {tmp_path}/checkpoint_last.pt: {NOT_TORCH}; kept as {kept.name}\n"
+    assert out == f"{PROG}: no intact training checkpoint in {tmp_path}: training starts from the beginning\n"
+    assert kept.read_text() == "not a checkpoint\n" and not (tmp_path / "checkpoint_last.pt").exists()
+
+
+@pytest.fixture
+def bad_files(reversal_training, tmp_path):
+    """A real checkpoint cut to half its bytes, and a text file: (path, what is wrong with it)."""
+    save_dir, _ = reversal_training
+    cut_to_half(save_dir / "checkpoint_last.pt", tmp_path / "cut.pt")
+    (tmp_path / "notes.pt").write_text("H-0\t-0.1\tnot a checkpoint\n")
+    return [(tmp_path / "cut.pt", CUT_SHORT), (tmp_path / "notes.pt", NOT_TORCH)]
+
+
+def one_line_error(result) -> str:
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    return result.stderr.strip().splitlines()[-1]
+
+
+def test_fairseq_generate_and_interactive_name_the_unreadable_file(reversal_data, bad_files, tmp_path):
+    (cut, cut_problem), (text, text_problem) = bad_files
+    data, user_dir = reversal_data / "joined", plugin_dir()
+    generate = run("generate", data, "--user-dir", user_dir, "--path", cut, "--cpu", cwd=tmp_path, check=False)
+    assert one_line_error(generate) == f"vaswani_plugin: error: {cut}: {cut_problem}"
+    interactive = run("interactive", data, "--user-dir", user_dir, "--path", text, "--cpu", cwd=tmp_path,
+                      stdin="w1 w2\n", check=False)
+    assert one_line_error(interactive) == f"vaswani_plugin: error: {text}: {text_problem}"
+
+
+def test_other_errors_of_fairseqs_checkpoint_loading_keep_their_traceback(training_state, bad_files, tmp_path,
+                                                                          capsys):
+    """torch's refusal of a class in an intact checkpoint explains itself; the hook passes it on unchanged."""
+    assert getattr(sys.excepthook, "_vaswani_plugin", False)  # installed by `import vaswani_plugin`
+    training_state["extra_state"]["ratio"] = fractions.Fraction(1, 3)
+    torch.save(training_state, tmp_path / "refused.pt")
+    for path, problem in [*bad_files, (tmp_path / "refused.pt", None)]:
+        with pytest.raises(Exception) as error:
+            checkpoint_utils.load_checkpoint_to_cpu(str(path))
+        expected = problem and f"{path}: {problem}"
+        assert unreadable_checkpoint_message(error.value) == expected
+        sys.excepthook(error.type, error.value, error.tb)
+        printed = capsys.readouterr().err
+        if problem:
+            assert printed == f"vaswani_plugin: error: {expected}\n"
+        else:
+            assert printed.startswith("Traceback") and "Weights only load failed" in printed
+            assert "Unsupported global: GLOBAL fractions.Fraction" in printed
+
+
+def test_the_hook_points_a_cut_off_checkpoint_last_to_the_resume_command(bad_files, tmp_path):
+    (cut, _), _ = bad_files
+    cut.rename(tmp_path / "checkpoint_last.pt")
+    with pytest.raises(Exception) as error:
+        checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path / "checkpoint_last.pt"))
+    assert unreadable_checkpoint_message(error.value).endswith(
+        f"; `python -m {PROG} {tmp_path}` resumes from the newest intact checkpoint there")
+
+
+COMMANDS = {
+    "average_checkpoints": (average_checkpoints.main, lambda path, tmp: ["--inputs", path, "--output", tmp / "o.pt"]),
+    "training_cost": (training_cost.main, lambda path, tmp: ["--checkpoint", path, "--gpus", "1"]),
+    "convert_fairseq": (convert_fairseq.main, lambda path, tmp: ["--input", path, "--output", tmp / "o.pt"]),
+    "attention_pictures": (attention_pictures.main,
+                           lambda path, tmp: ["--path", path, "--data", tmp, "--source", "w1", "--output-dir", tmp]),
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_the_packages_commands_name_the_unreadable_file(command, bad_files, tmp_path):
+    main, arguments = COMMANDS[command]
+    for path, problem in bad_files:
+        with pytest.raises(SystemExit) as exit:
+            main([str(argument) for argument in arguments(path, tmp_path)])
+        assert exit.value.code == f"vaswani_plugin.{command}: error: {path}: {problem}"
+    assert not (tmp_path / "o.pt").exists()
+
+
+def test_a_generate_output_cut_short_is_one_line(tmp_path):
+    sentences = ["Die Brücke ist schön .", "Grüße aus Köln .", "Das ist alles ."]
+    output = "".join(f"S-{i}\tsource {i}\nH-{i}\t-0.5\t{h}\nD-{i}\t-0.5\t{h}\n" for i, h in enumerate(sentences))
+    (tmp_path / "ref.de").write_text("\n".join(sentences) + "\n")
+    data = output.encode()
+    inside_a_character = data.index("ü".encode()) + 1
+    for name, content, message in [
+        ("cut_in_a_character.out", data[:inside_a_character],
+         "not UTF-8 text (unexpected end of data: cut short inside a character, or another encoding)"),
+        ("cut_after_a_line.out", data[:data.index(b"S-2")], None),
+    ]:
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(SystemExit) as exit:
+            score.main(["--generate-output", str(tmp_path / name), "--reference", str(tmp_path / "ref.de"),
+                        "--target-lang", "de"])
+        expected = f"{tmp_path / name}: {message}" if message else "2 hypotheses for 3 reference lines"
+        assert exit.value.code.startswith(f"vaswani_plugin.score: error: {expected}")
+        assert "\n" not in exit.value.code
+
+
+# The big recipe killed during training, and the same run never killed: test_recipes.py's en_de_big_run, 8
+# updates with the recipe's dropout. Steps of the tiny model take a fraction of a second, so validation (3,000 dev
+# sentences at every checkpoint) is left out to keep the runs short.
+RECIPE = "wmt14_en_de_big.sh"
+MAX_UPDATE = BIG_RUN["MAX_UPDATE"]
+KILLED_AFTER = (1, 3, 5)
+
+
+def kill_during_training(env: dict, update: int) -> None:
+    """Start the recipe in a process group of its own and SIGKILL the whole group (bash, fairseq-train, its data
+    loader, tee) as soon as train.log shows `update`: what a preemption does."""
+    log = Path(env["WORK_DIR"]) / "checkpoints" / "train.log"
+    seen = log.stat().st_size if log.exists() else 0
+    process = subprocess.Popen(
+        ["bash", str(REPO / "recipes" / RECIPE)], start_new_session=True,
+        env=dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", PYTHON=sys.executable,
+                 OMP_NUM_THREADS="1", **env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not (log.exists() and f"num_updates={update}, ".encode() in log.read_bytes()[seen:]):
+        assert process.poll() is None, f"the recipe ended (rc {process.returncode}) before update {update}"
+        assert time.monotonic() < deadline, f"no update {update} in {log} after 300 s"
+        time.sleep(0.02)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def resumable_update(checkpoints: Path) -> int:
+    """Brute force, with torch alone: the update a correct resume goes on from. checkpoint_last.pt's, or, when it
+    does not load, the newest interval checkpoint that does; 0 without either."""
+    def updates(path):
+        try:
+            return torch.load(path, weights_only=True)["optimizer_history"][-1]["num_updates"]
+        except Exception:
+            return None
+
+    last = updates(checkpoints / "checkpoint_last.pt")
+    if last is not None:
+        return last
+    return max(filter(None, map(updates, checkpoints.glob("checkpoint_*_*.pt"))), default=0)
+
+
+@lane_job
+def resume_killed_runs(tmp_path_factory, lane):
+    """The same run killed after updates 1, 3 and 5, then re-run to the end; after the last kill checkpoint_last.pt
+    is cut to half, as a kill during fairseq's copy of checkpoint_1_4.pt leaves it. Returns (root, the update
+    each re-run should resume from, the last run's result)."""
+    root, _ = lane["en_de_big_run"].result()
+    env = tiny_env(root / "killed", root / "raw", root / "data", **BIG_RUN)
+    checkpoints = root / "killed" / "checkpoints"
+    resumes = []
+    for update in KILLED_AFTER:
+        kill_during_training(env, update)
+        resumes.append(resumable_update(checkpoints))
+    cut_to_half(checkpoints / "checkpoint_last.pt", checkpoints / "checkpoint_last.pt")
+    resumes[-1] = resumable_update(checkpoints)
+    return root, resumes, run_recipe(RECIPE, env)
+
+
+def first_and_last_update(log_part: str):
+    updates = [int(part.split(",")[0]) for part in log_part.split("num_updates=")[1:]]
+    return updates[0], updates[-1]
+
+
+@NEEDS_CPU_PATH
+@pytest.mark.lane("en_de_big_run", "resume_killed_runs")
+def test_recipe_killed_during_training_ends_with_the_uninterrupted_model(lane):
+    root, resumes, result = lane["resume_killed_runs"].result()
+    _, reference = lane["en_de_big_run"].result()
+    checkpoints = root / "killed" / "checkpoints"
+    log = (checkpoints / "train.log").read_text()
+    # Each fairseq-train run starts by looking for checkpoint_last.pt.
+    runs = log.split(f"Preparing to load checkpoint {checkpoints}/checkpoint_last.pt")[1:]
+    assert len(runs) == len(KILLED_AFTER) + 1
+    assert "No existing checkpoint found" in runs[0] and first_and_last_update(runs[0])[0] == 1
+    for run_log, resume in zip(runs[1:], resumes):
+        if resume == 0:
+            assert "No existing checkpoint found" in run_log
+        else:
+            assert f"Loaded checkpoint {checkpoints}/checkpoint_last.pt (epoch 1 @ {resume} updates)" in run_log
+        assert first_and_last_update(run_log)[0] == resume + 1  # the step count goes on
+    # The killed runs did train past a checkpoint; the last re-run found checkpoint_last.pt cut off.
+    assert resumes[1] >= 2 and resumes[2] >= 4
+    kept = next(checkpoints.glob("checkpoint_last.unreadable-*.pt"))
+    assert f"{PROG}: {checkpoints}/checkpoint_last.pt: {CUT_SHORT}; kept as {kept.name}" in log
+    assert f"{PROG}: resuming from checkpoint_1_{resumes[-1]}.pt (update {resumes[-1]})" in log
+    assert first_and_last_update(runs[-1])[1] == MAX_UPDATE
+
+    # fairseq seeds every update with seed + update number and stores the data position, so on one thread the
+    # killed and re-run training computes what the uninterrupted one did.
+    final = torch.load(checkpoints / "checkpoint_last.pt", weights_only=True)
+    expected = torch.load(root / "work" / "checkpoints" / "checkpoint_last.pt", weights_only=True)
+    assert final["optimizer_history"][-1]["num_updates"] == MAX_UPDATE
+    assert final["model"].keys() == expected["model"].keys()
+    for name, tensor in expected["model"].items():
+        torch.testing.assert_close(final["model"][name], tensor, msg=name)
+    assert len(hypotheses(root / "killed" / "newstest2014.generate.txt")) == 3003
+    check_scores(result.stdout, 3003)
+    check_scores(reference.stdout, 3003)
