@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# GPU acceptance in one command, on one GPU (about 8 minutes on an H100, estimated: no GPU has run it yet): the
+# base model trained on Multi30k in fp16, amp and bf16 autocast, against fairseq's own `transformer`; MFU of base
+# and big; fp16 beam search.
+# Writes a markdown report and prints where; without a GPU, prints one line and exits 0.
+#   bash benchmarks/gpu_acceptance.sh
+# Variables (all optional):
+#   WORK_DIR   data, logs, checkpoints and the report  (default ./work/gpu_acceptance, the report then in
+#              benchmarks/gpu_acceptance_report.md)
+#   RAW_DIR    Multi30k's {train,val,test_2016_flickr}.{en,de}.gz, offline  (default ../shared/data/multi30k
+#              if there, else downloaded)
+#   PYTHON     the Python with the plugin installed  (default python3)
+# What it runs and measures: benchmarks/gpu_acceptance.py.
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+exec "${PYTHON:-python3}" "$REPO/benchmarks/gpu_acceptance.py" "$@"

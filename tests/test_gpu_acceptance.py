@@ -1,0 +1,337 @@
+"""benchmarks/gpu_acceptance.py without a GPU: its parsing and report on log lines written by fairseq's own json
+progress bar, the whole pipeline as its CPU stand-in (a tiny model in fp32 and bfloat16 autocast, on the second
+lane) with the report checked against the logs and files it came from, the worker's recovery from a dead run,
+the one-line skip without a GPU and the one-line errors. With a GPU (the device tool) the tiny pipeline also runs
+in fp16 and amp."""
+
+import io
+import json
+import logging
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from cli_helpers import REPO, TEST_SENTENCES, run, write_reversal_corpus
+from conftest import lane_job
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+import gpu_acceptance  # noqa: E402
+
+SCRIPT = REPO / "benchmarks" / "gpu_acceptance.py"
+
+
+def fairseq_json_log(windows, notes=()):
+    """A fairseq-train log: `windows` (stats of each log window) written by fairseq's JsonProgressBar with
+    fairseq-train's line format, an end-of-epoch record, and `notes` (other log lines) after the first window."""
+    from fairseq.logging.progress_bar import JsonProgressBar, logger
+    text = io.StringIO()
+    handler = logging.StreamHandler(text)
+    handler.setFormatter(logging.Formatter("%(asctime)s | %(levelname)s | %(name)s | %(message)s"))
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        by_step = {stats["num_updates"]: stats for stats in windows}
+        bar = JsonProgressBar(range(max(by_step) + 1), epoch=1, log_interval=1)
+        for step in bar:
+            if step in by_step:
+                bar.log(by_step[step], tag="train_inner", step=step)
+                if step == min(by_step):
+                    for note in notes:
+                        text.write(f"2026-11-23 12:00:00 | INFO | fairseq.trainer | {note}\n")
+        bar.print({"loss": 1.0, "wps": 1e9, "num_updates": windows[-1]["num_updates"]}, tag="train")
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    return text.getvalue()
+
+
+def window_stats(losses, wps, scales=None, every=25):
+    """Stats of log windows of `every` updates, as fairseq's trainer logs them (loss_scale: fp16 and amp)."""
+    return [dict(loss=loss, nll_loss=loss - 0.3, wps=speed, ups=speed / 4000, num_updates=every * (i + 1),
+                 **({"loss_scale": scales[i]} if scales else {}))
+            for i, (loss, speed) in enumerate(zip(losses, wps))]
+
+
+FP16_LOG = window_stats([13.1, 9.25, 8.5, 7.75], [900.0, 41000.0, 40000.0, 45000.0], scales=[128, 128, 64, 64])
+OVERFLOW_NOTE = "NOTE: gradient overflow detected, ignoring gradient, setting loss scale to: 64.0"
+
+
+def test_training_summary_from_fairseq_json_lines():
+    text = fairseq_json_log(FP16_LOG, notes=[OVERFLOW_NOTE])
+    assert text.count("| train_inner | {") == 4 and "| train | {" in text  # the end-of-epoch record is not a window
+    summary = gpu_acceptance.summarize_training(*gpu_acceptance.parse_train_log(text))
+    assert summary["steps"] == 100
+    assert (summary["first_loss"], summary["last_loss"]) == (13.1, 7.75)
+    assert summary["finite"] and summary["falling"]
+    assert summary["tokens_per_s"] == statistics.median(w["wps"] for w in FP16_LOG[1:])
+    assert summary["loss_scales"] == [(25, 128), (50, 128), (75, 64), (100, 64)]
+    assert summary["overflows"] == 1
+
+
+@pytest.mark.parametrize("losses, finite, falling", [
+    ([13.1, 9.2, float("nan"), 7.7], False, True),
+    ([13.1, 9.2, 8.5, float("inf")], False, False),
+    ([6.0, 6.5, 7.0, 7.5], True, False),
+])
+def test_a_loss_that_is_not_finite_or_does_not_fall_fails_the_check(losses, finite, falling):
+    text = fairseq_json_log(window_stats(losses, [1.0, 2.0, 3.0, 4.0]))
+    summary = gpu_acceptance.summarize_training(*gpu_acceptance.parse_train_log(text))
+    assert (summary["finite"], summary["falling"]) == (finite, falling)
+    assert all(math.isnan(a) and math.isnan(b) or a == b for a, b in
+               zip((summary["first_loss"], summary["last_loss"]), (losses[0], losses[-1])))
+    training = {("fp32", impl): summary for impl in gpu_acceptance.CRITERIA}
+    decoding = {name: {"sentences": 1} for name in ("fp32", "fp16")}
+    checks = gpu_acceptance.verdicts(["fp32"], training, decoding, {"error": None, "rows": {}}, "cpu")
+    assert [ok for _, ok in checks] == [False, False, True, True, True]
+
+
+def test_generate_timing_and_hypotheses():
+    log = ("2026-11-23 12:00:00 | INFO | fairseq_cli.generate | Translated 1,000 sentences (12,345 tokens) in 2.5s "
+           "(400.00 sentences/s, 4938.00 tokens/s)\n")
+    ours = "S-0\ta b\nH-0\t-0.5\tx y\nP-0\t-0.1 -0.2\nH-1\t-0.7\tx\nH-2\t-0.1\tz z z\n"
+    theirs = "H-1\t-0.6\tx\nH-0\t-0.4\tx y z\nH-3\t-0.1\tw\n"
+    timing, hypotheses = gpu_acceptance.parse_generate(log, ours)
+    assert timing == dict(sentences=1000, tokens=12345, seconds=2.5, sentences_per_s=400.0, tokens_per_s=4938.0)
+    assert hypotheses == {0: "x y", 1: "x", 2: "z z z"}
+    reference = gpu_acceptance.parse_generate(log, theirs)[1]
+    # Brute force: 0 differs, 1 is the same, 2 and 3 each lack the other's.
+    assert gpu_acceptance.differing(hypotheses, reference) == 3
+    assert gpu_acceptance.parse_generate("no timing", ours)[0] is None
+
+
+SPEED_OUTPUT = """device: NVIDIA H100 80GB HBM3; torch 2.13.0; fp16 AMP; training batches of 4096 tokens
+size   implementation            train tok/s        peak MB   beam4 sent/s    beam4 tok/s  greedy sent/s   greedy tok/s     MFU
+base   transformer                  150000.0         2000.5          300.0         9000.0          900.0        27000.0   21.3%
+base   vaswani_transformer          180000.0         1500.0          330.0         9900.0          990.0        29700.0   25.6%
+base   ratio plugin/fairseq             1.20           0.75           1.10           1.10           1.10           1.10
+base   same hypotheses (beam 4 and greedy): yes
+big    transformer                   70000.0         5000.0          100.0         3000.0          300.0         9000.0       -
+"""
+
+
+def test_speed_table_rows():
+    rows = gpu_acceptance.parse_speed_table(SPEED_OUTPUT)
+    assert rows == {("base", "transformer"): dict(tokens_per_s=150000.0, peak_memory_mb=2000.5, mfu=0.213),
+                    ("base", "vaswani_transformer"): dict(tokens_per_s=180000.0, peak_memory_mb=1500.0, mfu=0.256),
+                    ("big", "transformer"): dict(tokens_per_s=70000.0, peak_memory_mb=5000.0, mfu=None)}
+
+
+def test_report_of_a_gpu_run_from_synthetic_logs():
+    """What the CPU stand-in cannot show: fp16/amp rows with loss scales, MFU in %, a failed run, a failed check."""
+    fp16 = gpu_acceptance.summarize_training(*gpu_acceptance.parse_train_log(
+        fairseq_json_log(FP16_LOG, notes=[OVERFLOW_NOTE])))
+    slower = [dict(w, wps=w["wps"] / 2) for w in FP16_LOG]
+    fairseq_fp16 = gpu_acceptance.summarize_training(*gpu_acceptance.parse_train_log(fairseq_json_log(slower)))
+    training = {("fp16", "vaswani_transformer"): dict(fp16, peak_memory_mb=1000.0),
+                ("fp16", "transformer"): dict(fairseq_fp16, peak_memory_mb=1600.0),
+                ("amp", "vaswani_transformer"): dict(fp16, peak_memory_mb=1200.0),
+                ("amp", "transformer"): {"error": "FloatingPointError: Minimum loss scale reached (0.0001)."},
+                ("bf16-autocast", "vaswani_transformer"): dict(fp16, loss_scales=[], peak_memory_mb=900.0),
+                ("bf16-autocast", "transformer"): dict(fp16, loss_scales=[], peak_memory_mb=None)}
+    decoding = {"checkpoint": "the fp16 vaswani_transformer run", "differing": 2,
+                "fp32": dict(sentences=1000, tokens=12000, seconds=4.0, sentences_per_s=250.0, tokens_per_s=3000.0),
+                "fp16": dict(sentences=1000, tokens=12010, seconds=2.0, sentences_per_s=500.0, tokens_per_s=6005.0)}
+    speed = dict(command="python benchmarks/speed.py --amp", output=SPEED_OUTPUT, error=None,
+                 rows=gpu_acceptance.parse_speed_table(SPEED_OUTPUT))
+    precisions = ["fp16", "amp", "bf16-autocast"]
+    checks = gpu_acceptance.verdicts(precisions, training, decoding, speed, "cuda")
+    facts = dict(mode=gpu_acceptance.BASE, precisions=precisions, training=training, decoding=decoding, speed=speed,
+                 checks=checks, device="cuda", machine={"GPU": "NVIDIA H100 80GB HBM3"}, work=Path("/w"),
+                 data=Path("/d"), date="2026-11-23 12:00 UTC", command="python benchmarks/gpu_acceptance.py",
+                 wall_minutes=8.0, commands=[("fairseq-train /d --fp16", {"seconds": 30.0})])
+    report = gpu_acceptance.render_report(facts)
+
+    tokens = statistics.median(w["wps"] for w in FP16_LOG[1:])
+    assert f"| fp16 | vaswani_transformer | 100 | 13.100 → 7.750 | yes | {tokens:.0f} | 1000 | 128 → 64, min 64 " \
+        "| 1 |" in report
+    assert "| amp | transformer | FAILED: FloatingPointError: Minimum loss scale reached (0.0001). |" in report
+    assert "- fp16, vaswani_transformer: 25: 128, 50: 128, 75: 64, 100: 64" in report
+    assert f"| bf16-autocast | vaswani_transformer | 100 | 13.100 → 7.750 | yes | {tokens:.0f} | 900 | - | 1 |" \
+        in report
+    # The plugin against fairseq (half its tokens/s): the ratios of their rows.
+    assert f"| fp16 | {tokens:.0f} | {tokens / 2:.0f} | 2.00 | 1000 | 1600 | {1000 / 1600:.2f} |" in report
+    assert f"| bf16-autocast | {tokens:.0f} | {tokens:.0f} | 1.00 | 900 | - | - |" in report
+    assert "| amp | a run failed |" in report
+    assert "| base | vaswani_transformer | 180000.0 | 1500.0 | 25.6% |" in report
+    assert "| big | transformer | 70000.0 | 5000.0 | - |" in report
+    assert "fp16 / fp32 sentences/s: 2.00; hypotheses that differ: 2 of 1000" in report
+    assert "- FAIL: amp transformer trained (FloatingPointError: Minimum loss scale reached (0.0001).)" in report
+    assert "- pass: fp16 transformer: trained 100 steps, loss finite and falling" in report
+    assert "- FAIL: MFU measured: big transformer" in report and "- pass: MFU measured: base transformer" in report
+    assert "- 30.0 s: `fairseq-train /d --fp16`" in report
+
+
+def test_a_run_that_kills_the_worker_fails_alone_and_the_rest_still_run(tmp_path):
+    """Each of these jobs kills the worker (its log cannot be opened): one worker per job, each job failed."""
+    jobs = [dict(name=f"job{i}", tool="train", argv=[], log=str(tmp_path / "missing" / f"job{i}.log"),
+                 result=str(tmp_path / f"job{i}.json")) for i in range(2)]
+    results = gpu_acceptance.run_jobs(jobs, tmp_path)
+    assert list(results) == ["job0", "job1"]
+    for result in results.values():
+        assert result["error"].startswith("the worker died (exit status 1) in this run")
+    assert (tmp_path / "worker.log").read_text().count("FileNotFoundError") == 2
+
+
+def test_without_a_gpu_one_line_and_exit_0(tmp_path):
+    result = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_acceptance.sh")], capture_output=True,
+                            text=True, timeout=120, cwd=tmp_path,
+                            env=dict(os.environ, CUDA_VISIBLE_DEVICES="", WORK_DIR=str(tmp_path / "work"),
+                                     PYTHON=sys.executable))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "gpu_acceptance: no GPU visible (torch.cuda.is_available() is False): skipped\n"
+    assert list(tmp_path.iterdir()) == []  # nothing prepared, nothing written
+
+
+def test_user_errors_are_one_line(tmp_path):
+    result = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu"], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[-1] == \
+        "gpu_acceptance: error: --device cpu trains the base model for hours: add --tiny (the CPU stand-in)"
+    result = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--tiny", "--data", str(tmp_path)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr == (f"gpu_acceptance: error: --data {tmp_path}: no binarised train and test splits there "
+                             "(fairseq-preprocess output)\n")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The CPU stand-in, end to end.
+
+def tiny_data(root):
+    """The reversal corpus binarised with a joined dictionary: train and a test split of TEST_SENTENCES."""
+    write_reversal_corpus(root, {"train": 300, "test": TEST_SENTENCES})
+    run("preprocess", "--source-lang", "src", "--target-lang", "tgt", "--trainpref", root / "train",
+        "--testpref", root / "test", "--joined-dictionary", "--destdir", root / "data-bin", "--workers", "1",
+        cwd=root)
+    return root / "data-bin"
+
+
+def run_acceptance(data, work, *options):
+    return subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--data", str(data), "--work-dir", str(work),
+                           *options], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+
+@lane_job
+def gpu_acceptance_stand_in(tmp_path_factory, lane):
+    root = tmp_path_factory.mktemp("gpu_acceptance")
+    return root / "work", run_acceptance(tiny_data(root), root / "work", "--device", "cpu")
+
+
+def stand_in(lane):
+    work, result = lane["gpu_acceptance_stand_in"].result()
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    return work, result, (work / "gpu_acceptance_report.md").read_text()
+
+
+def table_row(report, section, *first_cells):
+    """The cells of the table row that starts with `first_cells` in the report's section whose title starts with
+    `section`."""
+    (text,) = [part for part in report.split("\n## ") if part.startswith(section)]
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[:len(first_cells)] == list(first_cells):
+            return cells
+    raise AssertionError(f"no row {first_cells} in the report")
+
+
+def log_windows(path):
+    """The train_inner records of a fairseq json log, read here independently of gpu_acceptance."""
+    return [json.loads(line.split(" | ", 3)[3]) for line in path.read_text().splitlines()
+            if " | train_inner | " in line]
+
+
+@pytest.mark.lane("gpu_acceptance_stand_in")
+def test_stand_in_reports_the_machine_and_passes_every_check(lane):
+    work, result, report = stand_in(lane)
+    assert result.stdout.splitlines()[0] == f"gpu_acceptance: report written to {work / 'gpu_acceptance_report.md'}"
+    assert "gpu_acceptance: 7 of 7 checks passed" in result.stdout
+    assert table_row(report, "Machine", "torch") == ["torch", torch.__version__]
+    cpu = re.search(r"^model name\s*: (.*)$", Path("/proc/cpuinfo").read_text(), re.M)[1]
+    assert table_row(report, "Machine", "CPU") == ["CPU", f"{cpu}, {os.cpu_count()} cores"]
+    assert re.search(r"^- date: \d{4}-\d\d-\d\d \d\d:\d\d UTC$", report, re.M)
+    assert f"--tiny --data {work.parent / 'data-bin'} --work-dir {work} --device cpu`" in report
+    assert report.count("- pass: ") == 7 and "FAIL" not in report
+
+
+@pytest.mark.lane("gpu_acceptance_stand_in")
+def test_stand_in_training_rows_are_those_of_the_logs(lane):
+    work, _, report = stand_in(lane)
+    tokens_per_s = {}
+    for precision in ("fp32", "bf16-autocast"):
+        for impl, criterion in gpu_acceptance.CRITERIA.items():
+            log = work / "logs" / f"train-{precision}-{impl}.log"
+            windows = log_windows(log)
+            assert len(windows) == 4  # 20 steps, a window every 5
+            losses = [float(w["loss"]) for w in windows]
+            tokens_per_s[precision, impl] = statistics.median(float(w["wps"]) for w in windows[1:])
+            peak = json.loads((work / "results" / f"train-{precision}-{impl}.json").read_text())["peak_memory_mb"]
+            cells = table_row(report, "Training", precision, impl)
+            assert cells[2:6] == ["20", f"{losses[0]:.3f} → {losses[-1]:.3f}", "yes",
+                                  f"{tokens_per_s[precision, impl]:.0f}"]
+            assert losses[-1] < losses[0] and all(map(math.isfinite, losses))
+            assert cells[6:] == [f"{peak:.0f}", "-", "0"]
+            # What fairseq ran, from its own config dump: the implementation, its criterion, the precision.
+            text = log.read_text()
+            assert re.search(rf"'model': (\{{'_name': '{impl}'|Namespace\(.*\barch='{impl}')", text)
+            assert f"'criterion': {{'_name': '{criterion}'" in text
+            assert ("'bf16_autocast': True" in text) == (precision == "bf16-autocast")
+            assert "'fp16': False" in text and "'amp': False" in text
+    for precision in ("fp16", "amp"):
+        for impl in gpu_acceptance.CRITERIA:
+            assert table_row(report, "Training", precision, impl)[2] == "needs a GPU"
+        assert table_row(report, "The plugin against", precision)[1] == "needs a GPU"
+    for precision in ("fp32", "bf16-autocast"):
+        ratio = tokens_per_s[precision, "vaswani_transformer"] / tokens_per_s[precision, "transformer"]
+        cells = table_row(report, "The plugin against", precision)
+        assert float(cells[3]) == pytest.approx(ratio, abs=0.006)
+        assert float(cells[6]) == pytest.approx(float(cells[4]) / float(cells[5]), abs=0.01)
+
+
+@pytest.mark.lane("gpu_acceptance_stand_in")
+def test_stand_in_decoding_counts_the_differing_hypotheses(lane):
+    work, _, report = stand_in(lane)
+    hypotheses = {}
+    for name in ("fp32", "fp16"):
+        text = (work / f"generate-{name}" / "generate-test.txt").read_text()
+        hypotheses[name] = dict(line.split("\t")[::2] for line in text.splitlines() if line.startswith("H-"))
+        assert len(hypotheses[name]) == TEST_SENTENCES  # every test sentence, none dropped
+        timing = re.search(r"Translated (\d+) sentences .* \(([\d.]+) sentences/s, ([\d.]+) tokens/s\)",
+                           (work / "logs" / f"generate-{name}.log").read_text())
+        assert table_row(report, "Beam-4", name)[1:4] == [str(TEST_SENTENCES), f"{float(timing[2]):.1f}",
+                                                f"{float(timing[3]):.1f}"]
+    assert "'fp16': True" in (work / "logs" / "generate-fp16.log").read_text()
+    changed = sum(hypotheses["fp16"][i] != hypotheses["fp32"][i] for i in hypotheses["fp32"])
+    assert f"hypotheses that differ: {changed} of {TEST_SENTENCES} " in report
+
+
+@pytest.mark.lane("gpu_acceptance_stand_in")
+def test_stand_in_speed_rows_are_speed_py_s(lane):
+    work, _, report = stand_in(lane)
+    printed = (work / "speed.txt").read_text()
+    assert printed.rstrip() in report
+    for impl in gpu_acceptance.CRITERIA:
+        tokens, memory = re.search(rf"^tiny +{impl} +([\d.]+) +([\d.]+) .* -$", printed, re.M).groups()
+        assert table_row(report, "MFU", "tiny", impl) == ["tiny", impl, tokens, memory, "-"]
+    assert "tiny   same hypotheses (beam 4 and greedy): yes" in printed
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the device tool); CI has none")
+def test_tiny_pipeline_on_a_gpu_in_fp16_amp_and_bf16(reversal_data, tmp_path):
+    result = run_acceptance(reversal_data / "joined", tmp_path, "--device", "cuda")
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    report = (tmp_path / "gpu_acceptance_report.md").read_text()
+    for precision in ("fp16", "amp", "bf16-autocast"):
+        for impl in gpu_acceptance.CRITERIA:
+            cells = table_row(report, "Training", precision, impl)
+            assert cells[4] == "yes" and (cells[7] != "-") == (precision != "bf16-autocast")
+    assert re.search(r"^\| tiny \| vaswani_transformer \| [\d.]+ \| [\d.]+ \| [\d.]+% \|$", report, re.M)
