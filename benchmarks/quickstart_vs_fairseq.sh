@@ -25,7 +25,8 @@ SEEDS=${SEEDS:-1 2 3}
 PARALLEL=${PARALLEL:-1}
 if [ "$PARALLEL" = 1 ]; then
     command -v taskset >/dev/null || { echo "quickstart_vs_fairseq: PARALLEL=1 needs taskset (util-linux); set PARALLEL=0" >&2; exit 1; }
-    [ "$(nproc)" -ge 2 ] || { echo "quickstart_vs_fairseq: PARALLEL=1 needs 2 cores; set PARALLEL=0" >&2; exit 1; }
+    # nproc alone would count OMP_NUM_THREADS, not the cores this process may run on.
+    [ "$(OMP_NUM_THREADS= OMP_THREAD_LIMIT= nproc)" -ge 2 ] || { echo "quickstart_vs_fairseq: PARALLEL=1 needs 2 cores; set PARALLEL=0" >&2; exit 1; }
 fi
 
 # run SEED ARCH CORE: one quickstart; CORE empty = unpinned.

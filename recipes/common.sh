@@ -19,6 +19,7 @@
 #   EXTRA_TRAIN_ARGS     more fairseq-train arguments, appended last (so they override)
 #   EXTRA_PREPARE_ARGS   more `python -m prepare.wmt14` (or prepare.multi30k) arguments (e.g. --train-lines 100000)
 #   EXTRA_GENERATE_ARGS  more fairseq-generate arguments, appended last (e.g. --batch-size 32)
+#   STOP_AFTER           a stage (e.g. train) after which the recipe stops; a re-run without it goes on from there
 #   CPU=1                allow running without a GPU (slow: for trying the pipeline out)
 #   PEAK_TFLOPS          per-GPU peak for the training-cost line (default: looked up by GPU name)
 #
@@ -67,6 +68,10 @@ stage() {
         say "stage $name: finished"
     fi
     PREVIOUS_STAMP=$stamp
+    if [ "${STOP_AFTER:-}" = "$name" ]; then
+        say "STOP_AFTER=$name: stopping here; run again without it for the later stages"
+        exit 0
+    fi
 }
 
 # Sets WORKERS (processes that train in parallel), DEVICE_ARGS (training), EVAL_DEVICE_ARGS and NODE_RANK (0 on

@@ -1,14 +1,24 @@
 """Shared helpers: tiny dictionaries and models built through the plugin's own config and build_model."""
 
-from concurrent.futures import ThreadPoolExecutor
-from types import SimpleNamespace
+import os
 
-import pytest
-import torch
-from fairseq.data import Dictionary
+# One thread per process, here and in every command the tests start: the second lane's recipe runs and the tests
+# in the foreground share CI's 2 cores, and OpenMP threads that outnumber the cores spin instead of working (the
+# suite took 15 minutes so, against about 9 on one thread each).
+os.environ["OMP_NUM_THREADS"] = "1"
+
+import time  # noqa: E402
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from fairseq.data import Dictionary  # noqa: E402
+
+torch.set_num_threads(1)
 
 from cli_helpers import PAPER_TRAINING, REPO, TEST_SENTENCES, TINY_MODEL, run, write_reversal_corpus
-import vaswani_plugin  # noqa: F401  (registers the plugin's components)
+import vaswani_plugin  # noqa: E402,F401  (registers the plugin's components)
 from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerModel
 
 TINY_SIZES = dict(
@@ -105,8 +115,28 @@ def lane(request, tmp_path_factory):
             for marker in item.iter_markers("lane"):
                 wanted += [name for name in marker.args if name not in wanted]
     futures = {}
+    # pytest makes its temporary folder on first use; made here first, so the two lanes never race to make it.
+    tmp_path_factory.getbasetemp()
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="second-lane")
     for name in wanted:
-        futures[name] = pool.submit(LANE_JOBS[name], tmp_path_factory, futures)
+        futures[name] = pool.submit(_timed, name, tmp_path_factory, futures)
     yield futures
     pool.shutdown(cancel_futures=True)  # jobs of tests that never ran (-x, Ctrl-C) are dropped
+
+
+LANE_SECONDS = {}
+
+
+def _timed(name, *args):
+    start = time.monotonic()
+    try:
+        return LANE_JOBS[name](*args)
+    finally:
+        LANE_SECONDS[name] = time.monotonic() - start
+
+
+def pytest_terminal_summary(terminalreporter):
+    """How long each job of the second lane took, to balance the two lanes against the suite's 10 minutes."""
+    if LANE_SECONDS:
+        jobs = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in LANE_SECONDS.items())
+        terminalreporter.write_line(f"second lane: {sum(LANE_SECONDS.values()):.0f} s: {jobs}")

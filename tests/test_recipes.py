@@ -90,7 +90,7 @@ def test_no_gpu_is_a_clear_error(tmp_path):
 
 
 @NEEDS_CPU_PATH
-def test_en_de_base_from_nothing_to_bleu_then_resume(mirror, en_de_data, tmp_path):
+def test_en_de_base_from_nothing_to_bleu_then_skips_what_is_done(mirror, en_de_data, tmp_path):
     work = tmp_path / "base"
     env = tiny_env(work, mirror / "en-de", en_de_data, EXTRA_TRAIN_ARGS=TINY)  # validating on newstest2013
     result = run_recipe("wmt14_en_de_base.sh", env)
@@ -126,13 +126,8 @@ def test_en_de_base_from_nothing_to_bleu_then_resume(mirror, en_de_data, tmp_pat
         assert f"stage {name}: done before, skipped" in again.stderr
     check_scores(again.stdout, 3003)
 
-    # Interrupted training (no stamp) with more updates: fairseq resumes from checkpoint_last, and the later
-    # stages run again on the new checkpoints.
-    (work / ".done.train").unlink()
-    resumed = run_recipe("wmt14_en_de_base.sh", {**env, "MAX_UPDATE": "6"})
-    assert "@ 4 updates" in (work / "checkpoints" / "train.log").read_text()
-    assert "stage average: starting" in resumed.stderr and "checkpoint_1_6.pt" in resumed.stdout
-    check_scores(resumed.stdout, 3003)
+    # A recipe killed in training, re-run, resumes from checkpoint_last.pt and runs the later stages again:
+    # test_resume.py. Stamps: test_a_stage_that_runs_again_runs_every_later_stage_again.
 
 
 def run_on_a_mirror_of_its_own(tmp_path_factory, script, pair, **settings):
@@ -233,6 +228,18 @@ def test_gpu_batch_arithmetic(settings, expected, tmp_path):
                         "args=${DEVICE_ARGS[*]} update_freq=$UPDATE_FREQ max_tokens=$MAX_TOKENS\"", **settings)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == expected
+
+
+def test_a_stage_that_runs_again_runs_every_later_stage_again(tmp_path):
+    """A re-run skips finished stages; once one runs again (training resumed with a larger MAX_UPDATE after its
+    stamp was removed), every later stage runs again, on its new output."""
+    recipe = "stage train echo train; stage average echo average; stage translate echo translate"
+    assert run_common(tmp_path, recipe).stdout.split() == ["train", "average", "translate"]
+    assert run_common(tmp_path, recipe).stdout.split() == []
+    (tmp_path / ".done.train").unlink()
+    assert run_common(tmp_path, recipe).stdout.split() == ["train", "average", "translate"]
+    (tmp_path / ".done.translate").unlink()
+    assert run_common(tmp_path, recipe).stdout.split() == ["translate"]
 
 
 def test_more_gpus_than_visible_is_an_error(tmp_path):

@@ -199,7 +199,7 @@ def test_a_generate_output_cut_short_is_one_line(tmp_path):
 # sentences at every checkpoint) is left out to keep the runs short.
 RECIPE = "wmt14_en_de_big.sh"
 MAX_UPDATE = BIG_RUN["MAX_UPDATE"]
-KILLED_AFTER = (1, 3, 5)
+KILLED_AFTER = (1, 5)
 
 
 def kill_during_training(env: dict, update: int) -> None:
@@ -237,7 +237,7 @@ def resumable_update(checkpoints: Path) -> int:
 
 @lane_job
 def resume_killed_runs(tmp_path_factory, lane):
-    """The same run killed after updates 1, 3 and 5, then re-run to the end; after the last kill checkpoint_last.pt
+    """The same run killed after updates 1 and 5 (before and after a checkpoint), then re-run to the end; after the last kill checkpoint_last.pt
     is cut to half, as a kill during fairseq's copy of checkpoint_1_4.pt leaves it. Returns (root, the update
     each re-run should resume from, the last run's result)."""
     root, _ = lane["en_de_big_run"].result()
@@ -274,8 +274,8 @@ def test_recipe_killed_during_training_ends_with_the_uninterrupted_model(lane):
         else:
             assert f"Loaded checkpoint {checkpoints}/checkpoint_last.pt (epoch 1 @ {resume} updates)" in run_log
         assert first_and_last_update(run_log)[0] == resume + 1  # the step count goes on
-    # The killed runs did train past a checkpoint; the last re-run found checkpoint_last.pt cut off.
-    assert resumes[1] >= 2 and resumes[2] >= 4
+    # The last killed run did train past a checkpoint; its re-run found checkpoint_last.pt cut off.
+    assert resumes[-1] >= 4
     kept = next(checkpoints.glob("checkpoint_last.unreadable-*.pt"))
     assert f"{PROG}: {checkpoints}/checkpoint_last.pt: {CUT_SHORT}; kept as {kept.name}" in log
     assert f"{PROG}: resuming from checkpoint_1_{resumes[-1]}.pt (update {resumes[-1]})" in log
