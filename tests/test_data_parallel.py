@@ -24,7 +24,7 @@ from fairseq.data import Dictionary, LanguagePairDataset
 from fairseq.data.indexed_dataset import MMapIndexedDataset
 
 from conftest import lane_job
-from test_recipes import NEEDS_CPU_PATH, REPO, TINY, check_scores, hypotheses, run_common, run_recipe, tiny_env
+from test_recipes import NEEDS_CPU_PATH, REPO, TINY, hypotheses, run_common, run_recipe, tiny_env
 from wmt_mirror import build_mirror
 
 # Batches of at most 4,000 tokens: the mirror's 735 training pairs make 5 of them, 3 updates of 2 batches (the
