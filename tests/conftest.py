@@ -4,7 +4,7 @@ import os
 
 # One thread per process, here and in every command the tests start: the second lane's recipe runs and the tests
 # in the foreground share CI's 2 cores, and OpenMP threads that outnumber the cores spin instead of working (the
-# suite took 15 minutes so, against about 9 on one thread each).
+# suite took 15 minutes so, 9 on one thread each).
 os.environ["OMP_NUM_THREADS"] = "1"
 
 import time  # noqa: E402
@@ -64,6 +64,10 @@ def dictionary():
 
 @pytest.fixture(scope="session")
 def reversal_data(tmp_path_factory):
+    return reversal_corpus(tmp_path_factory)
+
+
+def reversal_corpus(tmp_path_factory):
     """A tiny corpus binarised twice: with a joined dictionary and with separate ones."""
     root = tmp_path_factory.mktemp("corpus")
     write_reversal_corpus(root, {"train": 300, "valid": 101, "test": TEST_SENTENCES})

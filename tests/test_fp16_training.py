@@ -9,11 +9,11 @@ import math
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from cli_helpers import BIN, REPO, TINY_MODEL
+from conftest import lane_job, reversal_corpus
 
 MODELS = {
     "fairseq-transformer": ["--arch", "transformer", "--criterion", "label_smoothed_cross_entropy"],
@@ -59,15 +59,20 @@ def train(data, save_dir, model, float16=None):
     return records, log
 
 
-@pytest.fixture(scope="module")
-def runs(reversal_data, tmp_path_factory):
-    """All six runs, two at a time (one per core), started at once; tests wait for the ones they read."""
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {(model, float16): pool.submit(train, reversal_data, tmp_path_factory.mktemp("run"), model, float16)
-                   for model in MODELS for float16 in (None, *FLOAT16)}
-        yield lambda model, float16: futures[model, float16].result()
+@lane_job
+def fp16_runs(tmp_path_factory, lane):
+    """All six runs, one after another on the second lane, on a reversal corpus of their own (conftest's)."""
+    data = reversal_corpus(tmp_path_factory)
+    return {(model, float16): train(data, tmp_path_factory.mktemp("run"), model, float16)
+            for model in MODELS for float16 in (None, *FLOAT16)}
 
 
+@pytest.fixture
+def runs(lane):
+    return lambda model, float16: lane["fp16_runs"].result()[model, float16]
+
+
+@pytest.mark.lane("fp16_runs")
 @pytest.mark.parametrize("float16", FLOAT16)
 @pytest.mark.parametrize("model", MODELS)
 def test_float16_trains_like_float32(runs, model, float16):
@@ -83,6 +88,7 @@ def test_float16_trains_like_float32(runs, model, float16):
         assert r16["loss_scale"] == INIT_SCALE
 
 
+@pytest.mark.lane("fp16_runs")
 @pytest.mark.parametrize("float16", FLOAT16)
 @pytest.mark.parametrize("model", MODELS)
 def test_an_overflow_halves_the_loss_scale_and_training_goes_on(runs, model, float16):
