@@ -263,8 +263,7 @@ def main(argv=None):
     print(f"device: {device}; torch {torch.__version__}; {precision}; training batches of "
           f"{args.max_tokens} tokens, {args.updates} timed updates after {args.warmup}; the plugin's loss in chunks "
           f"of {chunk_logits:,} logits ({'--loss-chunk-logits' if args.loss_chunk_logits else 'by device'}); "
-          f"generation of "
-          f"{args.sentences} sentences, batches of 128, max length input + 50")
+          f"generation of {args.sentences} sentences, batches of 128, max length input + 50")
     columns = [("train_tokens_per_s", "train tok/s"), ("peak_memory_mb", "peak MB"),
                ("beam4_sentences_per_s", "beam4 sent/s"), ("beam4_tokens_per_s", "beam4 tok/s"),
                ("greedy_sentences_per_s", "greedy sent/s"), ("greedy_tokens_per_s", "greedy tok/s")]

@@ -11,17 +11,15 @@ result is for generation (continuing training from it starts Adam afresh).
 """
 
 import argparse
-import os
 import re
 import sys
-import tempfile
 from pathlib import Path
 from typing import List, Sequence
 
 import torch
 
 import vaswani_plugin  # noqa: F401  (allow-lists fairseq's checkpoint classes for weights_only loading)
-from vaswani_plugin.checkpoint_loading import load_checkpoint
+from vaswani_plugin.checkpoint_loading import load_checkpoint, write_atomically
 from vaswani_plugin.errors import VaswaniConfigError
 
 PATTERNS = {"update": re.compile(r"checkpoint_(\d+)_(\d+)\.pt"), "epoch": re.compile(r"checkpoint(\d+)\.pt")}
@@ -73,16 +71,8 @@ def average_checkpoints(paths: Sequence) -> dict:
 
 def save_atomically(state: dict, output) -> None:
     """torch.save to a temporary file next to `output`, then rename: no half-written checkpoint on failure."""
-    output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as file:
-            torch.save(state, file)
-        os.replace(temporary, output)
-    except BaseException:
-        os.unlink(temporary)
-        raise
+    Path(output).parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(output, lambda file: torch.save(state, file))
 
 
 def main(argv=None) -> None:

@@ -13,9 +13,11 @@ UnreadableCheckpoint naming it, not torch's traceback.
 """
 
 import argparse
+import os
+import tempfile
 import zipfile
 from pathlib import Path
-from typing import Callable, Optional
+from typing import BinaryIO, Callable, Optional
 
 import numpy
 import torch
@@ -97,3 +99,17 @@ def load_checkpoint(path, load: Optional[Callable] = None):
             if problem is None:
                 raise
     raise UnreadableCheckpoint(f"{path}: {problem}")
+
+
+def write_atomically(output, write: Callable[[BinaryIO], None]) -> None:
+    """write(file) into a temporary file next to `output` (.<name>.*.tmp), then rename it over `output`: a
+    reader never sees a half-written file, whenever the writer is killed."""
+    output = Path(output)
+    handle, temporary = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            write(file)
+        os.replace(temporary, output)
+    except BaseException:
+        os.unlink(temporary)
+        raise

@@ -21,17 +21,16 @@ import argparse
 import os
 import re
 import shutil
+import stat
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Optional, Tuple
 
 import vaswani_plugin  # noqa: F401  (allow-lists fairseq's checkpoint classes for weights_only loading)
-from vaswani_plugin.checkpoint_loading import UnreadableCheckpoint, load_checkpoint
+from vaswani_plugin.checkpoint_loading import UnreadableCheckpoint, load_checkpoint, write_atomically
 
 PROG = "vaswani_plugin.resume_checkpoint"
-TEMPORARY_PREFIX = ".checkpoint_last.pt."
 INTERVAL_CHECKPOINT = re.compile(r"checkpoint_\d+_\d+\.pt")
 
 
@@ -65,18 +64,15 @@ def newest_training_checkpoint(save_dir: Path) -> Optional[Tuple[int, Path]]:
 
 
 def copy_atomically(source: Path, target: Path) -> None:
-    """Copy to a temporary file beside `target`, flushed to disk, then rename it over `target`."""
-    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=TEMPORARY_PREFIX, suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as file, open(source, "rb") as original:
+    """Copy `source` over `target` through a temporary file, flushed to disk, with the source's mode."""
+    def copy(file):
+        with open(source, "rb") as original:
             shutil.copyfileobj(original, file)
-            file.flush()
-            os.fsync(file.fileno())
-        shutil.copymode(source, temporary)
-        os.replace(temporary, target)
-    except BaseException:
-        os.unlink(temporary)
-        raise
+        file.flush()
+        os.fsync(file.fileno())
+        os.fchmod(file.fileno(), stat.S_IMODE(os.stat(source).st_mode))
+
+    write_atomically(target, copy)
 
 
 def keep(last: Path) -> Path:
@@ -95,7 +91,7 @@ def resume(save_dir) -> None:
     """See the module docstring."""
     save_dir = Path(save_dir)
     last = save_dir / "checkpoint_last.pt"
-    for stale in save_dir.glob(f"{TEMPORARY_PREFIX}*.tmp"):  # copies of a run of this command that was killed
+    for stale in save_dir.glob(f".{last.name}.*.tmp"):  # copies of a run of this command that was killed
         stale.unlink()
     if not last.exists():
         return

@@ -14,7 +14,7 @@ from torch import Tensor
 # step after step; measured on 2 cores it took the largest tensors out of a small model's step (README, Speed).
 CPU_CHUNK_LOGITS = 2**22
 # On a GPU each chunk is ~20 kernel launches and a turn of a host loop, so chunks are as large as 1/32 of the
-# device's memory allows: one chunk for a 4k-token batch at V = 37k on a 16 GB card or larger.
+# device's memory allows: a 4k-token batch at V = 37k is one chunk on an 80 GB card, four on a 16 GB one.
 GPU_MEMORY_FRACTION = 1 / 32
 # Bytes a chunk holds per logit: the logits (2-4), their float32 log-probabilities, which become ∂loss/∂z in
 # place (4), and ∂loss/∂z in the products' dtype (2-4).
