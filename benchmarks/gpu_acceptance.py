@@ -159,11 +159,11 @@ def machine(device):
     import torch
     rows = {}
     if device == "cuda":
-        from vaswani_plugin.training_cost import peak_for  # imports fairseq: only here
+        from vaswani_plugin.tools.training_cost import peak_for  # imports fairseq: only here
         name = torch.cuda.get_device_name(0)
         peak = peak_for(name, True)
-        rows["GPU"] = name + (f" (dense fp16/bf16 peak {peak:g} TFLOP/s, vaswani_plugin.training_cost)" if peak
-                              else " (peak FLOP/s unknown to vaswani_plugin.training_cost: no MFU)")
+        rows["GPU"] = name + (f" (dense fp16/bf16 peak {peak:g} TFLOP/s, vaswani_plugin.tools.training_cost)" if peak
+                              else " (peak FLOP/s unknown to vaswani_plugin.tools.training_cost: no MFU)")
     else:
         rows["GPU"] = "none: the CPU stand-in (--device cpu --tiny)"
     rows["driver / CUDA"] = _nvidia_smi(["nvidia-smi"], r"Driver Version: *\S+.*?CUDA Version: *\S+")

@@ -4,7 +4,7 @@
     python benchmarks/speed.py --smoke          # seconds: a tiny model on synthetic data (CI)
 
 For each size, fairseq's model is built (or loaded from --checkpoint, a fairseq `transformer` checkpoint of
-that size) and converted with vaswani_plugin.convert_fairseq, so both start from the same weights and compute
+that size) and converted with vaswani_plugin.checkpoints.convert_fairseq, so both start from the same weights and compute
 the same function. Then, each implementation in its own process (so that peak memory is its own):
 - training: --warmup updates, then target tokens/s over --updates updates (Adam, label smoothing 0.1, each
   with its own criterion: vaswani_label_smoothed_cross_entropy / fairseq's label_smoothed_cross_entropy);
@@ -78,7 +78,7 @@ def build_model(spec, dictionary):
     """(model, fairseq args): fairseq's model, or (spec["impl"] == "vaswani_transformer") its conversion."""
     import torch
     from fairseq.models.transformer import TransformerModel
-    from vaswani_plugin.convert_fairseq import convert_state, fairseq_options, vaswani_config
+    from vaswani_plugin.checkpoints.convert_fairseq import convert_state, fairseq_options, vaswani_config
     from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerModel
 
     task = Namespace(source_dictionary=dictionary, target_dictionary=dictionary)
@@ -119,7 +119,7 @@ def worker(spec) -> dict:
     from fairseq.sequence_generator import SequenceGenerator
     from vaswani_plugin.criterions.vaswani_label_smoothed_cross_entropy import VaswaniLabelSmoothedCrossEntropy
     from vaswani_plugin.models.output_layer_loss import chunk_logits_for
-    from vaswani_plugin.training_cost import peak_for
+    from vaswani_plugin.tools.training_cost import peak_for
 
     device = torch.device(spec["device"])
     dictionary, train, test = load_data(spec)

@@ -10,7 +10,7 @@ sample (wsj_0001..0179): files 0001-0149 train (3,253 trees), 0150-0164 valid (2
 --source-vocabulary 32000).
 
     1 linearise  W/text/{split}.words (source: the words), W/text/{split}.tree (target: the tree sequence,
-                 vaswani_plugin.trees), W/gold/{split}.trees (cleaned gold trees, one per line, for EVALB) and
+                 vaswani_plugin.scoring.trees), W/gold/{split}.trees (cleaned gold trees, one per line, for EVALB) and
                  W/gold/{split}.tags (their part-of-speech tags)
     2 binarize   W/data-bin: fairseq-preprocess, one dictionary per side, the --source-vocabulary most frequent
                  words (§6.3: 16K; the rest <unk>: outputs hold XX placeholders, so the words come back from the
@@ -25,7 +25,7 @@ import json
 from pathlib import Path
 from typing import Dict, List
 
-from vaswani_plugin.trees import clean, linearise, read_trees
+from vaswani_plugin.scoring.trees import clean, linearise, read_trees
 
 from . import binarize
 from ._common import ArgumentParser, PrepareError, available_cores, log, open_write, positive_int, run_cli

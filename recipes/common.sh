@@ -198,13 +198,13 @@ training_task() {
 }
 
 # resume_checkpoint SAVE_DIR: a job killed while fairseq copied its newest checkpoint to checkpoint_last.pt leaves
-# that file cut off; make the newest intact checkpoint checkpoint_last.pt (vaswani_plugin/resume_checkpoint.py).
+# that file cut off; make the newest intact checkpoint checkpoint_last.pt (vaswani_plugin/checkpoints/resume.py).
 # Node 0 only: fairseq's rank 0 reads checkpoint_last.pt and sends it to the other ranks, which start training only
 # once node 0's fairseq-train, run after this, has joined them.
 resume_checkpoint() {
     # A first run has nothing to check, and saves the command's start-up (importing fairseq, 3.5 s).
     [ "${NODE_RANK:-0}" = 0 ] && [ -e "$1/checkpoint_last.pt" ] || return 0
-    "$PYTHON" -m vaswani_plugin.resume_checkpoint "$1" 2>&1 | tee -a "$1/train.log" >&2
+    "$PYTHON" -m vaswani_plugin.checkpoints.resume "$1" 2>&1 | tee -a "$1/train.log" >&2
 }
 
 # train SAVE_DIR ARGS...: the paper's training set-up (§5) plus the recipe's model arguments.
@@ -240,7 +240,7 @@ leave_the_rest_to_node_zero() {
 
 # average SAVE_DIR N: §6.1, the average of the last N checkpoints.
 average() {
-    "$PYTHON" -m vaswani_plugin.average_checkpoints --inputs "$1" --num-update-checkpoints "$2" \
+    "$PYTHON" -m vaswani_plugin.checkpoints.average --inputs "$1" --num-update-checkpoints "$2" \
         --output "$1/checkpoint_average.pt"
 }
 
@@ -278,7 +278,7 @@ training_cost() {
     [ -n "${PEAK_TFLOPS:-}" ] && peak=(--peak-tflops "$PEAK_TFLOPS")
     local fp16=()
     [ "${FP16:-0}" = 1 ] && fp16=(--fp16)
-    "$PYTHON" -m vaswani_plugin.training_cost --checkpoint "$1/checkpoint_last.pt" --gpus "$WORKERS" \
+    "$PYTHON" -m vaswani_plugin.tools.training_cost --checkpoint "$1/checkpoint_last.pt" --gpus "$WORKERS" \
         --paper "$2" "${peak[@]}" "${fp16[@]}"
 }
 
@@ -286,7 +286,7 @@ training_cost() {
 score() {
     local output=$1 subset=$2
     shift 2
-    "$PYTHON" -m vaswani_plugin.score --generate-output "$output" --reference "$TEXT_DIR/$subset.$TARGET_LANG" \
+    "$PYTHON" -m vaswani_plugin.scoring.bleu --generate-output "$output" --reference "$TEXT_DIR/$subset.$TARGET_LANG" \
         --target-lang "$TARGET_LANG" "$@" | tee "$output.bleu"
 }
 

@@ -61,7 +61,7 @@ score "$TRANSLATIONS" test --examples 3 --source "$TEXT_DIR/test.en"
 # Attention of the first test sentence: every head of the last layer (Figures 3-5 of the paper).
 PICTURES="$WORK_DIR/attention"
 if [ "$ARCH" = vaswani_transformer ]; then
-    "$PYTHON" -m vaswani_plugin.attention_pictures --path "$CHECKPOINTS/checkpoint_average.pt" --data "$DATA_BIN" \
+    "$PYTHON" -m vaswani_plugin.tools.attention_pictures --path "$CHECKPOINTS/checkpoint_average.pt" --data "$DATA_BIN" \
         --bpe-codes "$PREPARED_DIR/bpe/codes" --source "$(head -n 1 "$TEXT_DIR/test.en")" \
         --output-dir "$PICTURES" || die "attention pictures failed"
 else

@@ -72,7 +72,7 @@ parse() {  # parse SPLIT: fairseq-generate's output for every sentence of SPLIT
 for split in valid test; do
     stage "parse_$split" parse "$split"
     say "$split: labelled bracketing F1 (EVALB, COLLINS.prm)"
-    "$PYTHON" -m vaswani_plugin.score_parses --generate-output "$WORK_DIR/$split.generate.txt" \
+    "$PYTHON" -m vaswani_plugin.scoring.parses --generate-output "$WORK_DIR/$split.generate.txt" \
         --words "$DATA_DIR/text/$split.words" --tags "$DATA_DIR/gold/$split.tags" --gold "$DATA_DIR/gold/$split.trees" \
         --output "$WORK_DIR/$split.parsed.trees" | tee "$WORK_DIR/$split.f1"
 done

@@ -1,4 +1,4 @@
-"""`python -m vaswani_plugin.attention_pictures`: every head's attention (Figures 3-5) of a trained checkpoint."""
+"""`python -m vaswani_plugin.tools.attention_pictures`: every head's attention (Figures 3-5) of a trained checkpoint."""
 
 import numpy
 import pytest
@@ -7,8 +7,8 @@ from fairseq.data import Dictionary
 from matplotlib.image import imread
 
 from cli_helpers import REPO, run_module
-from vaswani_plugin import attention_pictures
-from vaswani_plugin.attention_pictures import KINDS, captured_attention, encode, load_model, main
+from vaswani_plugin.tools import attention_pictures
+from vaswani_plugin.tools.attention_pictures import KINDS, captured_attention, encode, load_model, main
 from vaswani_plugin.models.layers import MultiHeadAttention
 
 LAYERS = {"encoder_self": 1, "decoder_self": 2, "encoder_decoder": 2}  # TINY_MODEL: 1 encoder, 2 decoder layers
@@ -59,7 +59,7 @@ def check_outputs(output_dir, source_words, target_words):
 
 def test_command_with_a_target(reversal_data, checkpoint, sentence_pair, tmp_path):
     source, target = sentence_pair
-    result = run_module("vaswani_plugin.attention_pictures",
+    result = run_module("vaswani_plugin.tools.attention_pictures",
                         *options(reversal_data, checkpoint, source, tmp_path / "pictures", "--target", target),
                         cwd=REPO)
     check_outputs(tmp_path / "pictures", source.split(), target.split())
@@ -133,7 +133,7 @@ def test_mistakes_are_one_line_errors(reversal_data, checkpoint, sentence_pair, 
                                                       tmp_path)]
     with pytest.raises(SystemExit) as error:
         main(arguments)
-    assert str(error.value) == "vaswani_plugin.attention_pictures: error: " + message.format(
+    assert str(error.value) == "vaswani_plugin.tools.attention_pictures: error: " + message.format(
         tmp=tmp_path, data=reversal_data / "joined")
 
 

@@ -1,4 +1,4 @@
-"""`python -m vaswani_plugin.average_checkpoints`: checkpoint averaging of §6.1."""
+"""`python -m vaswani_plugin.checkpoints.average`: checkpoint averaging of §6.1."""
 
 import subprocess
 import sys
@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from cli_helpers import PAPER_TRAINING, TEST_SENTENCES, TINY_MODEL, plugin_dir, run, write_reversal_corpus
-from vaswani_plugin.average_checkpoints import average_checkpoints, last_checkpoints
+from vaswani_plugin.checkpoints.average import average_checkpoints, last_checkpoints
 from vaswani_plugin.errors import VaswaniConfigError
 
 
 def average(*args, cwd, check=True):
-    result = subprocess.run([sys.executable, "-m", "vaswani_plugin.average_checkpoints", *map(str, args)],
+    result = subprocess.run([sys.executable, "-m", "vaswani_plugin.checkpoints.average", *map(str, args)],
                             cwd=cwd, capture_output=True, text=True, timeout=300)
     if check and result.returncode != 0:
         raise AssertionError(result.stderr[-3000:])
@@ -67,7 +67,7 @@ def test_errors_are_one_line(tmp_path):
                      check=False)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.splitlines()[-1] == (
-        f"vaswani_plugin.average_checkpoints: error: --num-update-checkpoints 2 asks for more than the 1 "
+        f"vaswani_plugin.checkpoints.average: error: --num-update-checkpoints 2 asks for more than the 1 "
         f"checkpoint_<epoch>_<updates>.pt files in {tmp_path}")
     assert not (tmp_path / "avg.pt").exists()
     fake_checkpoint(tmp_path / "extra.pt", 2, 20, bias=torch.zeros(2))

@@ -8,7 +8,7 @@ import torch
 from fairseq import checkpoint_utils
 
 from cli_helpers import TINY_MODEL, run, run_module
-from vaswani_plugin.convert_fairseq import main
+from vaswani_plugin.checkpoints.convert_fairseq import main
 
 FAIRSEQ_TRAINING = ["--optimizer", "adam", "--lr", "0.005", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "5",
                     "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--max-tokens", "1000",
@@ -31,7 +31,7 @@ def converted(request, reversal_data, tmp_path_factory):
     data = reversal_data / data_name
     run("train", data, "--arch", "transformer", *TINY_MODEL, *options, *FAIRSEQ_TRAINING, "--save-dir", root,
         cwd=root)
-    result = run_module("vaswani_plugin.convert_fairseq", "--input", root / "checkpoint_last.pt",
+    result = run_module("vaswani_plugin.checkpoints.convert_fairseq", "--input", root / "checkpoint_last.pt",
                         "--output", root / "converted.pt", cwd=root)
     assert "vaswani_transformer, d_model 32" in result.stdout
     return data, root / "checkpoint_last.pt", root / "converted.pt"
@@ -95,5 +95,5 @@ def test_features_the_model_lacks_are_refused_by_name(converted, tmp_path):
                           (tmp_path / "missing.pt", "not a checkpoint file")):
         with pytest.raises(SystemExit) as exit:
             main(["--input", str(path), "--output", str(tmp_path / "out.pt")])
-        assert exit.value.code == f"vaswani_plugin.convert_fairseq: error: {path}: {message}"
+        assert exit.value.code == f"vaswani_plugin.checkpoints.convert_fairseq: error: {path}: {message}"
     assert not (tmp_path / "out.pt").exists()

@@ -3,7 +3,7 @@ with the results EVALB prints for it (sample/sample.rsl), and hand-made WSJ-styl
 
 import pytest
 
-from vaswani_plugin.evalb import COLLINS, Parameters, compare, evaluate
+from vaswani_plugin.scoring.evalb import COLLINS, Parameters, compare, evaluate
 
 GOLD = "(S (A (P this)) (B (Q is) (A (R a) (T test))))"
 LONG = " ".join(["(A (P this)) (B (Q is) (A (R a) (T test)))"] * 11)

@@ -12,7 +12,7 @@ from torch import nn
 from conftest import build_model, make_dictionary, random_tokens
 from cli_helpers import TEST_SENTENCES, plugin_dir, run
 from vaswani_plugin.errors import VaswaniConfigError
-from vaswani_plugin.score import read_hypotheses, score_files
+from vaswani_plugin.scoring.bleu import read_hypotheses, score_files
 from vaswani_plugin.tasks.vaswani_translation import (
     GnmtSequenceGenerator,
     GnmtSequenceGeneratorWithAlignment,
@@ -187,7 +187,7 @@ def test_generate_with_gnmt_alpha(checkpoint, gnmt, tmp_path):
     for sid, score in scores.items():  # both in base 2; P- is rounded to 4 decimals
         tokens = positional[sid]
         assert score == pytest.approx(sum(tokens) / gnmt_length_penalty(len(tokens), 0.6), abs=1e-4 * len(tokens))
-    # vaswani_plugin.score reads this output: every sentence, in id order.
+    # vaswani_plugin.scoring.bleu reads this output: every sentence, in id order.
     (tmp_path / "generate.out").write_text(result.stdout)
     hypotheses, ids = read_hypotheses(tmp_path / "generate.out")
     assert ids == list(range(TEST_SENTENCES))

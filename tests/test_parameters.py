@@ -112,7 +112,7 @@ def test_initialisation_has_fairseq_transformers_distributions():
     """The paper gives no initialisation; every tensor is drawn as fairseq's `transformer` draws its counterpart
     (Q/K/V Xavier gain 1/√2, W^O Xavier, FFN as nn.Linear, embeddings N(0, d^-1/2)): same bounds, same spread."""
     from fairseq.models.transformer import TransformerModel, base_architecture
-    from vaswani_plugin.convert_fairseq import convert_state, fairseq_options
+    from vaswani_plugin.checkpoints.convert_fairseq import convert_state, fairseq_options
 
     dictionary = make_dictionary(3000)
     task = Namespace(source_dictionary=dictionary, target_dictionary=dictionary)

@@ -1,7 +1,7 @@
 """Resuming after a kill at any instant, and one-line errors for checkpoint files that are cut off or no checkpoint.
 
 fairseq writes checkpoint_<epoch>_<updates>.pt atomically but copies it to checkpoint_last.pt with a plain copy;
-a job killed during the copy leaves a cut-off checkpoint_last.pt. The command vaswani_plugin.resume_checkpoint
+a job killed during the copy leaves a cut-off checkpoint_last.pt. The command vaswani_plugin.checkpoints.resume
 (run by the recipes before fairseq-train) is checked on real checkpoints of a tiny training, and the base recipe
 is killed with SIGKILL during training at three points, once with checkpoint_last.pt then cut as a kill during
 fairseq's copy leaves it, and must end with the model of an uninterrupted run.
@@ -22,12 +22,14 @@ from fairseq import checkpoint_utils
 from cli_helpers import REPO, plugin_dir, run
 from conftest import lane_job
 from test_recipes import BIG_RUN, NEEDS_CPU_PATH, check_scores, hypotheses, run_recipe, tiny_env
-from vaswani_plugin import attention_pictures, average_checkpoints, convert_fairseq, score, training_cost
-from vaswani_plugin.average_checkpoints import average_checkpoints as averaged
+from vaswani_plugin.checkpoints import average as average_checkpoints, convert_fairseq
+from vaswani_plugin.scoring import bleu as score
+from vaswani_plugin.tools import attention_pictures, training_cost
+from vaswani_plugin.checkpoints.average import average_checkpoints as averaged
 from vaswani_plugin.errors import unreadable_checkpoint_message
-from vaswani_plugin.resume_checkpoint import main as resume_main
+from vaswani_plugin.checkpoints.resume import main as resume_main
 
-PROG = "vaswani_plugin.resume_checkpoint"
+PROG = "vaswani_plugin.checkpoints.resume"
 CUT_SHORT = "cut short: torch's zip archive without its end (a write or copy that was interrupted)"
 NOT_TORCH = "not a torch checkpoint (neither torch's zip format nor its legacy one)"
 
@@ -190,7 +192,7 @@ def test_a_generate_output_cut_short_is_one_line(tmp_path):
             score.main(["--generate-output", str(tmp_path / name), "--reference", str(tmp_path / "ref.de"),
                         "--target-lang", "de"])
         expected = f"{tmp_path / name}: {message}" if message else "2 hypotheses for 3 reference lines"
-        assert exit.value.code.startswith(f"vaswani_plugin.score: error: {expected}")
+        assert exit.value.code.startswith(f"vaswani_plugin.scoring.bleu: error: {expected}")
         assert "\n" not in exit.value.code
 
 

@@ -1,4 +1,4 @@
-"""`python -m vaswani_plugin.score`: tokenised compound-split BLEU (§6.1, Table 2) and sacreBLEU."""
+"""`python -m vaswani_plugin.scoring.bleu`: tokenised compound-split BLEU (§6.1, Table 2) and sacreBLEU."""
 
 import math
 import subprocess
@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from vaswani_plugin.errors import VaswaniConfigError
-from vaswani_plugin.score import read_hypotheses, score_files, score_lines, split_compounds
+from vaswani_plugin.scoring.bleu import read_hypotheses, score_files, score_lines, split_compounds
 
 REFERENCES = ["Das Meeres-Ufer ist 3-mal so lang wie gestern.",
               "\"Wir kommen morgen\", sagte die Bundes-Regierung.",
@@ -107,7 +107,7 @@ def test_remove_bpe(tmp_path, name, bpe):
 
 
 def score_command(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "vaswani_plugin.score", *map(str, args)], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "vaswani_plugin.scoring.bleu", *map(str, args)], cwd=cwd,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -131,7 +131,7 @@ def test_a_missing_hypothesis_is_an_error_not_a_bleu(tmp_path):
     result = score_command("--generate-output", "generate.out", "--reference", "ref.de", "--target-lang", "de",
                            cwd=tmp_path)
     assert result.returncode == 1 and result.stdout == "" and "Traceback" not in result.stderr
-    assert result.stderr.splitlines()[-1] == ("vaswani_plugin.score: error: 2 hypotheses for 3 reference lines "
+    assert result.stderr.splitlines()[-1] == ("vaswani_plugin.scoring.bleu: error: 2 hypotheses for 3 reference lines "
                                               "(fairseq dropped some: pass --required-batch-size-multiple 1)")
     with pytest.raises(VaswaniConfigError, match=r"^2 hypotheses for 3 reference lines$"):
         score_files(tmp_path / "plain.txt", tmp_path / "ref.de", "de")

@@ -2,7 +2,7 @@
 
 import torch
 
-from vaswani_plugin.training_cost import main, peak_for
+from vaswani_plugin.tools.training_cost import main, peak_for
 
 
 def test_peak_lookup_by_gpu_name():

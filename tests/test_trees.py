@@ -2,7 +2,7 @@
 
 import pytest
 
-from vaswani_plugin.trees import PLACEHOLDER, Tree, clean, delinearise, linearise, read_trees, repair
+from vaswani_plugin.scoring.trees import PLACEHOLDER, Tree, clean, delinearise, linearise, read_trees, repair
 from wmt_mirror import SHARED_DATA
 
 PTB_SAMPLE = SHARED_DATA / "ptb_sample"

@@ -11,8 +11,8 @@ import pytest
 from cli_helpers import REPO, TINY_MODEL
 from conftest import lane_job
 from test_recipes import NEEDS_CPU_PATH, run_recipe
-from vaswani_plugin.evalb import evaluate
-from vaswani_plugin.trees import delinearise, read_trees
+from vaswani_plugin.scoring.evalb import evaluate
+from vaswani_plugin.scoring.trees import delinearise, read_trees
 from wmt_mirror import SHARED_DATA
 
 FILES = {"train": ["0001", "0002", "0003"], "valid": ["0150"], "test": ["0165"]}
@@ -69,7 +69,7 @@ def write_generate_output(path, outputs):
 
 
 def score(work, generate_output, tmp_path):
-    return subprocess.run([sys.executable, "-m", "vaswani_plugin.score_parses", "--generate-output",
+    return subprocess.run([sys.executable, "-m", "vaswani_plugin.scoring.parses", "--generate-output",
                            str(generate_output), "--words", str(work / "text" / "valid.words"), "--tags",
                            str(work / "gold" / "valid.tags"), "--gold", str(work / "gold" / "valid.trees"),
                            "--output", str(tmp_path / "parsed.trees")], capture_output=True, text=True, timeout=120)

@@ -16,7 +16,7 @@ except ImportError as error:
     ) from None
 
 from vaswani_plugin.errors import VaswaniConfigError, install_error_hook
-from vaswani_plugin.checkpoint_loading import allow_fairseq_checkpoint_classes
+from vaswani_plugin.checkpoints.storage import allow_fairseq_checkpoint_classes
 
 install_error_hook()
 allow_fairseq_checkpoint_classes()

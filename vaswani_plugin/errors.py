@@ -7,7 +7,7 @@ from typing import Optional
 
 
 class VaswaniConfigError(ValueError):
-    """A bad combination of options; the message says what to change."""
+    """A user's mistake (a bad combination of options, a malformed input file); the message says what to change."""
 
 
 def unreadable_checkpoint_message(exc: BaseException) -> Optional[str]:
@@ -19,7 +19,7 @@ def unreadable_checkpoint_message(exc: BaseException) -> Optional[str]:
     error, keeps its traceback and explanation.
     """
     # Imported here: checkpoint_loading imports this module.
-    from vaswani_plugin.checkpoint_loading import checkpoint_problem
+    from vaswani_plugin.checkpoints.storage import checkpoint_problem
 
     for frame, _ in traceback.walk_tb(exc.__traceback__):
         if frame.f_globals.get("__name__") == "fairseq.checkpoint_utils" and \
@@ -30,7 +30,7 @@ def unreadable_checkpoint_message(exc: BaseException) -> Optional[str]:
                 return None
             hint = ""
             if os.path.basename(path) == "checkpoint_last.pt":  # fairseq-train resuming
-                hint = (f"; `python -m vaswani_plugin.resume_checkpoint {os.path.dirname(path) or '.'}` "
+                hint = (f"; `python -m vaswani_plugin.checkpoints.resume {os.path.dirname(path) or '.'}` "
                         "resumes from the newest intact checkpoint there")
             return f"{path}: {problem}{hint}"
     return None

@@ -1,6 +1,6 @@
 """Labelled bracketing scores as EVALB computes them (Sekine & Collins), for §6.3's F1 on parsing.
 
-    python -m vaswani_plugin.evalb --gold gold.trees --test parsed.trees [--per-sentence]
+    python -m vaswani_plugin.scoring.evalb --gold gold.trees --test parsed.trees [--per-sentence]
 
 One bracketed tree per line in each file. The defaults are EVALB's COLLINS.prm, the standard for WSJ parsing:
 labelled brackets; words tagged TOP, -NONE-, ",", ":", "``", "''", "." deleted with their brackets; ADVP and
@@ -12,9 +12,11 @@ left out of the totals, and an empty test line is skipped. Checked against EVALB
 """
 
 import argparse
-import sys
 from dataclasses import dataclass, field
 from typing import FrozenSet, List, Sequence, Tuple
+
+from vaswani_plugin.cli import run_command
+from vaswani_plugin.errors import VaswaniConfigError
 
 
 @dataclass(frozen=True)
@@ -70,14 +72,14 @@ def read_sentence(line: str, parameters: Parameters = COLLINS) -> Sentence:
             stack.append((label, len(sentence.terminals)))
         elif item == ")":
             if not stack:
-                raise ValueError(f"unbalanced brackets (too many closing) in: {line.strip()}")
+                raise VaswaniConfigError(f"unbalanced brackets (too many closing) in: {line.strip()}")
             label, start = stack.pop()
             sentence.brackets.append((label, start, len(sentence.terminals)))
             i += 1
         else:
-            raise ValueError(f"a word outside a (TAG word) bracket: {item!r} in: {line.strip()}")
+            raise VaswaniConfigError(f"a word outside a (TAG word) bracket: {item!r} in: {line.strip()}")
     if stack:
-        raise ValueError(f"unbalanced brackets (too many opening) in: {line.strip()}")
+        raise VaswaniConfigError(f"unbalanced brackets (too many opening) in: {line.strip()}")
     return sentence
 
 
@@ -171,7 +173,7 @@ def summarise(results: Sequence[Result]) -> Summary:
 def evaluate(gold_lines: Sequence[str], test_lines: Sequence[str], parameters: Parameters = COLLINS):
     """(per-sentence results, summary of all, summary of sentences of at most cutoff_length words)."""
     if len(gold_lines) != len(test_lines):
-        raise ValueError(f"{len(gold_lines)} gold trees but {len(test_lines)} test trees")
+        raise VaswaniConfigError(f"{len(gold_lines)} gold trees but {len(test_lines)} test trees")
     results = [compare(g, t, parameters) for g, t in zip(gold_lines, test_lines)]
     short = [r for r in results if r.length <= parameters.cutoff_length]
     return results, summarise(results), summarise(short)
@@ -194,17 +196,17 @@ def summary_lines(title: str, summary: Summary) -> List[str]:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="vaswani_plugin.evalb", description=__doc__,
+    parser = argparse.ArgumentParser(prog="vaswani_plugin.scoring.evalb", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gold", required=True, help="gold trees, one per line")
     parser.add_argument("--test", required=True, help="parser output trees, one per line, in the same order")
     parser.add_argument("--per-sentence", action="store_true", help="print EVALB's per-sentence table first")
-    args = parser.parse_args(argv)
-    try:
-        with open(args.gold, encoding="utf-8") as gold, open(args.test, encoding="utf-8") as test:
-            results, everything, short = evaluate(gold.read().splitlines(), test.read().splitlines())
-    except (OSError, ValueError) as error:
-        sys.exit(f"{parser.prog}: error: {error}")
+    run_command(parser, evalb_command, argv)
+
+
+def evalb_command(args) -> None:
+    with open(args.gold, encoding="utf-8") as gold, open(args.test, encoding="utf-8") as test:
+        results, everything, short = evaluate(gold.read().splitlines(), test.read().splitlines())
     if args.per_sentence:
         print("  Sent.  Len. Stat. Recal  Prec.  Matched  gold test  Cross  Words  Correct tags")
         for i, r in enumerate(results, 1):

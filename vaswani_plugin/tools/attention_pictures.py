@@ -1,14 +1,14 @@
 """Attention pictures as in Figures 3-5: every head's attention probabilities for one sentence pair.
 
-    python -m vaswani_plugin.attention_pictures --path checkpoint_best.pt --data data-bin \\
+    python -m vaswani_plugin.tools.attention_pictures --path checkpoint_best.pt --data data-bin \\
         --source "the cat sat" --output-dir pictures [--target "die Katze saß"] [--layer 6 --head 3]
-    python -m vaswani_plugin.attention_pictures --path avg.pt --data data-bin --bpe-codes bpe/codes \\
+    python -m vaswani_plugin.tools.attention_pictures --path avg.pt --data data-bin --bpe-codes bpe/codes \\
         --source "The cat sat." --output-dir pictures
 
 Sentences are read as the dictionary's tokens (split at whitespace), or, with --bpe-codes, as raw text that
-is Moses-tokenised (prepare.tokenize) and BPE-segmented (prepare.bpe) first. Without --target, the source is
-translated with beam search (beam 4) and the best hypothesis is the target. One teacher-forced forward pass
-in eval mode (no dropout) then records, for every layer and head:
+is Moses-tokenised and BPE-segmented first by fairseq's encoders, as fairseq-interactive does. Without
+--target, the source is translated with beam search (beam 4) and the best hypothesis is the target. One
+teacher-forced forward pass in eval mode (no dropout) then records, for every layer and head:
 
     encoder_self     [layers, heads, S, S]  queries and keys: the source tokens, </s> included
     decoder_self     [layers, heads, T, T]  zero above the diagonal (no position sees later ones)
@@ -35,12 +35,15 @@ import numpy
 import torch
 from fairseq import checkpoint_utils
 from fairseq.data import data_utils
+from fairseq.data.encoders.moses_tokenizer import MosesTokenizer, MosesTokenizerConfig
+from fairseq.data.encoders.subword_nmt_bpe import SubwordNMTBPE, SubwordNMTBPEConfig
 from fairseq.dataclass.configs import GenerationConfig
 from fairseq.models import ARCH_MODEL_REGISTRY
 from torch import Tensor
 
 import vaswani_plugin  # noqa: F401  (registers the model; allow-lists fairseq's checkpoint classes)
-from vaswani_plugin.checkpoint_loading import UnreadableCheckpoint, load_checkpoint
+from vaswani_plugin.checkpoints.storage import UnreadableCheckpoint, load_checkpoint
+from vaswani_plugin.cli import run_command
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerModel
 
@@ -138,16 +141,12 @@ def load_model(path, data, source_lang: Optional[str], target_lang: Optional[str
 
 
 def segment(sentence: str, lang: str, bpe_codes) -> str:
-    """Raw text -> Moses tokens -> BPE pieces, as prepare/ made the training data."""
-    try:
-        from prepare.bpe import Segmenter
-        from prepare.tokenize import Tokenizer
-    except ImportError:
-        raise VaswaniConfigError("--bpe-codes uses the repository's prepare/ package: run from the repository "
-                                 "root, or segment the sentences yourself") from None
+    """Raw text -> Moses tokens -> BPE pieces, through fairseq's own encoders, as fairseq-interactive
+    `--tokenizer moses --moses-no-escape --bpe subword_nmt` and the hub interface make them."""
     if not Path(bpe_codes).is_file():
         raise VaswaniConfigError(f"--bpe-codes {bpe_codes}: no such file")
-    return Segmenter(str(bpe_codes))(Tokenizer(lang)(sentence))
+    tokenizer = MosesTokenizer(MosesTokenizerConfig(source_lang=lang, target_lang=lang, moses_no_escape=True))
+    return SubwordNMTBPE(SubwordNMTBPEConfig(bpe_codes=str(bpe_codes))).encode(tokenizer.encode(sentence))
 
 
 def encode(dictionary, sentence: str, option: str) -> Tensor:
@@ -281,7 +280,7 @@ def write_attention_pictures(args: argparse.Namespace) -> List[Path]:
 
 def main(argv: Optional[List[str]] = None) -> None:
     """Parse the command line, write the pictures, print their paths; user mistakes end in one line."""
-    parser = argparse.ArgumentParser(prog="vaswani_plugin.attention_pictures", description=__doc__,
+    parser = argparse.ArgumentParser(prog="vaswani_plugin.tools.attention_pictures", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--path", required=True, help="vaswani_transformer checkpoint written by fairseq-train")
     parser.add_argument("--data", required=True, help="directory with dict.SRC.txt and dict.TGT.txt")
@@ -293,13 +292,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--layer", type=int, help="1-based layer of the pictures (default: each stack's last)")
     parser.add_argument("--head", type=int, help="1-based head of the single-head pictures (default: 1)")
     parser.add_argument("--output-dir", required=True, help="where to write the PNGs and attention.npz")
-    args = parser.parse_args(argv)
-    try:
-        written = write_attention_pictures(args)
-    except VaswaniConfigError as error:
-        sys.exit(f"{parser.prog}: error: {error}")
-    for path in written:
-        print(path)
+    run_command(parser, lambda args: print(*write_attention_pictures(args), sep="\n"), argv)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """BLEU as reported in §6.1 / Table 2 (tokenised, compound-split), and sacreBLEU on detokenised output.
 
-    python -m vaswani_plugin.score --hypotheses generate.out --reference newstest2014.de --target-lang de
-    python -m vaswani_plugin.score ... --examples 3 --source newstest2014.en   # and 3 example translations
+    python -m vaswani_plugin.scoring.bleu --hypotheses generate.out --reference newstest2014.de --target-lang de
+    python -m vaswani_plugin.scoring.bleu ... --examples 3 --source newstest2014.en   # and 3 example translations
 
 Hypotheses are fairseq-generate (or fairseq-interactive) output or a plain file, one line per sentence in
 sentence-id order. From generate output the D- lines are read (the H- text after fairseq's --bpe and
@@ -19,7 +19,6 @@ H- and D- carry --post-process / --remove-bpe: if generate ran without it (and w
 
 import argparse
 import re
-import sys
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
@@ -27,6 +26,7 @@ from fairseq.data.data_utils import post_process
 from sacrebleu.metrics import BLEU
 from sacremoses import MosesDetokenizer, MosesTokenizer
 
+from vaswani_plugin.cli import run_command
 from vaswani_plugin.errors import VaswaniConfigError
 
 GENERATE_LINE = re.compile(r"([HD])-(\d+)\t[^\t]*\t(.*)")
@@ -123,7 +123,7 @@ def examples(hypotheses, reference, source, target_lang: str, count: int,
 
 
 def main(argv: Optional[List[str]] = None) -> None:
-    parser = argparse.ArgumentParser(prog="vaswani_plugin.score", description=__doc__,
+    parser = argparse.ArgumentParser(prog="vaswani_plugin.scoring.bleu", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hypotheses", "--generate-output", required=True, dest="hypotheses",
                         help="fairseq-generate output, or one hypothesis a line")
@@ -134,16 +134,16 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--examples", type=int, default=0, metavar="N",
                         help="first print N example translations next to --source and the reference")
     parser.add_argument("--source", help="plain source text, for --examples")
-    args = parser.parse_args(argv)
+    run_command(parser, score_command, argv)
+
+
+def score_command(args) -> None:
     if args.examples and not args.source:
-        parser.error("--examples needs --source")
-    try:
-        scores = score_files(args.hypotheses, args.reference, args.target_lang, args.remove_bpe)
-        if args.examples:
-            print(examples(args.hypotheses, args.reference, args.source, args.target_lang, args.examples,
-                           args.remove_bpe))
-    except (VaswaniConfigError, OSError) as error:
-        sys.exit(f"{parser.prog}: error: {error}")
+        raise VaswaniConfigError("--examples needs --source")
+    scores = score_files(args.hypotheses, args.reference, args.target_lang, args.remove_bpe)
+    if args.examples:
+        print(examples(args.hypotheses, args.reference, args.source, args.target_lang, args.examples,
+                       args.remove_bpe))
     print(scores.report)
 
 

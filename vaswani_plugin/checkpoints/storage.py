@@ -101,6 +101,12 @@ def load_checkpoint(path, load: Optional[Callable] = None):
     raise UnreadableCheckpoint(f"{path}: {problem}")
 
 
+def save_atomically(state: dict, output) -> None:
+    """torch.save to a temporary file next to `output`, then rename: no half-written checkpoint on failure."""
+    Path(output).parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(output, lambda file: torch.save(state, file))
+
+
 def write_atomically(output, write: Callable[[BinaryIO], None]) -> None:
     """write(file) into a temporary file next to `output` (.<name>.*.tmp), then rename it over `output`: a
     reader never sees a half-written file, whenever the writer is killed."""

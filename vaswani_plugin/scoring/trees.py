@@ -10,6 +10,8 @@ TOP (the treebank's unlabelled outer bracket, or ROOT) is implicit in the sequen
 from dataclasses import dataclass, field
 from typing import Iterator, List, Optional, Sequence, Union
 
+from vaswani_plugin.errors import VaswaniConfigError
+
 PLACEHOLDER = "XX"
 ROOT = "TOP"
 
@@ -60,7 +62,7 @@ def read_trees(text: str) -> List[Tree]:
             stack.append(Tree(label))
         elif item == ")":
             if not stack:
-                raise ValueError(f"a closing bracket with nothing open, near item {i}: {' '.join(items[i - 5:i + 5])}")
+                raise VaswaniConfigError(f"a closing bracket with nothing open, near item {i}: {' '.join(items[i - 5:i + 5])}")
             tree = stack.pop()
             if stack:
                 stack[-1].children.append(tree)
@@ -68,11 +70,11 @@ def read_trees(text: str) -> List[Tree]:
                 trees.append(tree if tree.label == ROOT else Tree(ROOT, [tree]))
         else:
             if not stack:
-                raise ValueError(f"a word outside any bracket: {item!r}")
+                raise VaswaniConfigError(f"a word outside any bracket: {item!r}")
             stack[-1].children.append(item)
         i += 1
     if stack:
-        raise ValueError("the file ends inside a tree (unbalanced brackets)")
+        raise VaswaniConfigError("the file ends inside a tree (unbalanced brackets)")
     return trees
 
 
@@ -116,7 +118,7 @@ def delinearise(tokens: Sequence[str], words: Sequence[str], tags: Optional[Sequ
     for token in tokens:
         if token == PLACEHOLDER:
             if word >= len(words):
-                raise ValueError(f"more {PLACEHOLDER} than the {len(words)} words")
+                raise VaswaniConfigError(f"more {PLACEHOLDER} than the {len(words)} words")
             stack[-1].children.append(Tree(tags[word], [words[word]]))
             word += 1
         elif token.startswith("("):
@@ -125,9 +127,9 @@ def delinearise(tokens: Sequence[str], words: Sequence[str], tags: Optional[Sequ
             node = stack.pop()
             stack[-1].children.append(node)
         else:
-            raise ValueError(f"not a well-formed tree sequence at {token!r}: {' '.join(tokens)}")
+            raise VaswaniConfigError(f"not a well-formed tree sequence at {token!r}: {' '.join(tokens)}")
     if len(stack) != 1 or word != len(words):
-        raise ValueError(f"not a well-formed tree sequence over {len(words)} words: {' '.join(tokens)}")
+        raise VaswaniConfigError(f"not a well-formed tree sequence over {len(words)} words: {' '.join(tokens)}")
     return stack[0]
 
 

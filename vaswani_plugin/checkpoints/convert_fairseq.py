@@ -1,6 +1,6 @@
 """Convert a checkpoint of fairseq's `transformer` into a `vaswani_transformer` that computes the same thing.
 
-    python -m vaswani_plugin.convert_fairseq --input fairseq/checkpoint_best.pt --output vaswani.pt
+    python -m vaswani_plugin.checkpoints.convert_fairseq --input fairseq/checkpoint_best.pt --output vaswani.pt
 
 The converted model gives the original's log-probabilities (to float rounding) and beam-search hypotheses
 (tests/test_convert_fairseq.py), so fairseq users can switch models they already trained, and benchmarks/
@@ -15,15 +15,14 @@ The optimizer state is dropped: the result is for generation, or for training wi
 """
 
 import argparse
-import sys
 from pathlib import Path
 
 import torch
 from fairseq.modules import SinusoidalPositionalEmbedding
 
 import vaswani_plugin  # noqa: F401  (allow-lists fairseq's checkpoint classes for weights_only loading)
-from vaswani_plugin.average_checkpoints import save_atomically
-from vaswani_plugin.checkpoint_loading import UnreadableCheckpoint, load_checkpoint
+from vaswani_plugin.checkpoints.storage import UnreadableCheckpoint, load_checkpoint, save_atomically
+from vaswani_plugin.cli import run_command
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerConfig
 
@@ -135,17 +134,20 @@ def convert_checkpoint(path) -> dict:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="vaswani_plugin.convert_fairseq", description=__doc__,
+    parser = argparse.ArgumentParser(prog="vaswani_plugin.checkpoints.convert_fairseq", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--input", required=True, help="checkpoint of fairseq's transformer (any transformer_* arch)")
     parser.add_argument("--output", required=True, help="where to write the vaswani_transformer checkpoint")
-    args = parser.parse_args(argv)
+    run_command(parser, convert_command, argv)
+
+
+def convert_command(args) -> None:
     try:
         checkpoint = convert_checkpoint(args.input)
-    except UnreadableCheckpoint as error:  # names the file itself
-        sys.exit(f"{parser.prog}: error: {error}")
+    except UnreadableCheckpoint:  # names the file itself
+        raise
     except VaswaniConfigError as error:
-        sys.exit(f"{parser.prog}: error: {args.input}: {error}")
+        raise VaswaniConfigError(f"{args.input}: {error}") from None
     save_atomically(checkpoint, args.output)
     model = checkpoint["cfg"]["model"]
     print(f"converted {args.input} -> {args.output}: vaswani_transformer, d_model {model['encoder_embed_dim']}, "

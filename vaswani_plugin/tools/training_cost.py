@@ -1,16 +1,16 @@
 """Training cost as in Table 2: FLOPs = training time × number of GPUs × each GPU's peak FLOP/s.
 
-`python -m vaswani_plugin.training_cost --checkpoint checkpoint_last.pt --gpus 8 [--fp16] [--peak-tflops X]`
+`python -m vaswani_plugin.tools.training_cost --checkpoint checkpoint_last.pt --gpus 8 [--fp16] [--peak-tflops X]`
 reads the cumulative training time fairseq keeps in the checkpoint (resumed runs included).
 """
 
 import argparse
-import sys
 
 import torch
 
 import vaswani_plugin  # noqa: F401  (allow-list for loading fairseq checkpoints safely)
-from vaswani_plugin.checkpoint_loading import load_checkpoint
+from vaswani_plugin.checkpoints.storage import load_checkpoint
+from vaswani_plugin.cli import run_command
 from vaswani_plugin.errors import VaswaniConfigError
 
 # Dense peak TFLOP/s per GPU: (fp32, fp16/bf16 tensor cores). Table 2 used 2.8, 3.7, 6.0 and 9.5 TFLOPS
@@ -43,18 +43,17 @@ def training_seconds(checkpoint: str) -> float:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="vaswani_plugin.training_cost", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="vaswani_plugin.tools.training_cost", description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", required=True, help="checkpoint_last.pt of the finished run")
     parser.add_argument("--gpus", type=int, required=True, help="GPUs the run used (all nodes)")
     parser.add_argument("--fp16", action="store_true", help="the run used --fp16/--amp: count half-precision peak")
     parser.add_argument("--peak-tflops", type=float, help="peak TFLOP/s per GPU (default: looked up by GPU name)")
     parser.add_argument("--paper", choices=sorted(PAPER_COST), help="print Table 2's cost of this model too")
-    args = parser.parse_args(argv)
+    run_command(parser, cost_command, argv)
 
-    try:
-        seconds = training_seconds(args.checkpoint)
-    except VaswaniConfigError as error:
-        sys.exit(f"{parser.prog}: error: {error}")
+
+def cost_command(args) -> None:
+    seconds = training_seconds(args.checkpoint)
     peak, source = args.peak_tflops, "--peak-tflops"
     if peak is None and torch.cuda.is_available():
         name = torch.cuda.get_device_name(0)
@@ -63,12 +62,11 @@ def main(argv=None):
     if peak is None:
         print(f"Training cost: {seconds:.0f} s x {args.gpus} GPUs; peak FLOP/s unknown for this device "
               f"(set PEAK_TFLOPS / --peak-tflops to estimate FLOPs){paper}")
-        return 0
+        return
     flops = seconds * args.gpus * peak * 1e12
     print(f"Training cost: {flops:.2e} FLOPs = {seconds:.0f} s x {args.gpus} GPUs x {peak:g} TFLOP/s "
           f"({source}){paper}")
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -1,8 +1,8 @@
 """Checkpoint averaging of §6.1 ("averaging the last 5 checkpoints ... written at 10-minute intervals").
 
-    python -m vaswani_plugin.average_checkpoints --inputs CKPT_DIR --num-update-checkpoints 5 --output avg.pt
-    python -m vaswani_plugin.average_checkpoints --inputs CKPT_DIR --num-epoch-checkpoints 5 --output avg.pt
-    python -m vaswani_plugin.average_checkpoints --inputs a.pt b.pt c.pt --output avg.pt
+    python -m vaswani_plugin.checkpoints.average --inputs CKPT_DIR --num-update-checkpoints 5 --output avg.pt
+    python -m vaswani_plugin.checkpoints.average --inputs CKPT_DIR --num-epoch-checkpoints 5 --output avg.pt
+    python -m vaswani_plugin.checkpoints.average --inputs a.pt b.pt c.pt --output avg.pt
 
 Every floating-point tensor of state["model"] is averaged in float64 and cast back to its dtype; all else
 (integer buffers, cfg, optimizer_history, extra_state) is the last checkpoint's: the newest one when
@@ -12,14 +12,13 @@ result is for generation (continuing training from it starts Adam afresh).
 
 import argparse
 import re
-import sys
 from pathlib import Path
 from typing import List, Sequence
 
-import torch
 
 import vaswani_plugin  # noqa: F401  (allow-lists fairseq's checkpoint classes for weights_only loading)
-from vaswani_plugin.checkpoint_loading import load_checkpoint, write_atomically
+from vaswani_plugin.checkpoints.storage import load_checkpoint, save_atomically
+from vaswani_plugin.cli import run_command
 from vaswani_plugin.errors import VaswaniConfigError
 
 PATTERNS = {"update": re.compile(r"checkpoint_(\d+)_(\d+)\.pt"), "epoch": re.compile(r"checkpoint(\d+)\.pt")}
@@ -69,14 +68,8 @@ def average_checkpoints(paths: Sequence) -> dict:
     return state
 
 
-def save_atomically(state: dict, output) -> None:
-    """torch.save to a temporary file next to `output`, then rename: no half-written checkpoint on failure."""
-    Path(output).parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(output, lambda file: torch.save(state, file))
-
-
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="vaswani_plugin.average_checkpoints", description=__doc__,
+    parser = argparse.ArgumentParser(prog="vaswani_plugin.checkpoints.average", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--inputs", nargs="+", required=True,
                         help="checkpoint files, or one directory with --num-update/epoch-checkpoints")
@@ -86,18 +79,17 @@ def main(argv=None) -> None:
     group.add_argument("--num-epoch-checkpoints", type=int, metavar="N",
                        help="average the last N checkpoint<epoch>.pt by epoch")
     parser.add_argument("--output", required=True, help="where to write the averaged checkpoint")
-    args = parser.parse_args(argv)
-    try:
-        paths = args.inputs
-        for kind, count in (("update", args.num_update_checkpoints), ("epoch", args.num_epoch_checkpoints)):
-            if count is not None:
-                if count < 1 or len(args.inputs) != 1:
-                    raise VaswaniConfigError(f"--num-{kind}-checkpoints needs N >= 1 and one directory in --inputs")
-                paths = last_checkpoints(args.inputs[0], count, kind)
-        state = average_checkpoints(paths)
-        save_atomically(state, args.output)
-    except VaswaniConfigError as error:
-        sys.exit(f"{parser.prog}: error: {error}")
+    run_command(parser, average_command, argv)
+
+
+def average_command(args) -> None:
+    paths = args.inputs
+    for kind, count in (("update", args.num_update_checkpoints), ("epoch", args.num_epoch_checkpoints)):
+        if count is not None:
+            if count < 1 or len(args.inputs) != 1:
+                raise VaswaniConfigError(f"--num-{kind}-checkpoints needs N >= 1 and one directory in --inputs")
+            paths = last_checkpoints(args.inputs[0], count, kind)
+    save_atomically(average_checkpoints(paths), args.output)
     print(f"averaged {len(paths)} checkpoints (optimizer state dropped) into {args.output}:")
     for path in paths:
         print(f"  {path}")

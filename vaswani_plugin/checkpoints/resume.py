@@ -1,6 +1,6 @@
 """Make SAVE_DIR/checkpoint_last.pt resumable again after a job was killed at any instant.
 
-    python -m vaswani_plugin.resume_checkpoint SAVE_DIR
+    python -m vaswani_plugin.checkpoints.resume SAVE_DIR
 
 fairseq-train resumes from checkpoint_last.pt. It writes checkpoint_<epoch>_<updates>.pt atomically but then
 copies it to checkpoint_last.pt with a plain copy, so a job killed during that copy (preemption, the OOM
@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Optional, Tuple
 
 import vaswani_plugin  # noqa: F401  (allow-lists fairseq's checkpoint classes for weights_only loading)
-from vaswani_plugin.checkpoint_loading import UnreadableCheckpoint, load_checkpoint, write_atomically
+from vaswani_plugin.cli import run_command
+from vaswani_plugin.checkpoints.storage import UnreadableCheckpoint, load_checkpoint, write_atomically
 
-PROG = "vaswani_plugin.resume_checkpoint"
+PROG = "vaswani_plugin.checkpoints.resume"
 INTERVAL_CHECKPOINT = re.compile(r"checkpoint_\d+_\d+\.pt")
 
 
@@ -114,7 +115,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("save_dir", help="fairseq-train's --save-dir")
-    resume(parser.parse_args(argv).save_dir)
+    run_command(parser, lambda args: resume(args.save_dir), argv)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 """Parser output to trees and labelled F1 (§6.3, Table 4): fairseq-generate's sequences -> EVALB scores.
 
-    python -m vaswani_plugin.score_parses --generate-output test.generate.txt --words text/test.words \\
+    python -m vaswani_plugin.scoring.parses --generate-output test.generate.txt --words text/test.words \\
         --gold gold/test.trees --tags gold/test.tags --output test.parsed.trees
 
-Every output sequence is first made well-formed over its sentence's words (vaswani_plugin.trees.repair:
+Every output sequence is first made well-formed over its sentence's words (vaswani_plugin.scoring.trees.repair:
 unbalanced brackets, too many or too few XX), then turned back into a tree whose pre-terminals carry the gold
 part-of-speech tags: the model predicts no tags (they are XX placeholders), and EVALB decides by each tree's
 tags which words are punctuation, so the gold tags keep both trees over the same words. Hence the tagging
@@ -12,11 +12,12 @@ accuracy is not the model's and is not printed. Prints how many outputs needed r
 """
 
 import argparse
-import sys
 
-from vaswani_plugin.evalb import COLLINS, evaluate, summary_lines
-from vaswani_plugin.score import read_hypotheses
-from vaswani_plugin.trees import delinearise, repair
+from vaswani_plugin.cli import run_command
+from vaswani_plugin.errors import VaswaniConfigError
+from vaswani_plugin.scoring.evalb import COLLINS, evaluate, summary_lines
+from vaswani_plugin.scoring.bleu import read_hypotheses
+from vaswani_plugin.scoring.trees import delinearise, repair
 
 
 def read_lines(path):
@@ -36,27 +37,27 @@ def parse_trees(outputs, words, tags):
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="vaswani_plugin.score_parses", description=__doc__,
+    parser = argparse.ArgumentParser(prog="vaswani_plugin.scoring.parses", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--generate-output", required=True, help="fairseq-generate's output (H-/D- lines)")
     parser.add_argument("--words", required=True, help="the input sentences, one per line (prepare: text/SPLIT.words)")
     parser.add_argument("--tags", required=True, help="their gold POS tags (prepare: gold/SPLIT.tags)")
     parser.add_argument("--gold", required=True, help="gold trees, one per line (prepare: gold/SPLIT.trees)")
     parser.add_argument("--output", help="write the parsed trees here, one per line")
-    args = parser.parse_args(argv)
-    try:
-        outputs, ids = read_hypotheses(args.generate_output)
-        words, tags, gold = read_lines(args.words), read_lines(args.tags), read_lines(args.gold)
-        if ids is None:
-            raise ValueError(f"{args.generate_output} holds no fairseq-generate H-/D- lines")
-        if ids != list(range(len(words))) or not len(words) == len(tags) == len(gold):
-            raise ValueError(f"{len(outputs)} outputs (ids {ids[:1]}..{ids[-1:]}) for {len(words)} sentences, "
-                             f"{len(tags)} tag lines and {len(gold)} gold trees: every sentence must be "
-                             "translated once (fairseq-generate --required-batch-size-multiple 1)")
-        trees, repaired = parse_trees(outputs, words, tags)
-        results, everything, short = evaluate(gold, trees, COLLINS)
-    except (OSError, ValueError) as error:
-        sys.exit(f"{parser.prog}: error: {error}")
+    run_command(parser, parses_command, argv)
+
+
+def parses_command(args) -> None:
+    outputs, ids = read_hypotheses(args.generate_output)
+    words, tags, gold = read_lines(args.words), read_lines(args.tags), read_lines(args.gold)
+    if ids is None:
+        raise VaswaniConfigError(f"{args.generate_output} holds no fairseq-generate H-/D- lines")
+    if ids != list(range(len(words))) or not len(words) == len(tags) == len(gold):
+        raise VaswaniConfigError(f"{len(outputs)} outputs (ids {ids[:1]}..{ids[-1:]}) for {len(words)} sentences, "
+                                 f"{len(tags)} tag lines and {len(gold)} gold trees: every sentence must be "
+                                 "translated once (fairseq-generate --required-batch-size-multiple 1)")
+    trees, repaired = parse_trees(outputs, words, tags)
+    results, everything, short = evaluate(gold, trees, COLLINS)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as file:
             file.write("\n".join(trees) + "\n")
