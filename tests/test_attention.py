@@ -37,7 +37,7 @@ def naive_attention(attention: MultiHeadAttention, x, memory, allowed):
 @pytest.mark.parametrize("key_dim,value_dim", [(8, 8), (6, 10), (3, 5)])
 def test_self_attention_with_padding_equals_naive(key_dim, value_dim):
     torch.manual_seed(0)
-    attention = MultiHeadAttention(32, 4, key_dim, value_dim, dropout=0.0).eval()
+    attention = MultiHeadAttention(32, 4, key_dim=key_dim, value_dim=value_dim, dropout=0.0).eval()
     x = torch.randn(3, 7, 32)
     padding = torch.zeros(3, 7, dtype=torch.bool)
     padding[1, 5:] = True   # right padding
@@ -52,7 +52,7 @@ def test_self_attention_with_padding_equals_naive(key_dim, value_dim):
 @pytest.mark.parametrize("with_padding", [False, True])
 def test_causal_self_attention_equals_naive(with_padding):
     torch.manual_seed(1)
-    attention = MultiHeadAttention(32, 4, 6, 10, dropout=0.0).eval()
+    attention = MultiHeadAttention(32, 4, key_dim=6, value_dim=10, dropout=0.0).eval()
     x = torch.randn(2, 6, 32)
     padding = torch.zeros(2, 6, dtype=torch.bool)
     if with_padding:
@@ -68,7 +68,7 @@ def test_causal_self_attention_equals_naive(with_padding):
 
 def test_encoder_decoder_attention_equals_naive_and_its_weights_are_probabilities():
     torch.manual_seed(2)
-    attention = MultiHeadAttention(32, 4, 5, 7, dropout=0.0, memory_dim=24).eval()
+    attention = MultiHeadAttention(32, 4, key_dim=5, value_dim=7, dropout=0.0, memory_dim=24).eval()
     x, memory = torch.randn(2, 4, 32), torch.randn(2, 9, 24)
     padding = torch.zeros(2, 9, dtype=torch.bool)
     padding[0, 6:] = True

@@ -118,7 +118,7 @@ def test_beam_cache_through_beam_search_reorders_shrinks_and_other_orders(dictio
                 torch.testing.assert_close(log_probs(model, out)[:, -1], log_probs(model, full)[:, -1], rtol=0,
                                            atol=1e-5)
                 torch.testing.assert_close(out[1]["attn"][0][:, -1], full[1]["attn"][0][:, -1], rtol=0, atol=1e-5)
-    cache = state["vaswani_beam_cache"]
+    cache = model.decoder.get_incremental_state(state, "beam_cache")
     assert (cache.group_size, cache.slab_groups) == (1, 2)  # the last order was no beam pattern
     assert memory_rows[0] == (3 if announced_beam else 9)  # the first step's, before any full pass
 
@@ -137,4 +137,4 @@ def test_announced_beam_size_without_beam_layout_keeps_rows_apart(dictionary):
             out = model.decoder(target[:, :step], encoder_out, incremental_state=state)
         full = model.decoder(target, encoder_out)
     torch.testing.assert_close(log_probs(model, out)[:, -1], log_probs(model, full)[:, -1], rtol=0, atol=1e-5)
-    assert state["vaswani_beam_cache"].group_size == 1
+    assert model.decoder.get_incremental_state(state, "beam_cache").group_size == 1

@@ -33,7 +33,7 @@ def position_indices(padding_mask: Tensor) -> Tensor:
 class TokenEmbedding(nn.Module):
     """§3.4 + §3.5 + §5.4: Dropout(Embedding(token) · √d_model + PE(pos))."""
 
-    def __init__(self, embed_tokens: nn.Embedding, dropout: float, learned_positions: int = 0):
+    def __init__(self, embed_tokens: nn.Embedding, *, dropout: float, learned_positions: int = 0):
         super().__init__()
         self.embed_tokens = embed_tokens
         self.dim = embed_tokens.embedding_dim
@@ -86,7 +86,7 @@ class MultiHeadAttention(nn.Module):
     decoder and K, V (fused) from the encoder output ("memory"). d_k and d_v are free (Table 3 rows A, B).
     """
 
-    def __init__(self, dim: int, heads: int, key_dim: int, value_dim: int, dropout: float,
+    def __init__(self, dim: int, heads: int, *, key_dim: int, value_dim: int, dropout: float,
                  memory_dim: Optional[int] = None):
         super().__init__()
         self.heads, self.key_dim, self.value_dim = heads, key_dim, value_dim
@@ -194,7 +194,7 @@ def attention_with_weights(q, k, v, mask, is_causal, dropout):
 class FeedForward(nn.Module):
     """§3.3, eq. 2: FFN(x) = max(0, xW_1 + b_1) W_2 + b_2."""
 
-    def __init__(self, dim: int, inner_dim: int, activation_dropout: float):
+    def __init__(self, dim: int, inner_dim: int, *, activation_dropout: float):
         super().__init__()
         self.inner = nn.Linear(dim, inner_dim)
         self.outer = nn.Linear(inner_dim, dim)
@@ -208,7 +208,7 @@ class FeedForward(nn.Module):
 class Residual(nn.Module):
     """§3.1 + §5.4: LayerNorm(x + Dropout(Sublayer(x))); pre-norm: x + Dropout(Sublayer(LayerNorm(x)))."""
 
-    def __init__(self, sublayer: nn.Module, dim: int, dropout: float, normalize_before: bool):
+    def __init__(self, sublayer: nn.Module, dim: int, *, dropout: float, normalize_before: bool):
         super().__init__()
         self.sublayer = sublayer
         self.norm = nn.LayerNorm(dim)
@@ -225,13 +225,15 @@ class Residual(nn.Module):
 class EncoderLayer(nn.Module):
     """§3.1: multi-head self-attention, then the position-wise feed-forward network."""
 
-    def __init__(self, dim, ffn_dim, heads, key_dim, value_dim, dropout, attention_dropout,
-                 activation_dropout, normalize_before):
+    def __init__(self, dim: int, *, ffn_dim: int, heads: int, key_dim: int, value_dim: int, dropout: float,
+                 attention_dropout: float, activation_dropout: float, normalize_before: bool):
         super().__init__()
-        self.self_attention = Residual(MultiHeadAttention(dim, heads, key_dim, value_dim, attention_dropout),
-                                       dim, dropout, normalize_before)
-        self.feed_forward = Residual(FeedForward(dim, ffn_dim, activation_dropout), dim, dropout,
-                                     normalize_before)
+        self.self_attention = Residual(
+            MultiHeadAttention(dim, heads, key_dim=key_dim, value_dim=value_dim, dropout=attention_dropout),
+            dim, dropout=dropout, normalize_before=normalize_before)
+        self.feed_forward = Residual(
+            FeedForward(dim, ffn_dim, activation_dropout=activation_dropout),
+            dim, dropout=dropout, normalize_before=normalize_before)
 
     def forward(self, x: Tensor, mask: Optional[Tensor]) -> Tensor:
         x, _ = self.self_attention(x, mask=mask)
@@ -242,16 +244,19 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """§3.1: masked self-attention, encoder-decoder attention, then the feed-forward network."""
 
-    def __init__(self, dim, memory_dim, ffn_dim, heads, key_dim, value_dim, dropout, attention_dropout,
-                 activation_dropout, normalize_before):
+    def __init__(self, dim: int, *, memory_dim: int, ffn_dim: int, heads: int, key_dim: int, value_dim: int,
+                 dropout: float, attention_dropout: float, activation_dropout: float, normalize_before: bool):
         super().__init__()
-        self.self_attention = Residual(MultiHeadAttention(dim, heads, key_dim, value_dim, attention_dropout),
-                                       dim, dropout, normalize_before)
+        self.self_attention = Residual(
+            MultiHeadAttention(dim, heads, key_dim=key_dim, value_dim=value_dim, dropout=attention_dropout),
+            dim, dropout=dropout, normalize_before=normalize_before)
         self.encoder_attention = Residual(
-            MultiHeadAttention(dim, heads, key_dim, value_dim, attention_dropout, memory_dim=memory_dim),
-            dim, dropout, normalize_before)
-        self.feed_forward = Residual(FeedForward(dim, ffn_dim, activation_dropout), dim, dropout,
-                                     normalize_before)
+            MultiHeadAttention(dim, heads, key_dim=key_dim, value_dim=value_dim, dropout=attention_dropout,
+                               memory_dim=memory_dim),
+            dim, dropout=dropout, normalize_before=normalize_before)
+        self.feed_forward = Residual(
+            FeedForward(dim, ffn_dim, activation_dropout=activation_dropout),
+            dim, dropout=dropout, normalize_before=normalize_before)
 
     def forward(self, x, memory, self_mask, self_is_causal, memory_mask, cache=None, need_weights=False):
         x, _ = self.self_attention(x, mask=self_mask, is_causal=self_is_causal, cache=cache)

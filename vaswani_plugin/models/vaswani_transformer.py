@@ -2,7 +2,7 @@
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from fairseq.dataclass import FairseqDataclass
 from fairseq.models import (
@@ -143,11 +143,14 @@ class VaswaniEncoder(FairseqEncoder):
         self.max_source_positions = cfg.max_source_positions
         dim = cfg.encoder_embed_dim
         key_dim, value_dim = head_dims(cfg, "encoder")
-        self.embedding = TokenEmbedding(embed_tokens, cfg.dropout,
-                                        cfg.max_source_positions if cfg.encoder_learned_pos else 0)
+        self.embedding = TokenEmbedding(
+            embed_tokens, dropout=cfg.dropout,
+            learned_positions=cfg.max_source_positions if cfg.encoder_learned_pos else 0)
         self.layers = nn.ModuleList(
-            EncoderLayer(dim, cfg.encoder_ffn_embed_dim, cfg.encoder_attention_heads, key_dim, value_dim,
-                         cfg.dropout, cfg.attention_dropout, cfg.activation_dropout, cfg.encoder_normalize_before)
+            EncoderLayer(dim, ffn_dim=cfg.encoder_ffn_embed_dim, heads=cfg.encoder_attention_heads,
+                         key_dim=key_dim, value_dim=value_dim, dropout=cfg.dropout,
+                         attention_dropout=cfg.attention_dropout, activation_dropout=cfg.activation_dropout,
+                         normalize_before=cfg.encoder_normalize_before)
             for _ in range(cfg.encoder_layers))
         # Pre-norm leaves the last residual sum un-normalised; post-norm (the paper) needs no extra norm.
         self.final_norm = nn.LayerNorm(dim) if cfg.encoder_normalize_before else None
@@ -181,14 +184,18 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
         super().__init__(dictionary)
         self.padding_idx = dictionary.pad()
         self.max_target_positions = cfg.max_target_positions
+        # Announced by fairseq's SequenceGenerator through set_beam_size; None until then.
+        self.beam_size: Optional[int] = None
         dim = cfg.decoder_embed_dim
         key_dim, value_dim = head_dims(cfg, "decoder")
-        self.embedding = TokenEmbedding(embed_tokens, cfg.dropout,
-                                        cfg.max_target_positions if cfg.decoder_learned_pos else 0)
+        self.embedding = TokenEmbedding(
+            embed_tokens, dropout=cfg.dropout,
+            learned_positions=cfg.max_target_positions if cfg.decoder_learned_pos else 0)
         self.layers = nn.ModuleList(
-            DecoderLayer(dim, cfg.encoder_embed_dim, cfg.decoder_ffn_embed_dim, cfg.decoder_attention_heads,
-                         key_dim, value_dim, cfg.dropout, cfg.attention_dropout, cfg.activation_dropout,
-                         cfg.decoder_normalize_before)
+            DecoderLayer(dim, memory_dim=cfg.encoder_embed_dim, ffn_dim=cfg.decoder_ffn_embed_dim,
+                         heads=cfg.decoder_attention_heads, key_dim=key_dim, value_dim=value_dim,
+                         dropout=cfg.dropout, attention_dropout=cfg.attention_dropout,
+                         activation_dropout=cfg.activation_dropout, normalize_before=cfg.decoder_normalize_before)
             for _ in range(cfg.decoder_layers))
         self.final_norm = nn.LayerNorm(dim) if cfg.decoder_normalize_before else None
         # §3.4: the pre-softmax linear transformation, without bias; shares the embedding matrix if asked.
@@ -221,12 +228,7 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
         if incremental_state is not None:
             # Only the newest position is computed; earlier keys/values come from the beam cache.
             tokens, positions = tokens[:, -1:], positions[:, -1:]
-            cache = incremental_state.get("vaswani_beam_cache")
-            if cache is None:
-                # fairseq's SequenceGenerator announces its beam size through set_beam_size (_beam_size).
-                cache, memory, memory_padding = BeamCache.start(
-                    len(self.layers), memory, memory_padding, getattr(self, "_beam_size", None))
-                incremental_state["vaswani_beam_cache"] = cache
+            cache, memory, memory_padding = self.beam_cache(incremental_state, memory, memory_padding)
             cache.begin_step(padding)
             self_mask, self_is_causal = None, False
         else:
@@ -253,12 +255,30 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
             x = self.final_norm(x)
         return x, {"attn": [attention]}
 
+    def set_beam_size(self, beam_size: int):
+        """fairseq's SequenceGenerator announces its beam size here; beam_cache groups each sentence's beams."""
+        super().set_beam_size(beam_size)
+        self.beam_size = beam_size
+
+    def beam_cache(self, incremental_state: Dict[str, BeamCache], memory: Tensor, memory_padding: Tensor
+                   ) -> Tuple[BeamCache, Tensor, Tensor]:
+        """This decoding run's BeamCache, started at its first step, and the memory and padding its groups
+        attend to (one row per sentence where beam search's layout allows, see BeamCache.start). Later steps
+        get memory back as given: the layers' caches already hold its keys/values."""
+        cache = self.get_incremental_state(incremental_state, "beam_cache")
+        if cache is None:
+            cache, memory, memory_padding = BeamCache.start(len(self.layers), memory, memory_padding,
+                                                            self.beam_size)
+            # fairseq types the value Dict[str, Optional[Tensor]] (for TorchScript); its helpers store any object.
+            self.set_incremental_state(incremental_state, "beam_cache", cache)
+        return cache, memory, memory_padding
+
     def output_layer(self, features: Tensor) -> Tensor:
         return self.output_projection(features)
 
     def reorder_incremental_state(self, incremental_state: Dict[str, BeamCache], new_order: Tensor):
         """Beam search moved hypotheses around: row i now continues old row new_order[i]."""
-        cache = incremental_state.get("vaswani_beam_cache")
+        cache = self.get_incremental_state(incremental_state, "beam_cache")
         if cache is not None:
             cache.reorder(new_order)
 
