@@ -158,10 +158,10 @@ def test_the_hook_points_a_cut_off_checkpoint_last_to_the_resume_command(bad_fil
 
 
 COMMANDS = {
-    "average_checkpoints": (average_checkpoints.main, lambda path, tmp: ["--inputs", path, "--output", tmp / "o.pt"]),
-    "training_cost": (training_cost.main, lambda path, tmp: ["--checkpoint", path, "--gpus", "1"]),
-    "convert_fairseq": (convert_fairseq.main, lambda path, tmp: ["--input", path, "--output", tmp / "o.pt"]),
-    "attention_pictures": (attention_pictures.main,
+    "checkpoints.average": (average_checkpoints.main, lambda path, tmp: ["--inputs", path, "--output", tmp / "o.pt"]),
+    "tools.training_cost": (training_cost.main, lambda path, tmp: ["--checkpoint", path, "--gpus", "1"]),
+    "checkpoints.convert_fairseq": (convert_fairseq.main, lambda path, tmp: ["--input", path, "--output", tmp / "o.pt"]),
+    "tools.attention_pictures": (attention_pictures.main,
                            lambda path, tmp: ["--path", path, "--data", tmp, "--source", "w1", "--output-dir", tmp]),
 }
 
