@@ -1,6 +1,8 @@
-"""The README lists every registered name and every command-line option of the plugin."""
+"""The documentation: docs/reference.md lists every registered name and every command-line option of the plugin;
+README.md stays short; every relative link in README.md and docs/*.md points to an existing file."""
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,12 @@ from vaswani_plugin.lr_scheduler.noam import NoamConfig
 from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerConfig
 from vaswani_plugin.tasks.vaswani_translation import VaswaniTranslationConfig
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+REFERENCE = (REPO / "docs" / "reference.md").read_text(encoding="utf-8")
+README_MAX_LINES = 300
+# A markdown link or image: ](target) or ](target "title").
+LINK = re.compile(r"\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 
 
 def own_fields(config):
@@ -28,11 +35,40 @@ def test_every_option_is_documented(config):
     assert own_fields(config)
     for option in own_fields(config):
         flag = "--" + option.name.replace("_", "-")
-        assert f"`{flag}`" in README or f"`{flag}," in README or f" {flag}`" in README, flag
+        assert f"`{flag}`" in REFERENCE or f"`{flag}," in REFERENCE or f" {flag}`" in REFERENCE, flag
 
 
 def test_every_registered_name_is_documented():
     for name in ("vaswani_transformer", "vaswani_transformer_big", "vaswani_transformer_big_en_fr",
                  "vaswani_transformer_parsing", "noam", "vaswani_label_smoothed_cross_entropy",
                  "vaswani_translation"):
-        assert f"| `{name}` |" in README
+        assert f"| `{name}` |" in REFERENCE, name
+
+
+def test_readme_is_short():
+    lines = len(README.read_text(encoding="utf-8").splitlines())
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines; move detail to docs/ (at most {README_MAX_LINES})"
+
+
+def relative_links(path: Path):
+    """The link targets of a markdown file that name a file of this repository: not web addresses, not anchors
+    within the same page; a target's own #anchor is dropped. Fenced code blocks are skipped."""
+    text = re.sub(r"^```.*?^```", "", path.read_text(encoding="utf-8"), flags=re.M | re.S)
+    for target in LINK.findall(text):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target, re.I) or target.startswith("#"):
+            continue
+        yield target.split("#", 1)[0]
+
+
+DOCUMENTS = [README, *sorted((REPO / "docs").glob("*.md"))]
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=[str(p.relative_to(REPO)) for p in DOCUMENTS])
+def test_relative_links_point_to_files(document):
+    broken = [target for target in relative_links(document) if not (document.parent / target).exists()]
+    assert not broken, f"{document.relative_to(REPO)} links to missing files: {broken}"
+
+
+def test_the_link_check_sees_links():
+    links = list(relative_links(README))
+    assert "docs/reference.md" in links and "docs/results.md" in links
