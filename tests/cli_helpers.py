@@ -7,6 +7,9 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# The real data of the end-to-end tests (Multi30k, newstest, the WSJ sample), beside the repository, never in it;
+# tests/conftest.py skips the tests marked e2e or shared_data where it is absent.
+SHARED_DATA = REPO.parent / "shared" / "data"
 BIN = Path(sys.executable).parent
 TINY_MODEL = ("--encoder-layers 1 --decoder-layers 2 --encoder-embed-dim 32 --decoder-embed-dim 32 "
               "--encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 --encoder-attention-heads 4 "

@@ -17,6 +17,7 @@ from fairseq.data import Dictionary  # noqa: E402
 
 torch.set_num_threads(1)
 
+import cli_helpers  # noqa: E402  (SHARED_DATA read at collection, so that a test run can point it elsewhere)
 from cli_helpers import PAPER_TRAINING, REPO, TEST_SENTENCES, TINY_MODEL, run, write_reversal_corpus
 import vaswani_plugin  # noqa: E402,F401  (registers the plugin's components)
 from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerModel
@@ -101,10 +102,31 @@ def lane_job(function):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "lane(*jobs): the test checks these jobs of the second lane (conftest.py)")
+    config.addinivalue_line("markers", "e2e: an end-to-end run (a whole recipe, fairseq's command lines on real "
+                                       "data); needs ../shared/data, skipped where it is absent (-m 'not e2e' "
+                                       "leaves them out)")
+    config.addinivalue_line("markers", "shared_data: reads ../shared/data; skipped where it is absent")
+
+
+NO_SHARED_DATA = "../shared/data is absent: the end-to-end data (see ../shared/data/README.md)"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Without ../shared/data, the tests marked e2e or shared_data are skipped, saying why (before the second
+    lane starts: it leaves their jobs out)."""
+    if cli_helpers.SHARED_DATA.is_dir():
+        return
+    for item in items:
+        if item.get_closest_marker("e2e") or item.get_closest_marker("shared_data"):
+            item.add_marker(pytest.mark.skip(reason=NO_SHARED_DATA))
 
 
 def _skipped(item) -> bool:
-    return any(marker.args and marker.args[0] is True for marker in item.iter_markers("skipif"))
+    """Skipped whatever happens: a skip mark (pytest_collection_modifyitems' among them) or skipif(True)."""
+    if item.get_closest_marker("skip") is not None:
+        return True
+    return any((marker.args[0] if marker.args else marker.kwargs.get("condition")) is True
+               for marker in item.iter_markers("skipif"))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,0 +1,129 @@
+"""The package stands alone: it imports nothing of the repository beside it (prepare/ is not shipped), and its
+wheel, installed non-editable, holds every subpackage and draws attention pictures from raw text."""
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import numpy
+
+from cli_helpers import REPO
+
+PACKAGE = REPO / "vaswani_plugin"
+# What the package may import: itself, fairseq and what fairseq itself needs (omegaconf for its configs), torch,
+# numpy, the standard library and the [recipes] extra of setup.py.
+ALLOWED = {"vaswani_plugin", "fairseq", "omegaconf", "torch", "numpy",
+           "sacremoses", "subword_nmt", "sentencepiece", "sacrebleu", "matplotlib"}
+SUBPACKAGES = {"checkpoints", "scoring", "tools", "models", "criterions", "lr_scheduler", "tasks"}
+# What the build needs of the repository; the rest (tests, recipes, work/, checkpoints) stays out of the copy.
+BUILD_INPUTS = ("setup.py", "setup.cfg", "pyproject.toml", "MANIFEST.in", "README.md", "vaswani_plugin", "prepare")
+
+
+def imported_modules(path: Path):
+    """(line, top-level name) of every import in a module, those inside functions too; relative ones excluded."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, alias.name.split(".")[0]) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            yield node.lineno, node.module.split(".")[0]
+
+
+def test_the_package_imports_nothing_of_the_repository():
+    allowed = ALLOWED | set(sys.stdlib_module_names)
+    modules = sorted(PACKAGE.rglob("*.py"))
+    assert len(modules) > 20
+    outside = [f"{path.relative_to(REPO)}:{line}: {name}" for path in modules
+               for line, name in imported_modules(path) if name not in allowed]
+    assert not outside, "imports outside the package, fairseq, torch, numpy, the standard library and the " \
+                        "declared extras:\n" + "\n".join(outside)
+
+
+def test_the_scan_sees_imports(tmp_path):
+    module = tmp_path / "module.py"
+    module.write_text("import os.path\nfrom . import sibling\ndef f():\n    from prepare.bpe import learn\n")
+    assert list(imported_modules(module)) == [(1, "os"), (4, "prepare")]
+
+
+# Run in the installed copy, with prepare/ made unimportable and the editable install's finder removed: the
+# package imports every module of its own, then draws the pictures as `python -m` would.
+STANDALONE = textwrap.dedent("""
+    import importlib, os, pkgutil, runpy, sys
+    site, repo = sys.argv[1:3]
+    sys.modules["prepare"] = None
+    sys.meta_path[:] = [finder for finder in sys.meta_path if "__editable__" not in getattr(finder, "__module__", "")]
+    sys.path.insert(0, site)
+    try:
+        import prepare
+        raise SystemExit("prepare/ is importable")
+    except ImportError:
+        pass
+    import vaswani_plugin
+    print("package:", vaswani_plugin.__file__)
+    for module in pkgutil.walk_packages(vaswani_plugin.__path__, "vaswani_plugin."):
+        if module.name != "vaswani_plugin.__main__":
+            importlib.import_module(module.name)
+    sys.argv = ["attention_pictures", *sys.argv[3:]]
+    runpy.run_module("vaswani_plugin.tools.attention_pictures", run_name="__main__", alter_sys=True)
+    venv = os.path.join(repo, ".venv")
+    from_repo = sorted(name for name, module in list(sys.modules.items()) if getattr(module, "__file__", None)
+                       and module.__file__.startswith(repo + os.sep) and not module.__file__.startswith(venv))
+    print("modules from the repository:", from_repo)
+""")
+
+
+def test_the_wheel_installed_alone_draws_pictures_from_raw_text(reversal_data, reversal_training, tmp_path):
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in BUILD_INPUTS:
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        elif (REPO / name).is_file():
+            shutil.copy(REPO / name, source / name)
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-cache-dir"]
+    built = subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q", "-w",
+                            tmp_path / "wheel", source], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr[-3000:]
+    (wheel,) = (tmp_path / "wheel").glob("vaswani_plugin-*.whl")
+
+    # Every module of the source tree is in the wheel, every subpackage with its __init__.py; prepare/ is not.
+    names = set(zipfile.ZipFile(wheel).namelist())
+    sources = {path.relative_to(REPO).as_posix() for path in PACKAGE.rglob("*.py") if "__pycache__" not in path.parts}
+    assert sources - names == set()
+    assert {f"vaswani_plugin/{package}/__init__.py" for package in SUBPACKAGES} <= names
+    assert not [name for name in names if not name.startswith(("vaswani_plugin/", "vaswani_plugin-"))]
+
+    site = tmp_path / "site"
+    installed = subprocess.run([*pip, "install", "--no-deps", "--no-index", "-q", "--target", site, wheel],
+                               capture_output=True, text=True, timeout=300)
+    assert installed.returncode == 0, installed.stderr[-3000:]
+
+    # Sentences in raw text: Moses splits off the full stop (unknown to the dictionary), BPE rebuilds w12 and
+    # x12. A target given, not translated: an untrained model's 50-token output makes larger pictures to draw.
+    save_dir, _ = reversal_training
+    codes = tmp_path / "codes"
+    codes.write_text("#version: 0.2\nw 1\nw1 2</w>\nw 3</w>\nx 1\nx1 2</w>\nx 3</w>\n")
+    pictures = tmp_path / "pictures"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD")}
+    run_dir = tmp_path / "cwd"
+    run_dir.mkdir()
+    result = subprocess.run(
+        [sys.executable, "-c", STANDALONE, site, REPO, "--path", save_dir / "checkpoint_last.pt",
+         "--data", reversal_data / "joined", "--bpe-codes", codes, "--source", "w3 w12.", "--target", "x12 x3.",
+         "--output-dir", pictures],
+        cwd=run_dir, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"package: {site / 'vaswani_plugin' / '__init__.py'}" in result.stdout
+    assert "source: w3 w12 <unk>\ntarget: x12 x3 <unk>\n" in result.stdout, result.stdout
+    assert "modules from the repository: []" in result.stdout
+    for kind in ("encoder_self", "decoder_self", "encoder_decoder"):
+        assert len(list(pictures.glob(f"{kind}_layer*_all_heads.png"))) == 1
+        assert len(list(pictures.glob(f"{kind}_*.png"))) == 2
+    arrays = numpy.load(pictures / "attention.npz")
+    assert list(arrays["source_tokens"]) == ["w3", "w12", "<unk>", "</s>"]
+    assert list(arrays["target_tokens"]) == ["x12", "x3", "<unk>", "</s>"]
+    assert arrays["encoder_decoder"].shape[-2:] == (4, 4)
