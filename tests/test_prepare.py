@@ -28,7 +28,8 @@ from prepare import PrepareError, clean, download, extract, tokenize  # noqa: E4
 from prepare._common import run_cli  # noqa: E402
 from prepare.multi30k import extract_multi30k  # noqa: E402
 from prepare.wmt14 import Pipeline, parse_args  # noqa: E402
-from wmt_mirror import SHARED_DATA, WMT14, build_mirror  # noqa: E402
+from cli_helpers import SHARED_DATA  # noqa: E402
+from wmt_mirror import WMT14, build_mirror  # noqa: E402
 
 SGM = WMT14 / "sgm"
 MULTI30K = SHARED_DATA / "multi30k"  # the real {train,val,test_2016_flickr}.{en,de}.gz, never copied here
@@ -61,6 +62,7 @@ def one_line_error(result) -> str:
 
 # -- newstest2014 from the real SGM files ---------------------------------------------------------------
 
+@pytest.mark.shared_data
 @pytest.mark.parametrize("sgm, plain", [
     ("newstest2014-deen-src.en.sgm", "newstest2014.en"),
     ("newstest2014-deen-ref.de.sgm", "newstest2014.de"),
@@ -120,6 +122,7 @@ def test_cleaning_drops_exactly_the_pairs_of_the_rule(tmp_path):
     assert not clean.keep(10, 16) and not clean.keep(16, 10)
 
 
+@pytest.mark.shared_data
 def test_train_lines_keeps_the_first_pairs_across_corpora(tmp_path):
     build_mirror(tmp_path / "raw", "en-de", lines=40)
     raw = {name: tmp_path / "raw" / name for name in download.FILES["en-de"]}
@@ -129,6 +132,7 @@ def test_train_lines_keeps_the_first_pairs_across_corpora(tmp_path):
         assert lines(tmp_path / "cut" / f"train.{lang}") == lines(tmp_path / "all" / f"train.{lang}")[:50]
 
 
+@pytest.mark.shared_data
 def test_mirror_is_reproducible(tmp_path):
     digests = []
     for copy in ("a", "b"):
@@ -144,6 +148,7 @@ def gzip_lines(path: Path):
         return text.read().split("\n")[:-1]
 
 
+@pytest.mark.shared_data
 def test_multi30k_extraction_of_the_real_files(tmp_path):
     raw = {name: MULTI30K / name for name in download.FILES["multi30k"]}
     counts = extract_multi30k(raw, tmp_path)
@@ -165,6 +170,7 @@ def test_multi30k_sides_of_different_lengths_are_an_error(tmp_path):
         extract_multi30k(raw, tmp_path / "text")
 
 
+@pytest.mark.shared_data
 def test_the_multi30k_manifest_is_that_of_the_real_files():
     for name in download.FILES["multi30k"]:
         data, file = (MULTI30K / name).read_bytes(), download.MANIFEST[name]
@@ -185,6 +191,7 @@ def test_a_missing_multi30k_raw_dir_file_is_a_one_line_error(tmp_path):
 
 # -- user mistakes: one line, exit status 1 -------------------------------------------------------------
 
+@pytest.mark.shared_data
 def test_a_missing_raw_dir_file_is_a_one_line_error(tmp_path):
     raw = tmp_path / "raw"
     build_mirror(raw, "en-de", lines=5)
@@ -330,6 +337,7 @@ def test_download_failures_are_clear_errors(tmp_path, content):
         download.check_disk_space(tmp_path, [big])
 
 
+@pytest.mark.shared_data
 def test_obtain_downloads_every_file_of_the_pair_once(tmp_path, monkeypatch, capsys):
     build_mirror(tmp_path / "mirror", "en-de", lines=5)
     files = {path.name: path.read_bytes() for path in (tmp_path / "mirror").iterdir()}
@@ -351,6 +359,7 @@ def test_obtain_downloads_every_file_of_the_pair_once(tmp_path, monkeypatch, cap
     assert capsys.readouterr().err.count("skipping the download") == 5
 
 
+@pytest.mark.shared_data
 def test_obtain_downloads_the_six_multi30k_files_once(tmp_path, monkeypatch, capsys):
     files = {name: (MULTI30K / name).read_bytes() for name in download.FILES["multi30k"]}
     server = _Server(files)
@@ -430,6 +439,7 @@ def _check_common(run, src, tgt, subword_dir):
     return dictionary
 
 
+@pytest.mark.e2e
 def test_en_de_end_to_end(en_de):
     work = en_de.work
     dictionary = _check_common(en_de, "en", "de", work / "bpe")
@@ -450,6 +460,7 @@ def test_en_de_end_to_end(en_de):
     assert f"{len(tokens):,} distinct tokens in train" in en_de.result.stderr
 
 
+@pytest.mark.e2e
 def test_en_fr_end_to_end(en_fr):
     work = en_fr.work
     dictionary = _check_common(en_fr, "en", "fr", work / "spm")
@@ -463,6 +474,7 @@ def test_en_fr_end_to_end(en_fr):
     assert "".join(encoded).replace("\u2581", " ").strip() == lines(work / "tok" / "test.en")[0]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("run", ["en_de", "en_fr"])
 def test_a_rerun_skips_every_stage(run, request):
     prepared = request.getfixturevalue(run)
@@ -479,6 +491,7 @@ def test_a_rerun_skips_every_stage(run, request):
     assert before == {p.name: p.stat().st_mtime_ns for p in (prepared.work / "data-bin").iterdir()}
 
 
+@pytest.mark.e2e
 def test_what_reruns_after_a_change(en_de, tmp_path):
     work = tmp_path / "work"
     shutil.copytree(en_de.work, work)

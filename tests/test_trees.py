@@ -3,13 +3,12 @@
 import pytest
 
 from vaswani_plugin.scoring.trees import PLACEHOLDER, Tree, clean, delinearise, linearise, read_trees, repair
-from wmt_mirror import SHARED_DATA
+from cli_helpers import SHARED_DATA
 
 PTB_SAMPLE = SHARED_DATA / "ptb_sample"
-needs_sample = pytest.mark.skipif(not PTB_SAMPLE.is_dir(), reason="../shared/data/ptb_sample is not here")
 
 
-@needs_sample
+@pytest.mark.shared_data
 def test_round_trip_is_exact_on_every_tree_of_the_wsj_sample():
     files = sorted(PTB_SAMPLE.glob("wsj_*.mrg"))
     assert len(files) == 179

@@ -32,7 +32,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Dict, List
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+from cli_helpers import SHARED_DATA
+
 WMT14 = SHARED_DATA / "wmt14"
 
 _MTIME = 1_400_000_000
