@@ -46,7 +46,7 @@ SKIPPED = "gpu_acceptance: no GPU visible (torch.cuda.is_available() is False): 
 PRECISIONS = {  # fairseq-train arguments of each precision; the same for both implementations
     "fp16": ["--task", "translation", "--fp16"],
     "amp": ["--task", "translation", "--amp"],
-    "bf16-autocast": ["--task", "vaswani_translation", "--bf16-autocast"],  # fairseq's --bf16 assumes a TPU
+    "bf16-autocast": ["--task", "vaswani_translation", "--bf16-autocast", "on"],  # fairseq's --bf16 assumes a TPU
     "fp32": ["--task", "translation"],
 }
 CRITERIA = {  # each implementation with its own criterion, as it is trained

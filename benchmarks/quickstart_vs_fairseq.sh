@@ -11,7 +11,8 @@
 #   PARALLEL        1 (default): the two runs of a seed at the same time, each pinned to its own core with one
 #                   thread (taskset), so that both see the same machine; 0: one after the other, all cores each
 #   FAIRSEQ_BF16    the precision of fairseq's side (default 0: float32, as fairseq trains on CPU; 1 or auto:
-#                   the plugin task's bfloat16 autocast, as the quickstart's BF16); the plugin's side follows BF16
+#                   the plugin task's bfloat16 autocast, as the quickstart's BF16); the plugin's side follows BF16.
+#                   Each run's train.log says what its task chose (its `precision:` line)
 #   RAW_DIR, WORK_DIR (default ./work/quickstart_vs_fairseq), and the quickstart's others.
 # Progress goes to stderr and to each run's log; stdout is the comparison alone.
 set -euo pipefail
@@ -78,7 +79,7 @@ def result(run):
             "tokenised": float(re.search(r"^BLEU \(tokenised, compound-split\) = ([\d.]+)", bleu, re.M)[1]),
             "sentences": int(re.search(r"^sentences = (\d+)", bleu, re.M)[1]),
             "updates": int(updates[-1]) if updates else 0,
-            "precision": "bf16 autocast" if "'bf16_autocast': True" in log else "float32"}
+            "precision": "bf16 autocast" if "precision: bfloat16 autocast (" in log else "float32"}
 
 
 rows = {(seed, arch): result(work / f"seed{seed}" / arch) for seed in seeds for arch in archs}

@@ -12,7 +12,9 @@ the same function. Then, each implementation in its own process (so that peak me
 - generation over the first --sentences test sentences, batches of 128: beam 4 and greedy, sentences/s and
   generated tokens/s; both implementations must produce the same hypotheses (checked, printed).
 On GPU (--device cuda) with --amp, fp16 autocast; the model FLOP utilisation (model FLOPs per second / the
-GPU's peak) is printed for training. Ratios are plugin / fairseq.
+GPU's peak) is printed for training. With --bf16-autocast on (or auto, on a CPU that multiplies bfloat16
+natively: vaswani_plugin.precision decides, as for the task's option), the plugin's training steps run under
+bfloat16 autocast. Ratios are plugin / fairseq.
 """
 
 import argparse
@@ -223,10 +225,11 @@ def main(argv=None):
     parser.add_argument("--sizes", nargs="+", choices=sorted(SIZES), default=["small", "base"])
     parser.add_argument("--device", default="cuda" if _cuda() else "cpu", choices=["cpu", "cuda"])
     parser.add_argument("--amp", action="store_true", help="fp16 autocast (GPU)")
-    parser.add_argument("--bf16-autocast", action="store_true",
+    parser.add_argument("--bf16-autocast", choices=["auto", "on", "off"], nargs="?", const="on", default="off",
                         help="the plugin's training steps under bfloat16 autocast, as its task's --bf16-autocast "
-                             "trains; fairseq's stay float32, as fairseq trains on a CPU. Not the same computation: "
-                             "the training ratio is then the quickstart's, not the converter's (generation stays fp32)")
+                             "(the same values, decided by the same function; a bare --bf16-autocast is on) trains; "
+                             "fairseq's stay float32, as fairseq trains on a CPU. Not the same computation: the "
+                             "training ratio is then the quickstart's, not the converter's (generation stays fp32)")
     parser.add_argument("--max-tokens", type=int, default=4096, help="tokens per training batch")
     parser.add_argument("--loss-chunk-logits", type=int, default=0,
                         help="logits per chunk of the plugin's output layer and loss (the criterion's option); "
@@ -251,19 +254,25 @@ def main(argv=None):
         parser.error("--checkpoint fixes the model: give the one --sizes it has")
     if args.amp and args.device != "cuda":
         parser.error("--amp is for GPUs (--device cuda)")
-    if args.amp and args.bf16_autocast:
+    from vaswani_plugin import VaswaniConfigError
+    from vaswani_plugin.precision import bf16_autocast_enabled, precision_line
+    amp = "--amp" if args.amp else None
+    try:
+        bf16_autocast, reason = bf16_autocast_enabled(args.bf16_autocast, args.device, amp)
+    except VaswaniConfigError:
         parser.error("--amp and --bf16-autocast are two precisions: choose one")
 
     import torch
     from vaswani_plugin.models.output_layer_loss import chunk_logits_for
     device = torch.cuda.get_device_name(0) if args.device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     chunk_logits = args.loss_chunk_logits or chunk_logits_for(torch.device(args.device))
-    precision = "fp16 AMP" if args.amp else "fp32, the plugin's training in bf16 autocast" if args.bf16_autocast \
+    precision = "fp16 AMP" if args.amp else "fp32, the plugin's training in bf16 autocast" if bf16_autocast \
         else "fp32"
     print(f"device: {device}; torch {torch.__version__}; {precision}; training batches of "
           f"{args.max_tokens} tokens, {args.updates} timed updates after {args.warmup}; the plugin's loss in chunks "
           f"of {chunk_logits:,} logits ({'--loss-chunk-logits' if args.loss_chunk_logits else 'by device'}); "
           f"generation of {args.sentences} sentences, batches of 128, max length input + 50")
+    print(f"the plugin's training {precision_line(bf16_autocast, reason, amp)}")
     columns = [("train_tokens_per_s", "train tok/s"), ("peak_memory_mb", "peak MB"),
                ("beam4_sentences_per_s", "beam4 sent/s"), ("beam4_tokens_per_s", "beam4 tok/s"),
                ("greedy_sentences_per_s", "greedy sent/s"), ("greedy_tokens_per_s", "greedy tok/s")]
@@ -272,7 +281,7 @@ def main(argv=None):
         results = {}
         for impl in ("transformer", "vaswani_transformer"):
             spec = dict(impl=impl, size=size, data=args.data, checkpoint=args.checkpoint, device=args.device,
-                        amp=args.amp, bf16_autocast=args.bf16_autocast, max_tokens=args.max_tokens,
+                        amp=args.amp, bf16_autocast=bf16_autocast, max_tokens=args.max_tokens,
                         loss_chunk_logits=args.loss_chunk_logits,
                         warmup=args.warmup, updates=args.updates, sentences=args.sentences)
             results[impl] = measure(spec)

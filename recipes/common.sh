@@ -11,8 +11,10 @@
 #   NUM_NODES            nodes; with MASTER_ADDR, MASTER_PORT, NODE_RANK (see README)  (default: 1)
 #   MAX_UPDATE           training steps                                 (default: the paper's)
 #   FP16=1               mixed-precision training (--fp16)
-#   BF16=1               training under bfloat16 autocast (the plugin task's --bf16-autocast); BF16=auto: on CPU
-#                        only, where it multiplies bfloat16 natively (AVX512-BF16, AMX)  (default 0; quickstart auto)
+#   BF16                 the plugin task's --bf16-autocast, passed as it is: 1 (or on), 0 (or off) or auto, which
+#                        the task turns on only on a CPU that multiplies bfloat16 natively (AVX512-BF16, AMX) and
+#                        logs as train.log's `precision:` line  (default 0; quickstart auto)
+#   DROPOUT              P_drop, for the WMT14 recipes and the parsing one (default: the architecture's)
 #   TOKENS_PER_STEP      source (and target) tokens per step            (default: 25000, §5.1)
 #   MAX_TOKENS_PER_GPU   most tokens one GPU holds in a batch           (default: 4096)
 #   SAVE_INTERVAL_UPDATES, AVERAGE_LAST   checkpoint cadence and how many to average (default: the paper's)
@@ -177,26 +179,6 @@ prepare_wmt14() {
 # the target embedding with the pre-softmax projection.
 EMBEDDING_SHARING=(--share-all-embeddings)
 
-# Sets TRAIN_TASK_ARGS from BF16. bfloat16 autocast runs the matrix products in bfloat16 and keeps weights,
-# loss and Adam in float32: 3x faster products on a CPU with AVX512-BF16 or AMX, slower on one without
-# (README "Quickstart"). fairseq's own --bf16 assumes a TPU, so this is the plugin task's --bf16-autocast.
-training_task() {
-    local bf16=${BF16:-0}
-    if [ "$bf16" = auto ]; then
-        bf16=0
-        if [ "${DEVICE_ARGS[0]}" = --cpu ] && grep -qw -e avx512_bf16 -e amx_bf16 /proc/cpuinfo 2>/dev/null; then
-            bf16=1
-        fi
-    fi
-    case "$bf16" in
-    0) TRAIN_TASK_ARGS=(--task translation) ;;
-    1) [ "${FP16:-0}" = 1 ] && die "FP16=1 and BF16=1 are two precisions: choose one"
-       TRAIN_TASK_ARGS=(--task vaswani_translation --bf16-autocast)
-       say "precision: bfloat16 autocast (BF16=${BF16:-0}), weights and optimiser in float32" ;;
-    *) die "BF16=$BF16: use 1, 0 or auto" ;;
-    esac
-}
-
 # resume_checkpoint SAVE_DIR: a job killed while fairseq copied its newest checkpoint to checkpoint_last.pt leaves
 # that file cut off; make the newest intact checkpoint checkpoint_last.pt (vaswani_plugin/checkpoints/resume.py).
 # Node 0 only: fairseq's rank 0 reads checkpoint_last.pt and sends it to the other ranks, which start training only
@@ -207,21 +189,27 @@ resume_checkpoint() {
     "$PYTHON" -m vaswani_plugin.checkpoints.resume "$1" 2>&1 | tee -a "$1/train.log" >&2
 }
 
-# train SAVE_DIR ARGS...: the paper's training set-up (§5) plus the recipe's model arguments.
+# train SAVE_DIR ARGS...: the paper's training set-up (§5) plus the recipe's model arguments, in the precision BF16
+# asks of the plugin task (bfloat16 autocast runs the matrix products in bfloat16 and keeps weights, loss and
+# Adam in float32: 3x faster products on a CPU with AVX512-BF16 or AMX, slower on one without; README
+# "Quickstart"). The task decides and says what it chose; fairseq's own --bf16 assumes a TPU.
 train() {
     local save_dir=$1
     shift
     mkdir -p "$save_dir"
     resume_checkpoint "$save_dir"
-    training_task
     # One log per node, so that theirs never interleave; fairseq's other ranks log warnings only.
     local log=train.log
     [ "$NODE_RANK" = 0 ] || log=train.node$NODE_RANK.log
+    # Adam's β and ε (§5.3) differ from fairseq's defaults; noam's warmup_steps = 4000 (eq. 3) and the plugin
+    # criterion's ε_ls = 0.1 (§5.4) are their defaults, but fairseq's own label_smoothed_cross_entropy, which
+    # benchmarks/quickstart_vs_fairseq.sh trains with, has 0.
     # shellcheck disable=SC2086
-    "$PYTHON" -m fairseq_cli.train "$DATA_BIN" --user-dir "$PLUGIN" "${TRAIN_TASK_ARGS[@]}" \
+    "$PYTHON" -m fairseq_cli.train "$DATA_BIN" --user-dir "$PLUGIN" \
+        --task vaswani_translation --bf16-autocast "${BF16:-0}" \
         "${EMBEDDING_SHARING[@]}" \
         --optimizer adam --adam-betas '(0.9,0.98)' --adam-eps 1e-9 \
-        --lr-scheduler noam --warmup-updates 4000 \
+        --lr-scheduler noam \
         --criterion vaswani_label_smoothed_cross_entropy --label-smoothing 0.1 \
         --max-tokens "$MAX_TOKENS" --update-freq "$UPDATE_FREQ" --required-batch-size-multiple 1 \
         --save-dir "$save_dir" --no-epoch-checkpoints \
@@ -263,13 +251,20 @@ budget_hours() {
         die "BUDGET_MINUTES=$1 is not a positive number of minutes"
 }
 
-# translate CHECKPOINT SUBSET OUT: §6.1 decoding, beam 4, GNMT length penalty α = 0.6, at most input + 50
-# tokens (beam search stops early once 4 hypotheses are finished). Every sentence is translated.
+# translate CHECKPOINT SUBSET OUTPUT BEAM ALPHA MAX_LEN_B BATCH_SIZE POST_PROCESS: fairseq-generate's output for
+# every sentence of SUBSET of DATA_BIN: beam search of BEAM hypotheses ranked by the GNMT length penalty α = ALPHA,
+# at most input + MAX_LEN_B tokens (it stops early once BEAM hypotheses are finished), BATCH_SIZE sentences at a
+# time, subwords joined by POST_PROCESS (fairseq's --post-process: subword_nmt, sentencepiece; none: left as
+# they are). §6.1: 4 0.6 50 (batches of 128, the subwords of the data); §6.3: 21 0.3 300 (batches of 32, none).
 translate() {
+    local checkpoint=$1 subset=$2 output=$3 beam=$4 alpha=$5 max_len_b=$6 batch_size=$7 post_process=$8
+    local joined=(--post-process "$post_process")
+    [ "$post_process" != none ] || joined=()
     # shellcheck disable=SC2086
     "$PYTHON" -m fairseq_cli.generate "$DATA_BIN" --user-dir "$PLUGIN" --task vaswani_translation \
-        --path "$1" --gen-subset "$2" --beam 4 --gnmt-alpha 0.6 --max-len-a 1 --max-len-b 50 \
-        --batch-size 128 --required-batch-size-multiple 1 --post-process "$SUBWORDS" "${EVAL_DEVICE_ARGS[@]}" ${EXTRA_GENERATE_ARGS:-} > "$3"
+        --path "$checkpoint" --gen-subset "$subset" --beam "$beam" --gnmt-alpha "$alpha" --max-len-a 1 \
+        --max-len-b "$max_len_b" --batch-size "$batch_size" --required-batch-size-multiple 1 "${joined[@]}" \
+        "${EVAL_DEVICE_ARGS[@]}" ${EXTRA_GENERATE_ARGS:-} > "$output"
 }
 
 # training_cost SAVE_DIR PAPER_MODEL: the Table 2 line.
@@ -295,21 +290,26 @@ model_parameters() {
     sed -n 's/.*num. shared model params: \([0-9,]*\).*/\1/p' "$1/train.log" | tail -n 1 | tr -d ,
 }
 
-# train_average_translate: the rest of a Table 2 recipe, from the values the recipe sets:
-#   ARCH, DROPOUT (Table 3 / §6.1), STEPS (§5.2), SAVE_EVERY and AVERAGE (§6.1), PAPER_MODEL (Table 2 cost).
+# train_average_translate ARCH STEPS SAVE_EVERY AVERAGE PAPER_MODEL: the rest of a Table 2 recipe. ARCH
+# (Table 3; its P_drop unless DROPOUT is set) trained for STEPS steps (§5.2; MAX_UPDATE overrides) with a
+# checkpoint every SAVE_EVERY steps, the last AVERAGE of them averaged (§6.1; SAVE_INTERVAL_UPDATES and
+# AVERAGE_LAST override), and PAPER_MODEL (base or big) the Table 2 row of the training cost.
 # Batches of about 25,000 source and 25,000 target tokens on any number of GPUs (§5.1); Adam with
 # β1 = 0.9, β2 = 0.98, ε = 1e-9 and the learning rate of eq. 3 with warmup_steps = 4000 (§5.3); ε_ls = 0.1
-# (§5.4); the last AVERAGE checkpoints averaged; newstest2014 translated with beam 4, length penalty
-# α = 0.6 and at most input + 50 tokens (§6.1); both BLEU scores and the training cost printed.
+# (§5.4); newstest2014 translated with beam 4, length penalty α = 0.6 and at most input + 50 tokens (§6.1);
+# both BLEU scores and the training cost printed.
 train_average_translate() {
+    local arch=$1 steps=$2 save_every=$3 average=$4 paper_model=$5
     batch_size_for_workers
-    local checkpoints="$WORK_DIR/checkpoints" every=${SAVE_INTERVAL_UPDATES:-$SAVE_EVERY}
-    local average_last=${AVERAGE_LAST:-$AVERAGE}
-    stage train train "$checkpoints" --arch "$ARCH" --dropout "$DROPOUT" --max-update "${MAX_UPDATE:-$STEPS}" \
-        --save-interval-updates "$every" --keep-interval-updates "$average_last"
+    local checkpoints="$WORK_DIR/checkpoints" every=${SAVE_INTERVAL_UPDATES:-$save_every}
+    local average_last=${AVERAGE_LAST:-$average}
+    stage train train "$checkpoints" --arch "$arch" ${DROPOUT:+--dropout "$DROPOUT"} \
+        --max-update "${MAX_UPDATE:-$steps}" --save-interval-updates "$every" --keep-interval-updates "$average_last"
     leave_the_rest_to_node_zero
     stage average average "$checkpoints" "$average_last"
-    stage translate translate "$checkpoints/checkpoint_average.pt" test "$WORK_DIR/newstest2014.generate.txt"
+    # §6.1: beam 4, α = 0.6, at most input + 50 tokens; 128 sentences a batch; the subwords joined back.
+    stage translate translate "$checkpoints/checkpoint_average.pt" test "$WORK_DIR/newstest2014.generate.txt" \
+        4 0.6 50 128 "$SUBWORDS"
     score "$WORK_DIR/newstest2014.generate.txt" test
-    training_cost "$checkpoints" "$PAPER_MODEL"
+    training_cost "$checkpoints" "$paper_model"
 }

@@ -10,7 +10,8 @@
 #   WORK_DIR         where everything goes                               (default ./work/quickstart)
 #   ARCH             the model (default vaswani_transformer; benchmarks/ runs fairseq's `transformer` here)
 #   MAX_EPOCH        stop earlier than the budget after this many epochs (default 30; a GPU gets there)
-#   BF16             auto (default): bfloat16 autocast on a CPU with AVX512-BF16 or AMX (~1.75x the steps); 0: float32
+#   BF16             auto (default): bfloat16 autocast on a CPU with AVX512-BF16 or AMX (~1.75x the steps), float32
+#                    elsewhere; 0: float32. The task decides (its --bf16-autocast) and logs a `precision:` line
 #   and those of every recipe (DATA_DIR, NUM_GPUS, FP16, EXTRA_TRAIN_ARGS, ...): see recipes/common.sh.
 RECIPE=${RECIPE:-quickstart}
 source "$(dirname "$0")/common.sh"
@@ -53,9 +54,10 @@ stage train train "$CHECKPOINTS" --arch "$ARCH" "${MODEL_ARGS[@]}" --warmup-upda
 leave_the_rest_to_node_zero
 stage average average_available "$CHECKPOINTS" "${AVERAGE_LAST:-5}"
 
-# §6.1 decoding: beam 4, length penalty α = 0.6, at most input + 50 tokens; every one of the 1,000 sentences.
+# §6.1 decoding: beam 4, length penalty α = 0.6, at most input + 50 tokens; every one of the 1,000 sentences,
+# 128 a batch, the BPE subwords joined back.
 TRANSLATIONS="$WORK_DIR/test2016.generate.txt"
-stage translate translate "$CHECKPOINTS/checkpoint_average.pt" test "$TRANSLATIONS"
+stage translate translate "$CHECKPOINTS/checkpoint_average.pt" test "$TRANSLATIONS" 4 0.6 50 128 "$SUBWORDS"
 score "$TRANSLATIONS" test --examples 3 --source "$TEXT_DIR/test.en"
 
 # Attention of the first test sentence: every head of the last layer (Figures 3-5 of the paper).

@@ -36,7 +36,7 @@ D) VARIANTS=(
 E) VARIANTS=(
     "learned positions|--encoder-learned-pos --decoder-learned-pos|4.92|25.7|") ;;
 big) VARIANTS=(
-    "big|--arch vaswani_transformer_big --dropout 0.3|4.33|26.4|213") ;;
+    "big|--arch vaswani_transformer_big|4.33|26.4|213") ;;  # P_drop = 0.3: the architecture's
 *) die "usage: bash recipes/table3.sh A|B|C|D|E|big (a row of Table 3)" ;;
 esac
 
@@ -53,9 +53,10 @@ for index in "${!VARIANTS[@]}"; do
     [ "$ROW" = big ] && steps=300000
     say "Table 3 ($ROW) $name"
     PREVIOUS_STAMP=  # variants are independent of each other
-    # The base model of §5 with this variant's changes; the last --option wins, so variants override.
+    # The base model of §5 (P_drop = 0.1: the architecture's) with this variant's changes; the last --option
+    # wins, so variants override.
     # shellcheck disable=SC2086
-    stage "train-$run" train "$WORK_DIR/$run" --arch vaswani_transformer --dropout 0.1 \
+    stage "train-$run" train "$WORK_DIR/$run" --arch vaswani_transformer \
         --max-update "${MAX_UPDATE:-$steps}" --save-interval-updates 0 $variant_args
     [ "$NODE_RANK" = 0 ] || continue  # node 0 alone validates, translates and scores
     # Dev perplexity per word-piece on all of newstest2013, and BLEU with beam 4, α = 0.6, no averaging.
@@ -63,7 +64,8 @@ for index in "${!VARIANTS[@]}"; do
         --path "$WORK_DIR/$run/checkpoint_last.pt" --valid-subset valid --max-tokens "$MAX_TOKENS" \
         --required-batch-size-multiple 1 "${EVAL_DEVICE_ARGS[@]}" 2>&1 | sed -n "s/.*| ppl \([0-9.]*\) |.*/\1/p" | tail -n 1)
     [ -n "$ppl" ] || die "fairseq-validate printed no perplexity for $run"
-    stage "translate-$run" translate "$WORK_DIR/$run/checkpoint_last.pt" valid "$WORK_DIR/$run/newstest2013.generate.txt"
+    stage "translate-$run" translate "$WORK_DIR/$run/checkpoint_last.pt" valid \
+        "$WORK_DIR/$run/newstest2013.generate.txt" 4 0.6 50 128 "$SUBWORDS"
     bleu=$(score "$WORK_DIR/$run/newstest2013.generate.txt" valid | sed -n 's/^BLEU (tokenised, compound-split) = \([0-9.]*\).*/\1/p')
     params=$(model_parameters "$WORK_DIR/$run")
     results+=("$(printf '%-22s %8s (%5s) %9s (%4s) %9.1fM (%sM)' "$name" "$ppl" "$paper_ppl" "$bleu" "$paper_bleu" \

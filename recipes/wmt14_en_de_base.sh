@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # WMT 2014 English-German, Transformer (base): Table 2, 27.3 BLEU on newstest2014.
 #   bash recipes/wmt14_en_de_base.sh
-# Variables (WORK_DIR, DATA_DIR, RAW_DIR, NUM_GPUS, MAX_UPDATE, FP16, EXTRA_TRAIN_ARGS, CPU, ...): recipes/common.sh.
+# Variables (WORK_DIR, DATA_DIR, RAW_DIR, NUM_GPUS, MAX_UPDATE, FP16, BF16, DROPOUT, EXTRA_TRAIN_ARGS, CPU, ...):
+# recipes/common.sh.
 source "$(dirname "$0")/common.sh"
 detect_devices  # before the downloads: no GPU is an error unless CPU=1
 
@@ -10,11 +11,9 @@ detect_devices  # before the downloads: no GPU is an error unless CPU=1
 TARGET_LANG=de
 prepare_wmt14 en-de --bpe-merges "${BPE_MERGES:-32000}"
 
-# Table 3 "base": N = 6, d_model = 512, d_ff = 2048, h = 8, d_k = d_v = 64, P_drop = 0.1.
-ARCH=vaswani_transformer DROPOUT=0.1
+# Table 3 "base": N = 6, d_model = 512, d_ff = 2048, h = 8, d_k = d_v = 64, P_drop = 0.1 (the architecture's).
 # §5.2: 8 P100 GPUs, 100,000 steps (12 hours) at about 0.4 s per step.
-STEPS=100000
 # §6.1: checkpoints written at 10-minute intervals (1,500 steps at 0.4 s/step), the last 5 averaged.
-SAVE_EVERY=1500 AVERAGE=5
-PAPER_MODEL=base
-train_average_translate
+# Table 2: the training cost of the base model.
+#                       architecture        steps  checkpoint every  average last  Table 2 row
+train_average_translate vaswani_transformer 100000 1500              5             base

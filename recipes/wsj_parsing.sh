@@ -8,8 +8,9 @@
 #   SAMPLE_DIR         NLTK's public WSJ sample instead: a small model trained on CPU for BUDGET_MINUTES (20)
 #   EXTRA_TRAIN_TREES  more training tree files, space-separated (semi-supervised; with SOURCE_VOCABULARY=32000)
 #   SOURCE_VOCABULARY  source words kept (§6.3: 16000; 32000 semi-supervised)
-#   DROPOUT, ATTENTION_DROPOUT, LR_FACTOR   what §6.3 tuned on section 22 (defaults: the base model's 0.1, 0,
-#                      and eq. 3 unscaled); the recipe scores section 22 (valid) too, for that tuning
+#   DROPOUT, ATTENTION_DROPOUT, LR_FACTOR   what §6.3 tuned on section 22 (defaults: the architecture's 0.1 and
+#                      0, and eq. 3 unscaled; on the sample 0.35); the recipe scores section 22 (valid) too, for that
+#                      tuning
 #   BEAM (21), ALPHA (0.3), MAX_UPDATE, and those of every recipe: see recipes/common.sh.
 source "$(dirname "$0")/common.sh"
 if [ -n "${WSJ_DIR:-}" ]; then
@@ -32,12 +33,13 @@ DATA_BIN=$("$PYTHON" -m prepare.wsj_parsing --work-dir "$DATA_DIR" "${TREEBANK[@
     die "data preparation failed"
 EMBEDDING_SHARING=(--share-decoder-input-output-embed)
 
-# §6.3: 4 layers, d_model = 1024, all else as the base model (d_ff 2048, h 8, P_drop 0.1);
-# batches of ~25,000 tokens, Adam and eq. 3 with 4,000 warmup steps, label smoothing 0.1 (§5).
+# §6.3: 4 layers, d_model = 1024, all else as the base model (d_ff 2048, h 8, P_drop 0.1): the architecture
+# vaswani_transformer_parsing; batches of ~25,000 tokens, Adam and eq. 3 with 4,000 warmup steps, label
+# smoothing 0.1 (§5). What §6.3 tuned goes to fairseq only when set: the architecture's and eq. 3's otherwise.
+TUNED=(${DROPOUT:+--dropout "$DROPOUT"} ${ATTENTION_DROPOUT:+--attention-dropout "$ATTENTION_DROPOUT"})
 CHECKPOINTS="$WORK_DIR/checkpoints"
 if [ -n "${WSJ_DIR:-}" ]; then
-    MODEL_ARGS=(--arch vaswani_transformer_parsing --dropout "${DROPOUT:-0.1}"
-                --attention-dropout "${ATTENTION_DROPOUT:-0.0}" --factor "${LR_FACTOR:-1.0}"
+    MODEL_ARGS=(--arch vaswani_transformer_parsing "${TUNED[@]}" ${LR_FACTOR:+--factor "$LR_FACTOR"}
                 --max-update "${MAX_UPDATE:-100000}" --save-interval-updates "${SAVE_INTERVAL_UPDATES:-1500}"
                 --keep-interval-updates "${AVERAGE_LAST:-5}")
     batch_size_for_workers
@@ -48,8 +50,8 @@ else
     # model (F1 2.6); see README "Constituency parsing".
     MODEL_ARGS=(--arch vaswani_transformer_parsing --encoder-embed-dim 128 --decoder-embed-dim 128
                 --encoder-ffn-embed-dim 512 --decoder-ffn-embed-dim 512 --encoder-attention-heads 4
-                --decoder-attention-heads 4 --dropout "${DROPOUT:-0.1}" --attention-dropout "${ATTENTION_DROPOUT:-0.0}"
-                --warmup-updates 300 --factor "${LR_FACTOR:-0.35}" --max-epoch "${MAX_EPOCH:-200}"
+                --decoder-attention-heads 4 "${TUNED[@]}" --warmup-updates 300 --factor "${LR_FACTOR:-0.35}"
+                --max-epoch "${MAX_EPOCH:-200}"
                 --stop-time-hours "$(budget_hours "${BUDGET_MINUTES:-20}")"
                 --save-interval-updates "${SAVE_INTERVAL_UPDATES:-50}" --keep-interval-updates "${AVERAGE_LAST:-5}"
                 --disable-validation)
@@ -60,17 +62,12 @@ stage train train "$CHECKPOINTS" "${MODEL_ARGS[@]}" --log-interval 10
 leave_the_rest_to_node_zero
 stage average average_available "$CHECKPOINTS" "${AVERAGE_LAST:-5}"
 
-# §6.3 decoding: beam 21, length penalty α = 0.3, at most input + 300 tokens; then every output made a tree
-# over its words and scored with EVALB's COLLINS.prm. Section 22 (valid) for tuning, section 23 (test).
-parse() {  # parse SPLIT: fairseq-generate's output for every sentence of SPLIT
-    # shellcheck disable=SC2086
-    "$PYTHON" -m fairseq_cli.generate "$DATA_BIN" --user-dir "$PLUGIN" --task vaswani_translation \
-        --path "$CHECKPOINTS/checkpoint_average.pt" --gen-subset "$1" --beam "${BEAM:-21}" --gnmt-alpha "${ALPHA:-0.3}" \
-        --max-len-a 1 --max-len-b 300 --batch-size 32 --required-batch-size-multiple 1 "${EVAL_DEVICE_ARGS[@]}" \
-        ${EXTRA_GENERATE_ARGS:-} > "$WORK_DIR/$1.generate.txt"
-}
+# §6.3 decoding: beam 21, length penalty α = 0.3, at most input + 300 tokens (32 sentences a batch; the tree
+# tokens are whole words, none joined); then every output made a tree over its words and scored with EVALB's
+# COLLINS.prm. Section 22 (valid) for tuning, section 23 (test).
 for split in valid test; do
-    stage "parse_$split" parse "$split"
+    stage "parse_$split" translate "$CHECKPOINTS/checkpoint_average.pt" "$split" "$WORK_DIR/$split.generate.txt" \
+        "${BEAM:-21}" "${ALPHA:-0.3}" 300 32 none
     say "$split: labelled bracketing F1 (EVALB, COLLINS.prm)"
     "$PYTHON" -m vaswani_plugin.scoring.parses --generate-output "$WORK_DIR/$split.generate.txt" \
         --words "$DATA_DIR/text/$split.words" --tags "$DATA_DIR/gold/$split.tags" --gold "$DATA_DIR/gold/$split.trees" \

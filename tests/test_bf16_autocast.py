@@ -1,15 +1,32 @@
-"""--bf16-autocast of the vaswani_translation task: the forward pass under torch.autocast in bfloat16 (on this
-CPU), weights, loss and gradients in float32, and the same loss and gradients as float32 within bfloat16's
-precision."""
+"""--bf16-autocast auto|on|off of the vaswani_translation task: the forward pass under torch.autocast in bfloat16
+(on this CPU), weights, loss and gradients in float32, and the same loss and gradients as float32 within bfloat16's
+precision; and the one decision (vaswani_plugin.precision) that auto takes from the device, fairseq's own mixed
+precision and the CPU's flags (faked here), which the task logs once as a `precision:` line."""
+
+import logging
+import re
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
+from fairseq import options
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.optim.amp_optimizer import AMPOptimizer
+from fairseq.optim.fp16_optimizer import FP16Optimizer, MemoryEfficientFP16Optimizer
 
+from cli_helpers import BIN, REPO, TINY_MODEL
 from conftest import build_model, make_dictionary, random_tokens
-from vaswani_plugin import VaswaniConfigError
+from vaswani_plugin import VaswaniConfigError, precision
 from vaswani_plugin.criterions.vaswani_label_smoothed_cross_entropy import VaswaniLabelSmoothedCrossEntropy
+from vaswani_plugin.precision import bf16_autocast_enabled, bf16_autocast_setting, cpu_flags, precision_line
 from vaswani_plugin.tasks.vaswani_translation import VaswaniTranslationConfig, VaswaniTranslationTask
+
+AVX2_ONLY = frozenset("fpu sse sse2 ssse3 sse4_1 sse4_2 avx avx2 fma".split())  # a CPU without native bfloat16
+AVX512_BF16 = AVX2_ONLY | {"avx512f", "avx512_bf16"}
+AMX = AVX512_BF16 | {"amx_bf16", "amx_tile"}
+THIS_CPU_NATIVE_BF16 = Path("/proc/cpuinfo").exists() and \
+    re.search(r"\b(avx512_bf16|amx_bf16)\b", Path("/proc/cpuinfo").read_text()) is not None
 
 
 class PlainOptimizer:
@@ -43,15 +60,15 @@ def training_step(bf16_autocast, optimizer=None):
 
 
 def test_products_run_in_bfloat16_and_the_rest_stays_float32():
-    loss, gradients, parameters, outputs = training_step(bf16_autocast=True)
+    loss, gradients, parameters, outputs = training_step(bf16_autocast="on")
     assert outputs == {torch.bfloat16}
     assert loss.dtype == torch.float32 and parameters == {torch.float32}
     assert all(g.dtype == torch.float32 and torch.isfinite(g).all() for g in gradients.values())
 
 
 def test_loss_and_gradients_match_float32_within_bfloat16_precision():
-    loss32, gradients32, _, outputs32 = training_step(bf16_autocast=False)
-    loss16, gradients16, _, _ = training_step(bf16_autocast=True)
+    loss32, gradients32, _, outputs32 = training_step(bf16_autocast="off")
+    loss16, gradients16, _, _ = training_step(bf16_autocast="on")
     assert outputs32 == {torch.float32}  # without the option, the task trains as fairseq's translation does
     assert loss16.item() == pytest.approx(loss32.item(), rel=2e-3)
     flat32 = torch.cat([gradients32[name].flatten() for name in sorted(gradients32)])
@@ -60,6 +77,156 @@ def test_loss_and_gradients_match_float32_within_bfloat16_precision():
     assert (flat16 - flat32).norm() < 0.05 * flat32.norm()
 
 
-def test_with_fairseqs_own_mixed_precision_it_is_a_one_line_error():
+FAIRSEQ_OPTIMIZERS = {"--amp": AMPOptimizer, "--fp16": FP16Optimizer,
+                      "--memory-efficient-fp16": MemoryEfficientFP16Optimizer}  # what fairseq's options build
+
+
+@pytest.mark.parametrize("option", FAIRSEQ_OPTIMIZERS)
+def test_with_fairseqs_own_mixed_precision_it_is_a_one_line_error(option):
+    optimizer = FAIRSEQ_OPTIMIZERS[option].__new__(FAIRSEQ_OPTIMIZERS[option])
     with pytest.raises(VaswaniConfigError, match="--bf16-autocast is a precision of its own: drop --fp16, --amp"):
-        training_step(bf16_autocast=True, optimizer=AMPOptimizer.__new__(AMPOptimizer))
+        training_step(bf16_autocast="on", optimizer=optimizer)
+    with pytest.raises(VaswaniConfigError, match="^--bf16-autocast is a precision of its own: drop --fp16, --amp "
+                                                 "and --bf16$"):
+        bf16_autocast_enabled("on", "cpu", option, flags=AMX)
+
+
+# The decision, with the CPU's flags faked.
+
+@pytest.mark.parametrize("flags,enabled,reason", [
+    (AVX2_ONLY, False, "--bf16-autocast auto: no native bfloat16 on this CPU"),
+    (frozenset(), False, "--bf16-autocast auto: no native bfloat16 on this CPU"),  # no flags line (an ARM CPU)
+    (AVX512_BF16, True, "--bf16-autocast auto: this CPU has avx512_bf16"),
+    (AMX, True, "--bf16-autocast auto: this CPU has avx512_bf16 and amx_bf16"),
+    (AVX2_ONLY | {"amx_bf16"}, True, "--bf16-autocast auto: this CPU has amx_bf16"),
+])
+def test_auto_is_on_only_on_a_cpu_that_multiplies_bfloat16_natively(flags, enabled, reason):
+    assert bf16_autocast_enabled("auto", "cpu", flags=flags) == (enabled, reason)
+    assert bf16_autocast_enabled("auto", torch.device("cpu"), flags=flags) == (enabled, reason)
+
+
+def test_auto_is_off_on_a_gpu_and_beside_fairseqs_mixed_precision():
+    for device in ("cuda", "cuda:1", torch.device("cuda", 0)):
+        assert bf16_autocast_enabled("auto", device, flags=AMX) == (
+            False, "--bf16-autocast auto: on for CPUs only, and this is cuda")
+    for option in FAIRSEQ_OPTIMIZERS:
+        assert bf16_autocast_enabled("auto", "cpu", option, flags=AMX) == (
+            False, f"--bf16-autocast auto: fairseq's {option} was chosen")
+        assert bf16_autocast_enabled("auto", "cuda", option) == (
+            False, f"--bf16-autocast auto: fairseq's {option} was chosen")
+
+
+def test_on_and_off_are_what_they_say_on_any_device():
+    for device in ("cpu", "cuda"):
+        for flags in (AVX2_ONLY, AMX):
+            assert bf16_autocast_enabled("on", device, flags=flags) == (True, "--bf16-autocast on")
+            assert bf16_autocast_enabled("off", device, flags=flags) == (False, "--bf16-autocast off")
+    assert bf16_autocast_enabled("off", "cuda", "--fp16") == (False, "--bf16-autocast off")
+
+
+def test_auto_is_off_where_the_cpu_flags_cannot_be_read(monkeypatch):
+    monkeypatch.setattr(precision.sys, "platform", "darwin")
+    assert cpu_flags() is None
+    assert bf16_autocast_enabled("auto", "cpu") == (False, "--bf16-autocast auto: no CPU flags to read on darwin")
+
+
+def test_cpu_flags_are_read_from_proc_cpuinfo(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512_bf16\nbugs\t\t: spectre_v1\n\n"
+                       "processor\t: 1\nflags\t\t: fpu avx2 avx512_bf16\n")
+    assert cpu_flags(str(cpuinfo)) == {"fpu", "avx2", "avx512_bf16"}
+    assert cpu_flags(str(tmp_path / "missing")) is None
+
+
+def test_this_machine_decides_as_its_proc_cpuinfo_says():
+    """What the recipes' BF16=auto gives on this CPU (the quickstart's default): on where /proc/cpuinfo lists
+    avx512_bf16 or amx_bf16, float32 elsewhere."""
+    assert bf16_autocast_enabled("auto", "cpu")[0] == THIS_CPU_NATIVE_BF16
+
+
+@pytest.mark.parametrize("value,setting", [
+    ("auto", "auto"), ("on", "on"), ("off", "off"), ("1", "on"), ("0", "off"), (1, "on"), (0, "off"),
+    (True, "on"), (False, "off"), ("True", "on"), ("ON", "on")])  # True, False: a config of the former flag
+def test_the_spellings_the_option_accepts(value, setting):
+    assert bf16_autocast_setting(value) == setting
+
+
+@pytest.mark.parametrize("value", ["yes", "", "2", "bf16"])
+def test_a_bad_value_is_a_one_line_error_before_the_model_is_built(value):
+    message = f"^--bf16-autocast {value}: use auto, on \\(1\\) or off \\(0\\)$"
+    with pytest.raises(VaswaniConfigError, match=message):
+        bf16_autocast_enabled(value, "cpu", flags=AMX)
+    dictionary = make_dictionary(5)
+    with pytest.raises(VaswaniConfigError, match=message):
+        VaswaniTranslationTask(VaswaniTranslationConfig(bf16_autocast=value), dictionary, dictionary)
+
+
+def test_precision_lines():
+    assert precision_line(True, "--bf16-autocast auto: this CPU has avx512_bf16") == \
+        "precision: bfloat16 autocast (--bf16-autocast auto: this CPU has avx512_bf16)"
+    assert precision_line(False, "--bf16-autocast auto: no native bfloat16 on this CPU") == \
+        "precision: float32 (--bf16-autocast auto: no native bfloat16 on this CPU)"
+    assert precision_line(False, "--bf16-autocast auto: fairseq's --fp16 was chosen", "--fp16") == \
+        "precision: fairseq's --fp16 (--bf16-autocast auto: fairseq's --fp16 was chosen)"
+
+
+# The task: decides at its first training step, from the model's device and fairseq's optimizer, and logs it once.
+
+@pytest.mark.parametrize("flags,outputs,line", [
+    (AVX2_ONLY, {torch.float32}, "precision: float32 (--bf16-autocast auto: no native bfloat16 on this CPU)"),
+    (AVX512_BF16, {torch.bfloat16}, "precision: bfloat16 autocast (--bf16-autocast auto: this CPU has avx512_bf16)"),
+])
+def test_the_task_decides_auto_once_and_logs_it(flags, outputs, line, monkeypatch, caplog):
+    monkeypatch.setattr(precision, "cpu_flags", lambda: flags)
+    caplog.set_level(logging.INFO, logger="vaswani_plugin.tasks.vaswani_translation")
+    dictionary = make_dictionary(20)
+    model = build_model(dictionary, dropout=0.0)
+    task = VaswaniTranslationTask(VaswaniTranslationConfig(bf16_autocast="auto"), dictionary, dictionary)
+    assert task.decide_bf16_autocast(model, PlainOptimizer()) == (outputs == {torch.bfloat16})
+    assert task.decide_bf16_autocast(model, PlainOptimizer()) == (outputs == {torch.bfloat16})
+    assert [record.getMessage() for record in caplog.records] == [line]
+    assert training_step(bf16_autocast="auto")[3] == outputs
+
+
+@pytest.mark.parametrize("option", FAIRSEQ_OPTIMIZERS)
+def test_the_task_leaves_auto_off_beside_fairseqs_mixed_precision(option, monkeypatch, caplog):
+    monkeypatch.setattr(precision, "cpu_flags", lambda: AMX)
+    caplog.set_level(logging.INFO, logger="vaswani_plugin.tasks.vaswani_translation")
+    dictionary = make_dictionary(20)
+    model = build_model(dictionary, dropout=0.0)
+    if option != "--amp":
+        model = model.half()  # what fairseq's --fp16 trains
+    task = VaswaniTranslationTask(VaswaniTranslationConfig(bf16_autocast="auto"), dictionary, dictionary)
+    optimizer = FAIRSEQ_OPTIMIZERS[option].__new__(FAIRSEQ_OPTIMIZERS[option])
+    assert task.decide_bf16_autocast(model, optimizer) is False
+    assert [record.getMessage() for record in caplog.records] == [
+        f"precision: fairseq's {option} (--bf16-autocast auto: fairseq's {option} was chosen)"]
+
+
+# The command line.
+
+def task_config(*arguments):
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, ["data-bin", "--user-dir", str(REPO / "vaswani_plugin"),
+                                                "--task", "vaswani_translation", "--arch", "vaswani_transformer",
+                                                *arguments])
+    return convert_namespace_to_omegaconf(args).task
+
+
+def test_a_bare_option_means_on_and_none_off():
+    assert task_config().bf16_autocast == "off"
+    assert task_config("--bf16-autocast").bf16_autocast == "on"
+    for value in ("auto", "on", "off", "1", "0"):
+        assert task_config("--bf16-autocast", value).bf16_autocast == value
+
+
+def test_fairseq_train_with_a_bad_value_ends_in_one_line(reversal_data, tmp_path):
+    result = subprocess.run(
+        [str(BIN / "fairseq-train"), str(reversal_data / "joined"), "--user-dir", "vaswani_plugin",
+         "--task", "vaswani_translation", "--bf16-autocast", "yes", "--arch", "vaswani_transformer", *TINY_MODEL,
+         "--max-tokens", "1000", "--cpu", "--save-dir", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == \
+        "vaswani_plugin: error: --bf16-autocast yes: use auto, on (1) or off (0)", result.stderr[-2000:]
+    assert "Traceback" not in result.stderr

@@ -25,6 +25,7 @@ from fairseq.data.indexed_dataset import MMapIndexedDataset
 
 from conftest import lane_job
 from test_recipes import NEEDS_CPU_PATH, REPO, TINY, hypotheses, run_common, run_recipe, tiny_env
+from vaswani_plugin.precision import bf16_autocast_enabled
 from wmt_mirror import build_mirror
 
 # Batches of at most 4,000 tokens: the mirror's 735 training pairs make 5 of them, 3 updates of 2 batches (the
@@ -178,9 +179,14 @@ def test_node_settings_are_one_line_errors(gpus, settings, message, tmp_path):
 
 
 def test_bf16_auto_chooses_autocast_for_every_cpu_process(tmp_path):
-    """BF16=auto on a CPU that multiplies bfloat16 natively (a stand-in grep finds the flag) with 1 or 2 nodes."""
-    command = 'grep() { true; }; detect_devices; training_task; echo "$WORKERS ${TRAIN_TASK_ARGS[*]}"'
-    one = run_common(tmp_path, command, gpus=0, CPU="1", BF16="auto")
-    two = run_common(tmp_path, command, gpus=0, CPU="1", BF16="auto", **NODES)
-    assert one.stdout.strip() == "1 --task vaswani_translation --bf16-autocast", one.stderr
-    assert two.stdout.strip() == "2 --task vaswani_translation --bf16-autocast", two.stderr
+    """BF16=auto with 1 or 2 nodes: every process's fairseq-train gets --bf16-autocast auto and --cpu, and its task
+    decides on the CPU it trains on: autocast where the CPU multiplies bfloat16 natively (flags faked here)."""
+    command = 'detect_devices; DATA_BIN=data-bin MAX_TOKENS=1000 UPDATE_FREQ=1; echo "$WORKERS"; train "$WORK_DIR/c"'
+    for settings, workers in (({}, "1"), (NODES, "2")):
+        result = run_common(tmp_path, command, gpus=0, CPU="1", BF16="auto", **settings)
+        assert result.returncode == 0, result.stderr
+        count, fairseq_train = result.stdout.splitlines()
+        assert count == workers
+        assert " --task vaswani_translation --bf16-autocast auto " in fairseq_train and " --cpu" in fairseq_train
+    assert bf16_autocast_enabled("auto", "cpu", flags=frozenset({"avx2", "avx512_bf16"})) == \
+        (True, "--bf16-autocast auto: this CPU has avx512_bf16")

@@ -284,7 +284,8 @@ def test_stand_in_training_rows_are_those_of_the_logs(lane):
             text = log.read_text()
             assert re.search(rf"'model': (\{{'_name': '{impl}'|Namespace\(.*\barch='{impl}')", text)
             assert f"'criterion': {{'_name': '{criterion}'" in text
-            assert ("'bf16_autocast': True" in text) == (precision == "bf16-autocast")
+            assert ("'bf16_autocast': 'on'" in text) == (precision == "bf16-autocast")
+            assert ("| precision: bfloat16 autocast (--bf16-autocast on)" in text) == (precision == "bf16-autocast")
             assert "'fp16': False" in text and "'amp': False" in text
     for precision in ("fp16", "amp"):
         for impl in gpu_acceptance.CRITERIA:

@@ -58,9 +58,12 @@ def test_quickstart_from_raw_files_to_bleu_translations_and_pictures(lane):
     # Training stopped by the wall-clock budget; the average is that of the last 2 interval checkpoints.
     log = (work / "checkpoints" / "train.log").read_text()
     assert "Stopping training due to cumulative_training_time" in log and "'stop_time_hours': 0.0025" in log
-    # BF16=auto: bfloat16 autocast where this CPU multiplies bfloat16 natively, float32 elsewhere.
-    assert ("'bf16_autocast': True" in log) == NATIVE_BF16
-    assert ("'task': {'_name': 'vaswani_translation'" if NATIVE_BF16 else "'task': {'_name': 'translation'") in log
+    # BF16=auto: bfloat16 autocast where this CPU multiplies bfloat16 natively, float32 elsewhere; the task
+    # decides and says so.
+    assert "'task': {'_name': 'vaswani_translation'" in log and "'bf16_autocast': 'auto'" in log
+    assert ("| precision: bfloat16 autocast (--bf16-autocast auto: this CPU has " in log) == NATIVE_BF16
+    assert ("| precision: float32 (--bf16-autocast auto: no native bfloat16 on this CPU)" in log) != NATIVE_BF16
+    assert log.count("| precision: ") == 1
     interval = sorted((work / "checkpoints").glob("checkpoint_*_*.pt"),
                       key=lambda path: int(path.stem.split("_")[-1]))
     assert len(interval) == 2
@@ -100,7 +103,8 @@ def test_benchmark_against_fairseq_transformer(lane):
     assert "arch='transformer'" in log and "encoder_embed_dim=32" in log  # fairseq's model config: a Namespace
     # fairseq's side is trained with fairseq's own criterion and the pair's seed.
     assert "'_name': 'label_smoothed_cross_entropy'" in log and "'seed': 1," in log
-    assert "'task': {'_name': 'translation'" in log  # float32, as fairseq trains on CPU (FAIRSEQ_BF16=0)
+    # float32, as fairseq trains on CPU (FAIRSEQ_BF16=0)
+    assert "'bf16_autocast': '0'" in log and "| precision: float32 (--bf16-autocast off)" in log
     assert "on core 1" in result.stderr  # the two runs of a seed side by side, pinned
 
     scores = {}

@@ -20,6 +20,8 @@ from fairseq.data.indexed_dataset import MMapIndexedDataset
 
 from cli_helpers import TINY_MODEL
 from conftest import lane_job
+from vaswani_plugin import VaswaniConfigError
+from vaswani_plugin.precision import bf16_autocast_enabled
 from wmt_mirror import build_mirror
 
 REPO = Path(__file__).resolve().parents[1]
@@ -202,9 +204,10 @@ def test_table3_needs_a_row():
 
 
 def run_common(tmp_path, commands, gpus=8, **settings):
-    """Source recipes/common.sh and run COMMANDS, with a stand-in python that reports GPUS visible GPUs."""
+    """Source recipes/common.sh and run COMMANDS, with a stand-in python that reports GPUS visible GPUs and prints
+    any other command it is given (`python ARGS...`) instead of running it."""
     fake_python = tmp_path / "python"
-    fake_python.write_text(f"#!/bin/sh\necho {gpus}\n")
+    fake_python.write_text(f'#!/bin/sh\nif [ "$1" = -c ]; then echo {gpus}; else echo "python $*"; fi\n')
     fake_python.chmod(0o755)
     env = dict(os.environ, PYTHON=str(fake_python), RECIPE="test", WORK_DIR=str(tmp_path), **settings)
     return subprocess.run(["bash", "-c", f"source {REPO}/recipes/common.sh; {commands}"], env=env,
@@ -252,25 +255,88 @@ NATIVE_BF16 = re.search(r"\b(avx512_bf16|amx_bf16)\b", Path("/proc/cpuinfo").rea
     if Path("/proc/cpuinfo").exists() else False
 
 
-@pytest.mark.parametrize("gpus,settings,expected", [
-    (8, {}, "--task translation"),
-    (8, {"BF16": "1"}, "--task vaswani_translation --bf16-autocast"),
-    (8, {"BF16": "auto"}, "--task translation"),  # auto is for CPUs; GPUs have FP16=1
-    (0, {"BF16": "auto", "CPU": "1"},
-     "--task vaswani_translation --bf16-autocast" if NATIVE_BF16 else "--task translation"),
-    (0, {"BF16": "0", "CPU": "1"}, "--task translation"),
+# What train() runs: fairseq-train's arguments, printed by run_common's stand-in python.
+TRAIN = 'detect_devices; DATA_BIN=data-bin MAX_TOKENS=1000 UPDATE_FREQ=1; train "$WORK_DIR/checkpoints" --arch a'
+
+
+@pytest.mark.parametrize("gpus,settings,passed,expected", [
+    (8, {}, "0", False),
+    (8, {"BF16": "1"}, "1", True),
+    (8, {"BF16": "auto"}, "auto", False),  # auto is for CPUs; GPUs have FP16=1
+    (0, {"BF16": "auto", "CPU": "1"}, "auto", NATIVE_BF16),
+    (0, {"BF16": "0", "CPU": "1"}, "0", False),
 ])
-def test_bf16_setting_chooses_the_training_task(gpus, settings, expected, tmp_path):
-    result = run_common(tmp_path, 'detect_devices; training_task; echo "${TRAIN_TASK_ARGS[*]}"', gpus=gpus,
-                        **settings)
+def test_bf16_setting_goes_to_the_task_which_decides(gpus, settings, passed, expected, tmp_path):
+    """The recipe passes BF16 as it is; the task decides (vaswani_plugin.precision, on the device it trains on and
+    this CPU's flags; tests/test_bf16_autocast.py fakes other CPUs) and logs its `precision:` line."""
+    result = run_common(tmp_path, TRAIN, gpus=gpus, **settings)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == expected
+    (command,) = [line for line in result.stdout.splitlines() if line.startswith("python -m fairseq_cli.train ")]
+    assert f" --task vaswani_translation --bf16-autocast {passed} " in command
+    assert bf16_autocast_enabled(passed, "cuda" if gpus else "cpu")[0] == expected
+    assert (tmp_path / "checkpoints" / "train.log").read_text() == result.stdout  # the node's log
 
 
-@pytest.mark.parametrize("settings,message", [
-    ({"BF16": "1", "FP16": "1"}, "test: error: FP16=1 and BF16=1 are two precisions: choose one"),
-    ({"BF16": "yes"}, "test: error: BF16=yes: use 1, 0 or auto"),
-])
-def test_bad_bf16_settings_are_one_line_errors(settings, message, tmp_path):
-    result = run_common(tmp_path, "detect_devices; training_task", **settings)
-    assert result.returncode == 1 and result.stderr.strip().splitlines()[-1] == message
+def test_fp16_with_bf16_is_the_tasks_one_line_error(tmp_path):
+    result = run_common(tmp_path, TRAIN, BF16="1", FP16="1")
+    assert result.returncode == 0, result.stderr  # the recipe leaves the precision to the task
+    (command,) = [line for line in result.stdout.splitlines() if line.startswith("python -m fairseq_cli.train ")]
+    assert " --bf16-autocast 1 " in command and " --fp16 " in command
+    with pytest.raises(VaswaniConfigError) as error:  # what the task does at its first training step
+        bf16_autocast_enabled("1", "cuda", "--fp16")
+    assert str(error.value) == "--bf16-autocast is a precision of its own: drop --fp16, --amp and --bf16"
+
+
+@NEEDS_CPU_PATH
+def test_a_bad_bf16_setting_is_the_tasks_one_line_error(reversal_data, tmp_path):
+    """fairseq-train itself, on a tiny corpus: the task refuses the value before the model is built."""
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", PYTHON=sys.executable,
+               OMP_NUM_THREADS="1", RECIPE="test", WORK_DIR=str(tmp_path), CPU="1", BF16="yes")
+    command = f'detect_devices; DATA_BIN={reversal_data / "joined"} MAX_TOKENS=1000 UPDATE_FREQ=1; ' \
+              f'train "$WORK_DIR/checkpoints" --arch vaswani_transformer {TINY}'
+    result = subprocess.run(["bash", "-c", f"source {REPO}/recipes/common.sh; {command}"], env=env, cwd=REPO,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    message = "vaswani_plugin: error: --bf16-autocast yes: use auto, on (1) or off (0)"
+    assert result.stdout.strip().splitlines()[-1] == message  # fairseq-train's output, through tee
+    assert (tmp_path / "checkpoints" / "train.log").read_text().strip().splitlines()[-1] == message
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_translate_takes_the_decoding_as_arguments(tmp_path):
+    """§6.1 (the WMT recipes) and §6.3 (parsing: no subwords to join) through the one translate function."""
+    translate = 'detect_devices; DATA_BIN=data-bin; translate model.pt {} "$WORK_DIR/out.txt" {}; ' \
+                'cat "$WORK_DIR/out.txt"'
+    wmt = run_common(tmp_path, translate.format("test", "4 0.6 50 128 subword_nmt"))
+    assert wmt.returncode == 0, wmt.stderr
+    assert "--path model.pt --gen-subset test --beam 4 --gnmt-alpha 0.6 --max-len-a 1 --max-len-b 50 " \
+           "--batch-size 128 --required-batch-size-multiple 1 --post-process subword_nmt" in wmt.stdout
+    parsing = run_common(tmp_path, translate.format("valid", "21 0.3 300 32 none"), EXTRA_GENERATE_ARGS="--x 1")
+    assert parsing.returncode == 0, parsing.stderr
+    assert parsing.stdout.strip().endswith(
+        "--path model.pt --gen-subset valid --beam 21 --gnmt-alpha 0.3 --max-len-a 1 --max-len-b 300 "
+        "--batch-size 32 --required-batch-size-multiple 1 --x 1")
+    assert "--post-process" not in parsing.stdout
+
+
+@pytest.mark.parametrize("settings,dropout", [({}, None), ({"DROPOUT": "0.2"}, "0.2")])
+def test_train_average_translate_takes_the_papers_values_as_arguments(settings, dropout, tmp_path):
+    """ARCH STEPS SAVE_EVERY AVERAGE PAPER_MODEL, the user's variables over them; P_drop is the architecture's
+    unless DROPOUT is set."""
+    stub = 'stage() { shift; "$@"; }; train() { echo "train $*"; }; average() { echo "average $*"; }; ' \
+           'translate() { echo "translate $*"; }; score() { :; }; training_cost() { echo "cost $*"; }; '
+    run = stub + 'detect_devices; SUBWORDS=subword_nmt; ' \
+                 'train_average_translate vaswani_transformer_big 300000 600 20 big'
+    result = run_common(tmp_path, run, **settings)
+    assert result.returncode == 0, result.stderr
+    checkpoints = tmp_path / "checkpoints"
+    assert result.stdout.splitlines() == [
+        f"train {checkpoints} --arch vaswani_transformer_big" + (f" --dropout {dropout}" if dropout else "")
+        + " --max-update 300000 --save-interval-updates 600 --keep-interval-updates 20",
+        f"average {checkpoints} 20",
+        f"translate {checkpoints}/checkpoint_average.pt test {tmp_path}/newstest2014.generate.txt 4 0.6 50 128 "
+        "subword_nmt",
+        f"cost {checkpoints} big"]
+    overridden = run_common(tmp_path, run, MAX_UPDATE="8", SAVE_INTERVAL_UPDATES="2", AVERAGE_LAST="3")
+    assert overridden.stdout.splitlines()[0] == f"train {checkpoints} --arch vaswani_transformer_big " \
+        "--max-update 8 --save-interval-updates 2 --keep-interval-updates 3"

@@ -40,6 +40,7 @@ def check_table(output):
 def test_smoke_prints_both_implementations_ratios_and_same_hypotheses():
     output = run_smoke("--device", "cpu")
     assert output.startswith("device: CPU") and "fp32" in output
+    assert "\nthe plugin's training precision: float32 (--bf16-autocast off)\n" in output  # the default
     assert "the plugin's loss in chunks of 4,194,304 logits (by device)" in output
     assert "tiny   same hypotheses (beam 4 and greedy): yes; the plugin's loss took 1.0 chunks per training batch" \
         in output
@@ -51,6 +52,7 @@ def test_full_mode_reads_binarised_data_and_trains_the_plugin_in_bf16_on_request
                            "--max-tokens", "512", "--warmup", "1", "--updates", "2", "--sentences", "16",
                            "--bf16-autocast", "--loss-chunk-logits", "2000")
     assert "; fp32, the plugin's training in bf16 autocast;" in output
+    assert "\nthe plugin's training precision: bfloat16 autocast (--bf16-autocast on)\n" in output  # a bare option
     assert "the plugin's loss in chunks of 2,000 logits (--loss-chunk-logits)" in output
     assert float(re.search(r"the plugin's loss took (\d+\.\d) chunks per training batch", output).group(1)) > 1
     check_table(output)  # generation starts from the untrained weights again: the same hypotheses
@@ -75,3 +77,6 @@ def test_bad_combinations_are_one_line_errors(tmp_path):
     result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "speed.py"), "--smoke", "--amp",
                              "--bf16-autocast", "--device", "cuda"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "--amp and --bf16-autocast are two precisions" in result.stderr
+    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "speed.py"), "--smoke", "--bf16-autocast",
+                             "yes"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "argument --bf16-autocast: invalid choice: 'yes'" in result.stderr

@@ -1,6 +1,8 @@
 """Task `vaswani_translation`: fairseq's `translation` with the GNMT length penalty of §6.1 (α = 0.6), and
-training under bfloat16 autocast (on CPUs too, which fairseq's own --bf16, made for TPUs, cannot)."""
+training under bfloat16 autocast (on CPUs too, which fairseq's own --bf16, made for TPUs, cannot), chosen by
+--bf16-autocast auto|on|off (vaswani_plugin.precision decides)."""
 
+import logging
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -12,6 +14,9 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from vaswani_plugin.errors import VaswaniConfigError
+from vaswani_plugin.precision import bf16_autocast_enabled, bf16_autocast_setting, precision_line
+
+logger = logging.getLogger(__name__)
 
 
 def gnmt_length_penalty(length: int, alpha: float) -> float:
@@ -58,23 +63,50 @@ class VaswaniTranslationConfig(TranslationConfig):
     gnmt_alpha: Optional[float] = field(
         default=None, metadata={"help": "rank beam-search hypotheses by log P(Y|X) / ((5+|Y|)/6)^alpha, the "
                                         "GNMT length penalty of §6.1 (0.6 in the paper); replaces --lenpen"})
-    bf16_autocast: bool = field(
-        default=False, metadata={"help": "train under torch.autocast in bfloat16 on the model's device (CPU or "
-                                         "GPU): matrix products in bfloat16; weights, loss, gradients and Adam in "
-                                         "float32. Faster only where the hardware multiplies bfloat16 natively "
-                                         "(AVX512-BF16 or AMX CPUs, Ampere or newer GPUs). Not fairseq's --bf16, "
-                                         "which assumes a TPU"})
+    bf16_autocast: str = field(
+        default="off", metadata={
+            "argparse_const": "on",
+            "help": "auto, on or off (default off; a bare --bf16-autocast is on; 1 and 0 mean on and off): train under "
+                    "torch.autocast in bfloat16 on the model's device (CPU or GPU): matrix products in bfloat16; "
+                    "weights, loss, gradients and Adam in float32. Faster only where the hardware multiplies "
+                    "bfloat16 natively (AVX512-BF16 or AMX CPUs, Ampere or newer GPUs). auto: on only on a CPU "
+                    "with AVX512-BF16 or AMX, off on GPUs and beside fairseq's --fp16, --amp or --bf16. Not "
+                    "fairseq's --bf16, which assumes a TPU"})
+
+
+def fairseq_precision(optimizer, dtype: torch.dtype) -> Optional[str]:
+    """fairseq's own mixed precision, told by its optimizer wrapper and the model's dtype; None for float32."""
+    if isinstance(optimizer, AMPOptimizer):
+        return "--amp"
+    half = "bf16" if dtype == torch.bfloat16 else "fp16"
+    if isinstance(optimizer, _MemoryEfficientFP16OptimizerMixin):
+        return f"--memory-efficient-{half}"
+    if isinstance(optimizer, _FP16OptimizerMixin):
+        return f"--{half}"
+    return None
 
 
 @register_task("vaswani_translation", dataclass=VaswaniTranslationConfig)
 class VaswaniTranslationTask(TranslationTask):
     """fairseq's `translation`, plus --gnmt-alpha for beam search as in §6.1 and --bf16-autocast for training."""
 
+    def __init__(self, cfg, src_dict, tgt_dict):
+        super().__init__(cfg, src_dict, tgt_dict)
+        bf16_autocast_setting(cfg.bf16_autocast)  # a bad value: an error before the model and data load
+        self.bf16_autocast = None  # decided at the first training step, where the device and optimizer are known
+
+    def decide_bf16_autocast(self, model, optimizer) -> bool:
+        """The precision of this run, decided once and logged as one line."""
+        if self.bf16_autocast is None:
+            parameter = next(model.parameters())
+            half = fairseq_precision(optimizer, parameter.dtype)
+            self.bf16_autocast, reason = bf16_autocast_enabled(self.cfg.bf16_autocast, parameter.device, half)
+            logger.info(precision_line(self.bf16_autocast, reason, half))
+        return self.bf16_autocast
+
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
-        if not self.cfg.bf16_autocast:
+        if not self.decide_bf16_autocast(model, optimizer):
             return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
-        if isinstance(optimizer, (AMPOptimizer, _FP16OptimizerMixin, _MemoryEfficientFP16OptimizerMixin)):
-            raise VaswaniConfigError("--bf16-autocast is a precision of its own: drop --fp16, --amp and --bf16")
         device = next(model.parameters()).device.type
 
         def criterion_under_autocast(model, sample):
