@@ -2,6 +2,7 @@
 
 import os
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,9 @@ REPO = Path(__file__).resolve().parents[1]
 # The real data of the end-to-end tests (Multi30k, newstest, the WSJ sample), beside the repository, never in it;
 # tests/conftest.py skips the tests marked e2e or shared_data where it is absent.
 SHARED_DATA = REPO.parent / "shared" / "data"
+# Whether this machine multiplies bfloat16 natively, read independently of vaswani_plugin.precision.
+NATIVE_BF16 = Path("/proc/cpuinfo").exists() and \
+    re.search(r"\b(avx512_bf16|amx_bf16)\b", Path("/proc/cpuinfo").read_text()) is not None
 BIN = Path(sys.executable).parent
 TINY_MODEL = ("--encoder-layers 1 --decoder-layers 2 --encoder-embed-dim 32 --decoder-embed-dim 32 "
               "--encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 --encoder-attention-heads 4 "

@@ -4,9 +4,7 @@ precision; and the one decision (vaswani_plugin.precision) that auto takes from 
 precision and the CPU's flags (faked here), which the task logs once as a `precision:` line."""
 
 import logging
-import re
 import subprocess
-from pathlib import Path
 
 import pytest
 import torch
@@ -15,7 +13,7 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.optim.amp_optimizer import AMPOptimizer
 from fairseq.optim.fp16_optimizer import FP16Optimizer, MemoryEfficientFP16Optimizer
 
-from cli_helpers import BIN, REPO, TINY_MODEL
+from cli_helpers import BIN, NATIVE_BF16, REPO, TINY_MODEL
 from conftest import build_model, make_dictionary, random_tokens
 from vaswani_plugin import VaswaniConfigError, precision
 from vaswani_plugin.criterions.vaswani_label_smoothed_cross_entropy import VaswaniLabelSmoothedCrossEntropy
@@ -25,8 +23,6 @@ from vaswani_plugin.tasks.vaswani_translation import VaswaniTranslationConfig, V
 AVX2_ONLY = frozenset("fpu sse sse2 ssse3 sse4_1 sse4_2 avx avx2 fma".split())  # a CPU without native bfloat16
 AVX512_BF16 = AVX2_ONLY | {"avx512f", "avx512_bf16"}
 AMX = AVX512_BF16 | {"amx_bf16", "amx_tile"}
-THIS_CPU_NATIVE_BF16 = Path("/proc/cpuinfo").exists() and \
-    re.search(r"\b(avx512_bf16|amx_bf16)\b", Path("/proc/cpuinfo").read_text()) is not None
 
 
 class PlainOptimizer:
@@ -141,7 +137,7 @@ def test_cpu_flags_are_read_from_proc_cpuinfo(tmp_path):
 def test_this_machine_decides_as_its_proc_cpuinfo_says():
     """What the recipes' BF16=auto gives on this CPU (the quickstart's default): on where /proc/cpuinfo lists
     avx512_bf16 or amx_bf16, float32 elsewhere."""
-    assert bf16_autocast_enabled("auto", "cpu")[0] == THIS_CPU_NATIVE_BF16
+    assert bf16_autocast_enabled("auto", "cpu")[0] == NATIVE_BF16
 
 
 @pytest.mark.parametrize("value,setting", [

@@ -88,6 +88,7 @@ def updates(train_log: Path):
     return [{key: float(value) for key, value in json.loads(line).items()} for line in lines]
 
 
+@pytest.mark.e2e
 @NEEDS_CPU_PATH
 @pytest.mark.lane("data_parallel_runs")
 def test_two_cpu_processes_train_then_node_0_averages_translates_and_scores(lane):
@@ -129,6 +130,7 @@ def epoch_batches(data_bin: Path, max_tokens: int) -> int:
     return len(dataset.batch_by_size(dataset.ordered_indices(), max_tokens=max_tokens))
 
 
+@pytest.mark.e2e
 @NEEDS_CPU_PATH
 @pytest.mark.lane("data_parallel_runs")
 def test_two_processes_update_as_one_with_twice_the_update_freq(lane):

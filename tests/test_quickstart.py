@@ -16,9 +16,11 @@ import pytest
 import torch
 from matplotlib.image import imread
 
+from cli_helpers import NATIVE_BF16, SHARED_DATA
 from conftest import lane_job
-from test_recipes import NATIVE_BF16, NEEDS_CPU_PATH, REPO, TINY, hypotheses, run_recipe
-from wmt_mirror import SHARED_DATA
+from test_recipes import NEEDS_CPU_PATH, REPO, TINY, hypotheses, run_recipe
+
+pytestmark = pytest.mark.e2e  # the whole quickstart on the real Multi30k
 
 TINY_QUICKSTART = dict(RAW_DIR=str(SHARED_DATA / "multi30k"), BUDGET_MINUTES="0.15", BPE_MERGES="500",
                        SAVE_INTERVAL_UPDATES="4", AVERAGE_LAST="2", EXTRA_TRAIN_ARGS=TINY,

@@ -18,7 +18,7 @@ import torch
 from fairseq.data import Dictionary
 from fairseq.data.indexed_dataset import MMapIndexedDataset
 
-from cli_helpers import TINY_MODEL
+from cli_helpers import NATIVE_BF16, TINY_MODEL
 from conftest import lane_job
 from vaswani_plugin import VaswaniConfigError
 from vaswani_plugin.precision import bf16_autocast_enabled
@@ -91,6 +91,7 @@ def test_no_gpu_is_a_clear_error(tmp_path):
     assert not (tmp_path / "data").exists()  # failed before downloading anything
 
 
+@pytest.mark.e2e
 @NEEDS_CPU_PATH
 def test_en_de_base_from_nothing_to_bleu_then_skips_what_is_done(mirror, en_de_data, tmp_path):
     work = tmp_path / "base"
@@ -149,6 +150,7 @@ def en_de_big_run(tmp_path_factory, lane):
     return run_on_a_mirror_of_its_own(tmp_path_factory, "wmt14_en_de_big.sh", "en-de", **BIG_RUN)
 
 
+@pytest.mark.e2e
 @NEEDS_CPU_PATH
 @pytest.mark.lane("en_de_big_run")
 def test_en_de_big(lane):
@@ -166,6 +168,7 @@ def en_fr_big_run(tmp_path_factory, lane):
     return run_on_a_mirror_of_its_own(tmp_path_factory, "wmt14_en_fr_big.sh", "en-fr")
 
 
+@pytest.mark.e2e
 @NEEDS_CPU_PATH
 @pytest.mark.lane("en_fr_big_run")
 def test_en_fr_big(lane):
@@ -181,6 +184,7 @@ def test_en_fr_big(lane):
     check_scores(result.stdout, 3003)
 
 
+@pytest.mark.e2e
 @NEEDS_CPU_PATH
 def test_table3_row_prints_ours_next_to_the_papers(mirror, en_de_data, tmp_path):
     prepared_before = (en_de_data / "data-bin").exists()  # by the base recipe's test, unless it was deselected
@@ -249,10 +253,6 @@ def test_more_gpus_than_visible_is_an_error(tmp_path):
     result = run_common(tmp_path, "detect_devices", NUM_GPUS="9")
     assert result.returncode == 1
     assert result.stderr.strip() == "test: error: NUM_GPUS=9 but only 8 GPUs are visible"
-
-
-NATIVE_BF16 = re.search(r"\b(avx512_bf16|amx_bf16)\b", Path("/proc/cpuinfo").read_text()) is not None \
-    if Path("/proc/cpuinfo").exists() else False
 
 
 # What train() runs: fairseq-train's arguments, printed by run_common's stand-in python.

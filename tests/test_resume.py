@@ -259,6 +259,7 @@ def first_and_last_update(log_part: str):
     return updates[0], updates[-1]
 
 
+@pytest.mark.e2e
 @NEEDS_CPU_PATH
 @pytest.mark.lane("en_de_big_run", "resume_killed_runs")
 def test_recipe_killed_during_training_ends_with_the_uninterrupted_model(lane):

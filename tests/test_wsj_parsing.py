@@ -8,12 +8,11 @@ import sys
 
 import pytest
 
-from cli_helpers import REPO, TINY_MODEL
+from cli_helpers import REPO, SHARED_DATA, TINY_MODEL
 from conftest import lane_job
 from test_recipes import NEEDS_CPU_PATH, run_recipe
 from vaswani_plugin.scoring.evalb import evaluate
 from vaswani_plugin.scoring.trees import delinearise, read_trees
-from wmt_mirror import SHARED_DATA
 
 FILES = {"train": ["0001", "0002", "0003"], "valid": ["0150"], "test": ["0165"]}
 FIVE_FILES = [number for numbers in FILES.values() for number in numbers]
@@ -43,6 +42,7 @@ def prepared(few_files, tmp_path_factory):
     return work, result.stderr
 
 
+@pytest.mark.shared_data
 def test_prepare_splits_files_and_keeps_the_trees_recoverable(prepared, few_files):
     work, log = prepared
     for split, numbers in FILES.items():
@@ -75,6 +75,7 @@ def score(work, generate_output, tmp_path):
                            "--output", str(tmp_path / "parsed.trees")], capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.shared_data
 def test_score_parses_repairs_outputs_and_scores_them_as_evalb(prepared, tmp_path):
     work, _ = prepared
     gold_sequences = (work / "text" / "valid.tree").read_text().splitlines()
@@ -95,6 +96,7 @@ def test_score_parses_repairs_outputs_and_scores_them_as_evalb(prepared, tmp_pat
                      rf"{len(gold)} sentences scored\)$", result.stdout, re.M)
 
 
+@pytest.mark.shared_data
 def test_score_parses_needs_every_sentence(prepared, tmp_path):
     work, _ = prepared
     gold_sequences = (work / "text" / "valid.tree").read_text().splitlines()
@@ -128,6 +130,7 @@ def wsj_sample_run(tmp_path_factory, lane):
     return root / "work", run_recipe("wsj_parsing.sh", env)
 
 
+@pytest.mark.e2e
 @NEEDS_CPU_PATH
 @pytest.mark.lane("wsj_sample_run")
 def test_recipe_end_to_end_on_a_few_sample_files(lane):
@@ -156,6 +159,7 @@ def wsj_ldc_run(tmp_path_factory, lane):
     return root
 
 
+@pytest.mark.e2e
 @NEEDS_CPU_PATH
 @pytest.mark.lane("wsj_ldc_run")
 def test_recipe_on_the_ldc_layout_uses_sections_02_21_22_23(lane):
