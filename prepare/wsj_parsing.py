@@ -6,8 +6,11 @@
 --wsj-dir: the LDC Penn Treebank's WSJ folder holding sections 00..24 (wsj_NNNN.mrg in each): sections 02-21
 train, 22 valid (where the paper tuned dropout and learning rate), 23 test. --sample-dir: NLTK's public
 sample (wsj_0001..0179): files 0001-0149 train (3,253 trees), 0150-0164 valid (210), 0165-0179 test (206).
---extra-train adds tree files to the training data only (the semi-supervised setting, with
---source-vocabulary 32000).
+--extra-train adds tree files, or every .ptb and .mrg file of a folder, to the training data only (the
+semi-supervised setting, with --source-vocabulary 32000), e.g. GUM's constituency trees
+(../shared/data/gum_const/const: 263 files, 14,597 trees; ROOT is the outer bracket); dev and test stay the
+treebank's. Trees longer than --max-positions (the model's, 1024: words + </s>, or tree tokens + </s>) are left
+out of training and are an error in dev or test; a malformed file is an error naming its line.
 
     1 linearise  W/text/{split}.words (source: the words), W/text/{split}.tree (target: the tree sequence,
                  vaswani_plugin.scoring.trees), W/gold/{split}.trees (cleaned gold trees, one per line, for EVALB) and
@@ -33,10 +36,42 @@ from ._common import ArgumentParser, PrepareError, available_cores, log, open_wr
 WSJ_SECTIONS = {"train": range(2, 22), "valid": [22], "test": [23]}
 SAMPLE_FILES = {"train": range(1, 150), "valid": range(150, 165), "test": range(165, 180)}
 SOURCE, TARGET = "words", "tree"
+TREE_FILES = ("*.ptb", "*.mrg")
+
+
+def extra_train_files(paths: List[Path]) -> List[Path]:
+    """--extra-train's files: a folder stands for its .ptb and .mrg files."""
+    files = []
+    for path in paths:
+        if path.is_dir():
+            found = sorted(p for pattern in TREE_FILES for p in path.glob(pattern))
+            if not found:
+                raise PrepareError(f"--extra-train {path}: no {' or '.join(TREE_FILES)} files in that folder")
+            files += found
+        else:
+            files.append(path)
+    return files
+
+
+def describe(paths: List[Path]) -> str:
+    """Where the extra training trees came from, in a few words: folder/*.ptb, or the files' names."""
+    folders = {}
+    for path in paths:
+        folders.setdefault(path.parent, []).append(path)
+    parts = []
+    for folder, files in folders.items():
+        suffixes = sorted({p.suffix for p in files})
+        everything = sorted(p for s in suffixes for p in folder.glob(f"*{s}")) == sorted(files)
+        if everything and len(files) > 3:
+            pattern = suffixes[0] if len(suffixes) == 1 else "{" + ",".join(suffixes) + "}"
+            parts.append(f"{folder}/*{pattern}, {len(files)} files")
+        else:
+            parts.append(", ".join(str(p) for p in files))
+    return "; ".join(parts)
 
 
 def treebank_files(args) -> Dict[str, List[Path]]:
-    """split -> the .mrg files of that split, checked to exist."""
+    """split -> the .mrg files of that split, checked to exist; the extra training files come last in train."""
     if args.wsj_dir:
         files = {split: sorted(p for s in sections for p in (args.wsj_dir / f"{s:02d}").glob("wsj_*.mrg"))
                  for split, sections in WSJ_SECTIONS.items()}
@@ -49,29 +84,47 @@ def treebank_files(args) -> Dict[str, List[Path]]:
     for split, paths in files.items():
         if not paths:
             raise PrepareError(f"no {split} trees found in {where}")
-    files["train"] = files["train"] + list(args.extra_train)
+    files["train"] = files["train"] + args.extra_files
     return files
 
 
-def write_split(paths: List[Path], work: Path, split: str) -> int:
-    """Clean and linearise every tree of `paths` into the split's four files; returns the number of trees."""
-    count = 0
+def write_split(paths: List[Path], work: Path, split: str, max_positions: int) -> List[int]:
+    """Clean and linearise every tree of `paths` into the split's four files; returns the number of trees of
+    each file. A training tree longer than the model's positions is left out; a dev or test one is an error."""
+    counts, too_long = [], 0
     with open_write(work / "text" / f"{split}.{SOURCE}") as words, \
             open_write(work / "text" / f"{split}.{TARGET}") as sequences, \
             open_write(work / "gold" / f"{split}.trees") as gold, open_write(work / "gold" / f"{split}.tags") as tags:
         for path in paths:
             try:
                 trees = read_trees(path.read_text(encoding="utf-8"))
+            except UnicodeDecodeError as error:
+                raise PrepareError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
             except ValueError as error:
                 raise PrepareError(f"{path}: {error}") from None
-            for tree in filter(None, map(clean, trees)):
+            count = 0
+            for number, tree in enumerate(map(clean, trees), 1):
+                if tree is None:  # nothing but traces
+                    continue
+                tokens = linearise(tree)
+                longest = max(len(tree.words()), len(tokens)) + 1  # with </s>
+                if longest > max_positions:
+                    if split != "train":
+                        raise PrepareError(f"{path}: tree {number} has {len(tree.words())} words and {len(tokens)} "
+                                           f"tree tokens, more than the model's {max_positions} positions "
+                                           "(--max-positions) with </s>")
+                    too_long += 1
+                    continue
                 words.write(" ".join(tree.words()) + "\n")
-                sequences.write(" ".join(linearise(tree)) + "\n")
+                sequences.write(" ".join(tokens) + "\n")
                 gold.write(f"{tree}\n")
                 tags.write(" ".join(tree.tags()) + "\n")
                 count += 1
-    log(f"  {split}: {count:,} trees from {len(paths)} files")
-    return count
+            counts.append(count)
+    log(f"  {split}: {sum(counts):,} trees from {len(paths)} files")
+    if too_long:
+        log(f"  {split}: {too_long:,} trees left out, longer than the model's {max_positions} positions")
+    return counts
 
 
 def run_stage(work: Path, name: str, params: dict, run) -> dict:
@@ -91,16 +144,31 @@ def run_stage(work: Path, name: str, params: dict, run) -> dict:
 
 def prepare(args) -> Path:
     work = args.work_dir.resolve()
+    args.extra_files = extra_train_files(args.extra_train)
     files = treebank_files(args)
-    linearised = run_stage(work, "linearise", {"files": {s: [str(p) for p in ps] for s, ps in files.items()}},
-                           lambda: {split: write_split(paths, work, split) for split, paths in files.items()})
+    extra = len(args.extra_files)
+
+    def linearise_all():
+        counts = {split: write_split(paths, work, split, args.max_positions) for split, paths in files.items()}
+        result = {split: sum(numbers) for split, numbers in counts.items()}
+        result["train_extra"] = sum(counts["train"][len(counts["train"]) - extra:]) if extra else 0
+        return result
+
+    linearised = run_stage(work, "linearise", {"files": {s: [str(p) for p in ps] for s, ps in files.items()},
+                                               "max_positions": args.max_positions}, linearise_all)
+    trees = {split: linearised[split] for split in files}
     # The binarised data follows the text: a new linearisation makes it stale.
-    params = {"source_vocabulary": args.source_vocabulary, "trees": linearised}
+    params = {"source_vocabulary": args.source_vocabulary, "trees": trees}
     data_bin = work / "data-bin"
     run_stage(work, "binarize", params, lambda: binarize.binarize(
         SOURCE, TARGET, {split: work / "text" / split for split in files}, data_bin, args.workers,
         joined=False, source_words=args.source_vocabulary))
-    log(f"prepare.wsj_parsing: done; trees: " + ", ".join(f"{s} {n:,}" for s, n in linearised.items()))
+    log("prepare.wsj_parsing: done; trees: " + ", ".join(f"{s} {n:,}" for s, n in trees.items()))
+    treebank = "WSJ sections 02-21" if args.wsj_dir else "WSJ sample"
+    seen = f"training trees: {trees['train'] - linearised['train_extra']:,} {treebank}"
+    if extra:
+        seen += f" + {linearised['train_extra']:,} extra ({describe(args.extra_files)})"
+    log(seen)
     log(f"  gold trees (EVALB): {work / 'gold'}/{{train,valid,test}}.trees")
     log(f"  data-bin (stdout):  {data_bin}")
     print(data_bin, flush=True)
@@ -115,9 +183,13 @@ def main(argv=None) -> None:
     source.add_argument("--wsj-dir", type=Path, help="the LDC treebank's WSJ folder (sections 00..24)")
     source.add_argument("--sample-dir", type=Path, help="NLTK's WSJ sample (wsj_0001..0179.mrg)")
     parser.add_argument("--extra-train", type=Path, nargs="*", default=[],
-                        help="more tree files for training only (the semi-supervised setting)")
+                        help="more tree files, or folders of .ptb/.mrg files, for training only (the "
+                             "semi-supervised setting; e.g. ../shared/data/gum_const/const)")
     parser.add_argument("--source-vocabulary", type=positive_int, default=16000,
                         help="source words kept (§6.3: 16000 WSJ only, 32000 semi-supervised)")
+    parser.add_argument("--max-positions", type=positive_int, default=1024,
+                        help="the model's source and target positions (the architectures' 1024): longer trees "
+                             "are left out of training and an error in dev or test")
     parser.add_argument("--workers", type=positive_int, default=available_cores())
     args = parser.parse_args(argv)
     for option in ("wsj_dir", "sample_dir"):
@@ -125,8 +197,8 @@ def main(argv=None) -> None:
         if folder is not None and not folder.is_dir():
             parser.error(f"--{option.replace('_', '-')} {folder} is not a directory")
     for path in args.extra_train:
-        if not path.is_file():
-            parser.error(f"--extra-train {path} is not a file")
+        if not path.is_file() and not path.is_dir():
+            parser.error(f"--extra-train {path} is neither a file nor a folder")
     prepare(args)
 
 

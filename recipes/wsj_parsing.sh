@@ -6,11 +6,15 @@
 # Variables (all optional but one of WSJ_DIR / SAMPLE_DIR):
 #   WSJ_DIR            the LDC treebank's WSJ folder (sections 00..24): 02-21 train, 22 valid, 23 test
 #   SAMPLE_DIR         NLTK's public WSJ sample instead: a small model trained on CPU for BUDGET_MINUTES (20)
-#   EXTRA_TRAIN_TREES  more training tree files, space-separated (semi-supervised; with SOURCE_VOCABULARY=32000)
+#   EXTRA_TRAIN_TREES  more training tree files or folders of .ptb/.mrg files, space-separated, for training only
+#                      (semi-supervised; with SOURCE_VOCABULARY=32000), e.g. ../shared/data/gum_const/const (GUM,
+#                      14,597 trees); dev and test stay the treebank's; the log says which trees the model saw
 #   SOURCE_VOCABULARY  source words kept (§6.3: 16000; 32000 semi-supervised)
 #   DROPOUT, ATTENTION_DROPOUT, LR_FACTOR   what §6.3 tuned on section 22 (defaults: the architecture's 0.1 and
 #                      0, and eq. 3 unscaled; on the sample 0.35); the recipe scores section 22 (valid) too, for that
 #                      tuning
+#   UNCONSTRAINED      1: also decode without the tree constraint (outputs repaired into trees afterwards) and
+#                      print both F1s; by default only the constrained decoding (--parse-constrained)
 #   BEAM (21), ALPHA (0.3), MAX_UPDATE, and those of every recipe: see recipes/common.sh.
 source "$(dirname "$0")/common.sh"
 if [ -n "${WSJ_DIR:-}" ]; then
@@ -63,14 +67,30 @@ leave_the_rest_to_node_zero
 stage average average_available "$CHECKPOINTS" "${AVERAGE_LAST:-5}"
 
 # §6.3 decoding: beam 21, length penalty α = 0.3, at most input + 300 tokens (32 sentences a batch; the tree
-# tokens are whole words, none joined); then every output made a tree over its words and scored with EVALB's
-# COLLINS.prm. Section 22 (valid) for tuning, section 23 (test).
+# tokens are whole words, none joined), constrained to well-formed trees over the sentence's words
+# (--parse-constrained); with UNCONSTRAINED=1 also without the constraint, the outputs repaired into trees. Every
+# output becomes a tree over its words and is scored with EVALB's COLLINS.prm. Section 22 (valid) for tuning,
+# section 23 (test).
+DECODINGS=(constrained)
+if [ "${UNCONSTRAINED:-0}" = 1 ]; then DECODINGS+=(unconstrained); fi
+SCORES=()
 for split in valid test; do
-    stage "parse_$split" translate "$CHECKPOINTS/checkpoint_average.pt" "$split" "$WORK_DIR/$split.generate.txt" \
-        "${BEAM:-21}" "${ALPHA:-0.3}" 300 32 none
-    say "$split: labelled bracketing F1 (EVALB, COLLINS.prm)"
-    "$PYTHON" -m vaswani_plugin.scoring.parses --generate-output "$WORK_DIR/$split.generate.txt" \
-        --words "$DATA_DIR/text/$split.words" --tags "$DATA_DIR/gold/$split.tags" --gold "$DATA_DIR/gold/$split.trees" \
-        --output "$WORK_DIR/$split.parsed.trees" | tee "$WORK_DIR/$split.f1"
+    for decoding in "${DECODINGS[@]}"; do
+        if [ "$decoding" = constrained ]; then
+            out=$WORK_DIR/$split constraint=--parse-constrained title=constrained
+        else
+            out=$WORK_DIR/$split.unconstrained constraint= title="unconstrained, repaired"
+        fi
+        EXTRA_GENERATE_ARGS="$constraint ${EXTRA_GENERATE_ARGS:-}" stage "${decoding}_$split" translate \
+            "$CHECKPOINTS/checkpoint_average.pt" "$split" "$out.generate.txt" "${BEAM:-21}" "${ALPHA:-0.3}" 300 32 none
+        say "$split, $title: labelled bracketing F1 (EVALB, COLLINS.prm)"
+        "$PYTHON" -m vaswani_plugin.scoring.parses --generate-output "$out.generate.txt" \
+            --words "$DATA_DIR/text/$split.words" --tags "$DATA_DIR/gold/$split.tags" \
+            --gold "$DATA_DIR/gold/$split.trees" --output "$out.parsed.trees" | tee "$out.f1"
+        SCORES+=("$split, $title: F1 $(sed -n 's/^F1 = \([0-9.]*\) .*/\1/p' "$out.f1")")
+    done
 done
-say "done: parsed trees in $WORK_DIR/{valid,test}.parsed.trees, scores in $WORK_DIR/{valid,test}.f1"
+for line in "${SCORES[@]}"; do say "$line"; done
+also=
+[ "${UNCONSTRAINED:-0}" != 1 ] || also=" (without the constraint: {valid,test}.unconstrained.*)"
+say "done: parsed trees in $WORK_DIR/{valid,test}.parsed.trees, scores in $WORK_DIR/{valid,test}.f1$also"

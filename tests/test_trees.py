@@ -37,6 +37,25 @@ def test_reading_and_cleaning_as_the_standard_does():
         read_trees("( (S (NN a) )")
 
 
+@pytest.mark.parametrize("text, message", [
+    ("(S (NN a))\n\n( (S (NN b)\n", r"^line 3 \(tree 2\): the tree starting here is never closed"),
+    ("(S (NN a)))", r"^line 1 \(tree 2\): a closing bracket with nothing open"),
+    ("(S (NN a))\nb", r"^line 2 \(tree 2\): a word outside any bracket: 'b'"),
+    # A bracket as a word, unescaped: read as structure, it leaves a bracket empty.
+    ("(S (NN a)\n  (-LRB- ())", r"^line 2 \(tree 1\): \( \) holds nothing: a bracket written as a word\?"),
+    ("(S (NN a) (-RRB- )) )", r"^line 1 \(tree 1\): \(-RRB- \) holds nothing"),
+])
+def test_malformed_treebank_text_is_an_error_naming_the_line_and_tree(text, message):
+    with pytest.raises(ValueError, match=message):
+        read_trees(text)
+
+
+def test_a_bracket_as_a_word_is_written_as_the_treebank_writes_it():
+    tree = delinearise("(S XX (NP XX XX )NP )S".split(), ["see", "(", ")"], ["VB", "-LRB-", "-RRB-"])
+    assert str(tree) == "(TOP (S (VB see) (NP (-LRB- -LRB-) (-RRB- -RRB-))))"
+    assert read_trees(str(tree))[0].words() == ["see", "-LRB-", "-RRB-"]
+
+
 WORDS = ["The", "cat", "sat", "."]
 GOLD = "(S (NP XX XX )NP (VP XX )VP XX )S".split()
 

@@ -1,5 +1,6 @@
 """§6.3 parsing: prepare.wsj_parsing, score_parses (repair + EVALB) and recipes/wsj_parsing.sh end to end on a
-few files of the public WSJ sample (../shared/data/ptb_sample), with a tiny model and seconds of training."""
+few files of the public WSJ sample (../shared/data/ptb_sample) and of GUM (../shared/data/gum_const), with a tiny
+model, seconds of training and tree-constrained decoding; bad input as one-line errors."""
 
 import re
 import shutil
@@ -10,12 +11,17 @@ import pytest
 
 from cli_helpers import REPO, SHARED_DATA, TINY_MODEL
 from conftest import lane_job
+from prepare.wsj_parsing import describe, extra_train_files, write_split
 from test_recipes import NEEDS_CPU_PATH, run_recipe
+from vaswani_plugin.scoring import parses
 from vaswani_plugin.scoring.evalb import evaluate
 from vaswani_plugin.scoring.trees import delinearise, read_trees
 
 FILES = {"train": ["0001", "0002", "0003"], "valid": ["0150"], "test": ["0165"]}
 FIVE_FILES = [number for numbers in FILES.values() for number in numbers]
+GUM_FILES = ["GUM_bio_byron.ptb", "GUM_news_iodine.ptb"]  # 66 trees: the semi-supervised setting's extra trees
+# An untrained model's outputs, cut short: at most input + 4 tokens (a tree over n words needs n + 1 with </s>).
+SHORT_OUTPUTS = "--max-len-a 1 --max-len-b 4"
 
 
 def copy_sample_files(folder, numbers):
@@ -106,8 +112,10 @@ def test_score_parses_needs_every_sentence(prepared, tmp_path):
     assert "every sentence must be translated once" in result.stderr
 
 
-def check_parsed_and_scored(work):
-    """A recipe run's dev and test: every sentence generated, parsed into a tree over its words, and scored."""
+def check_parsed_and_scored(work, log):
+    """A recipe run's dev and test: every sentence generated under the tree constraint, already a tree over its
+    words (none repaired), and scored."""
+    assert "'parse_constrained': True" in log and "'parse_constrained': False" not in log
     for split in ("valid", "test"):
         generated = (work / f"{split}.generate.txt").read_text()
         gold = (work / "data" / "gold" / f"{split}.trees").read_text().splitlines()
@@ -115,30 +123,47 @@ def check_parsed_and_scored(work):
         assert len(parsed) == len(gold) and len(re.findall(r"^H-\d+\t", generated, re.M)) == len(gold)
         for tree, reference in zip(parsed, gold):  # well-formed trees over the gold words
             assert read_trees(tree)[0].words() == read_trees(reference)[0].words()
+        scores = (work / f"{split}.f1").read_text()
+        assert f"outputs repaired into well-formed trees: 0 of {len(gold)}\n" in scores
         assert re.search(rf"^F1 = \d+\.\d\d \(labelled bracketing, EVALB COLLINS.prm, {len(gold)} of {len(gold)} ",
-                         (work / f"{split}.f1").read_text(), re.M)
+                         scores, re.M)
+        assert re.search(rf"\] {split}, constrained: F1 \d+\.\d\d$", log, re.M)
 
 
 @lane_job
 def wsj_sample_run(tmp_path_factory, lane):
-    """The recipe on five files of the sample (SAMPLE_DIR), with seconds of training."""
+    """The recipe on five files of the sample (SAMPLE_DIR) and two of GUM's (EXTRA_TRAIN_TREES, a folder), with
+    seconds of training."""
     root = tmp_path_factory.mktemp("wsj-sample")
     copy_sample_files(root / "ptb", FIVE_FILES)
+    (root / "gum").mkdir()
+    for name in GUM_FILES:
+        shutil.copy(SHARED_DATA / "gum_const" / "const" / name, root / "gum")
+    # No interval checkpoint in 6 s (the recipe then decodes checkpoint_last.pt; the LDC run below averages).
     env = dict(SAMPLE_DIR=str(root / "ptb"), WORK_DIR=str(root / "work"), BUDGET_MINUTES="0.1",
-               SAVE_INTERVAL_UPDATES="4", AVERAGE_LAST="2", EXTRA_TRAIN_ARGS=" ".join(TINY_MODEL),
-               EXTRA_GENERATE_ARGS="--max-len-a 0 --max-len-b 12")  # an untrained model's outputs, cut short
-    return root / "work", run_recipe("wsj_parsing.sh", env)
+               SAVE_INTERVAL_UPDATES="1000", AVERAGE_LAST="2", EXTRA_TRAIN_ARGS=" ".join(TINY_MODEL),
+               EXTRA_TRAIN_TREES=str(root / "gum"), EXTRA_GENERATE_ARGS=SHORT_OUTPUTS)
+    return root, run_recipe("wsj_parsing.sh", env)
 
 
 @pytest.mark.e2e
 @NEEDS_CPU_PATH
 @pytest.mark.lane("wsj_sample_run")
 def test_recipe_end_to_end_on_a_few_sample_files(lane):
-    work, result = lane["wsj_sample_run"].result()
+    root, result = lane["wsj_sample_run"].result()
+    work = root / "work"
     log = (work / "checkpoints" / "train.log").read_text()
     assert "'model': {'_name': 'vaswani_transformer_parsing'" in log and "'share_decoder_input_output_embed': True" in log
-    check_parsed_and_scored(work)
+    check_parsed_and_scored(work, result.stderr)
     assert "'beam': 21" in result.stderr and "'gnmt_alpha': 0.3" in result.stderr
+    # The data the model saw: the sample's training files and GUM's trees, for training only.
+    wsj = sum(len(read_trees((root / "ptb" / f"wsj_{n}.mrg").read_text())) for n in FILES["train"])
+    gum = sum(len(read_trees((root / "gum" / name).read_text())) for name in GUM_FILES)
+    paths = ", ".join(str(root / "gum" / name) for name in GUM_FILES)
+    assert f"training trees: {wsj} WSJ sample + {gum} extra ({paths})\n" in result.stderr
+    assert len((work / "data" / "text" / "train.words").read_text().splitlines()) == wsj + gum
+    assert len((work / "data" / "text" / "valid.words").read_text().splitlines()) == len(
+        read_trees((root / "ptb" / "wsj_0150.mrg").read_text()))
 
 
 # The LDC treebank's parsed/mrg/wsj layout: sections 02-21 train, 22 dev, 23 test; files in other sections (00, 24)
@@ -154,22 +179,83 @@ def wsj_ldc_run(tmp_path_factory, lane):
         copy_sample_files(root / "wsj" / section, numbers)
     env = dict(WSJ_DIR=str(root / "wsj"), WORK_DIR=str(root / "work"), CPU="1", MAX_UPDATE="4",
                SAVE_INTERVAL_UPDATES="2", AVERAGE_LAST="2", TOKENS_PER_STEP="2000", MAX_TOKENS_PER_GPU="2000",
-               EXTRA_TRAIN_ARGS=" ".join(TINY_MODEL), EXTRA_GENERATE_ARGS="--max-len-a 0 --max-len-b 12")
-    run_recipe("wsj_parsing.sh", env)
-    return root
+               EXTRA_TRAIN_ARGS=" ".join(TINY_MODEL), EXTRA_GENERATE_ARGS=SHORT_OUTPUTS)
+    return root, run_recipe("wsj_parsing.sh", env)
 
 
 @pytest.mark.e2e
 @NEEDS_CPU_PATH
 @pytest.mark.lane("wsj_ldc_run")
 def test_recipe_on_the_ldc_layout_uses_sections_02_21_22_23(lane):
-    root = lane["wsj_ldc_run"].result()
+    root, result = lane["wsj_ldc_run"].result()
     work = root / "work"
     log = (work / "checkpoints" / "train.log").read_text()
     assert "'model': {'_name': 'vaswani_transformer_parsing'" in log and "'max_update': 4" in log
     assert "'dropout': 0.1" in log and "'attention_dropout': 0.0" in log
+    counts = {}
     for split, sections in {"train": ["02", "21"], "valid": ["22"], "test": ["23"]}.items():
-        trees = [t for s in sections for n in LDC_LAYOUT[s]
-                 for t in read_trees((root / "wsj" / s / f"wsj_{n}.mrg").read_text())]
-        assert len((work / "data" / "text" / f"{split}.words").read_text().splitlines()) == len(trees)
-    check_parsed_and_scored(work)
+        counts[split] = sum(len(read_trees((root / "wsj" / s / f"wsj_{n}.mrg").read_text()))
+                            for s in sections for n in LDC_LAYOUT[s])
+        assert len((work / "data" / "text" / f"{split}.words").read_text().splitlines()) == counts[split]
+    assert f"training trees: {counts['train']} WSJ sections 02-21\n" in result.stderr
+    check_parsed_and_scored(work, result.stderr)
+
+
+# Bad input, in-process and without the shared data.
+
+def score_in_process(tmp_path, outputs, words, tags, gold):
+    files = {}
+    for name, lines in dict(words=words, tags=tags, gold=gold).items():
+        files[name] = tmp_path / name
+        files[name].write_text("".join(f"{line}\n" for line in lines))
+    write_generate_output(tmp_path / "generate.txt", outputs)
+    return parses.main(["--generate-output", str(tmp_path / "generate.txt"), "--words", str(files["words"]),
+                        "--tags", str(files["tags"]), "--gold", str(files["gold"]),
+                        "--output", str(tmp_path / "parsed.trees")])
+
+
+def test_score_parses_writes_bracket_words_as_the_treebank_does(tmp_path, capsys):
+    score_in_process(tmp_path, ["(S XX (NP XX )NP XX )S"], ["see ( it"], ["VB -LRB- PRP"],
+                     ["(TOP (S (VB see) (NP (-LRB- -LRB-)) (PRP it)))"])
+    assert (tmp_path / "parsed.trees").read_text() == "(TOP (S (VB see) (NP (-LRB- -LRB-)) (PRP it)))\n"
+    assert "outputs repaired into well-formed trees: 0 of 1\n" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("words, tags, message", [
+    (["a b", ""], ["DT NN", ""], r"words, line 2: an empty sentence; a tree needs a word$"),
+    (["a b", "c d e"], ["DT NN", "DT NN"], r"line 2: 3 words in \S+words but 2 tags in \S+tags$"),
+])
+def test_score_parses_refuses_sentences_without_a_tree_in_one_line(tmp_path, words, tags, message):
+    with pytest.raises(SystemExit) as exit:
+        score_in_process(tmp_path, ["XX XX", "XX"], words, tags, ["(TOP (DT a) (NN b))", "(TOP (NN c))"])
+    assert re.search(message, str(exit.value.code)) and "\n" not in str(exit.value.code)
+    assert not (tmp_path / "parsed.trees").exists()  # refused before anything was scored or written
+
+
+GUM_LIKE = "(ROOT\n  (S\n    (NP (NNP Byron))\n    (VP (VBD wrote))))\n\n(ROOT (FRAG (NN poems)))\n"
+
+
+def test_extra_training_trees_a_folder_of_files_and_how_the_log_names_them(tmp_path):
+    for name in ("a.ptb", "b.ptb", "c.mrg", "d.ptb", "notes.txt"):
+        (tmp_path / name).write_text(GUM_LIKE)
+    files = extra_train_files([tmp_path, tmp_path / "notes.txt"])
+    assert [p.name for p in files] == ["a.ptb", "b.ptb", "c.mrg", "d.ptb", "notes.txt"]
+    assert describe(files[:2]) == f"{tmp_path}/a.ptb, {tmp_path}/b.ptb"  # a few files: named
+    assert describe(files[:4]) == f"{tmp_path}/*{{.mrg,.ptb}}, 4 files"  # a whole folder
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(Exception, match=r"--extra-train \S+empty: no \*\.ptb or \*\.mrg files in that folder"):
+        extra_train_files([tmp_path / "empty"])
+
+
+def test_prepare_leaves_long_training_trees_out_refuses_long_test_trees_and_names_bad_lines(tmp_path):
+    (tmp_path / "gum.ptb").write_text(GUM_LIKE)  # trees of 2 and 1 words, 8 and 3 tree tokens
+    assert write_split([tmp_path / "gum.ptb"], tmp_path, "train", max_positions=6) == [1]
+    assert (tmp_path / "text" / "train.words").read_text() == "poems\n"
+    with pytest.raises(Exception, match=r"gum.ptb: tree 1 has 2 words and 8 tree tokens, more than the model's 6 "
+                                        r"positions \(--max-positions\) with </s>"):
+        write_split([tmp_path / "gum.ptb"], tmp_path, "test", max_positions=6)
+    # A bracket as a word (unescaped): an error naming the line, not a tree read wrong.
+    (tmp_path / "bad.ptb").write_text(GUM_LIKE + "(ROOT (S (NP (-LRB- () (NN x))\n  (VP (VBD y))))\n")
+    with pytest.raises(Exception, match=r"bad.ptb: line 7 \(tree 3\): \( \) holds nothing: a bracket written "
+                                        r"as a word\?"):
+        write_split([tmp_path / "bad.ptb"], tmp_path, "train", max_positions=1024)

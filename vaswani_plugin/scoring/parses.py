@@ -7,8 +7,11 @@ Every output sequence is first made well-formed over its sentence's words (vaswa
 unbalanced brackets, too many or too few XX), then turned back into a tree whose pre-terminals carry the gold
 part-of-speech tags: the model predicts no tags (they are XX placeholders), and EVALB decides by each tree's
 tags which words are punctuation, so the gold tags keep both trees over the same words. Hence the tagging
-accuracy is not the model's and is not printed. Prints how many outputs needed repair, EVALB's summaries
-(all sentences and length <= 40) and the F1 line.
+accuracy is not the model's and is not printed. Prints how many outputs needed repair (0 after the task's
+--parse-constrained decoding), EVALB's summaries (all sentences and length <= 40) and the F1 line.
+
+Before anything is scored, an empty sentence or one whose words and tags differ in number is a one-line error
+naming its line; a bracket as a word, ( or ), is written -LRB- or -RRB- in the trees, as the treebank does.
 """
 
 import argparse
@@ -23,6 +26,17 @@ from vaswani_plugin.scoring.trees import delinearise, repair
 def read_lines(path):
     with open(path, encoding="utf-8") as file:
         return file.read().splitlines()
+
+
+def check_sentences(words, tags, words_path, tags_path):
+    """A one-line error for the first sentence no tree can be made of: no words, or not one tag per word."""
+    for line, (sentence, sentence_tags) in enumerate(zip(words, tags), 1):
+        count, tag_count = len(sentence.split()), len(sentence_tags.split())
+        if not count:
+            raise VaswaniConfigError(f"{words_path}, line {line}: an empty sentence; a tree needs a word")
+        if count != tag_count:
+            raise VaswaniConfigError(f"line {line}: {count} words in {words_path} but {tag_count} tags in "
+                                     f"{tags_path}")
 
 
 def parse_trees(outputs, words, tags):
@@ -56,6 +70,7 @@ def parses_command(args) -> None:
         raise VaswaniConfigError(f"{len(outputs)} outputs (ids {ids[:1]}..{ids[-1:]}) for {len(words)} sentences, "
                                  f"{len(tags)} tag lines and {len(gold)} gold trees: every sentence must be "
                                  "translated once (fairseq-generate --required-batch-size-multiple 1)")
+    check_sentences(words, tags, args.words, args.tags)
     trees, repaired = parse_trees(outputs, words, tags)
     results, everything, short = evaluate(gold, trees, COLLINS)
     if args.output:

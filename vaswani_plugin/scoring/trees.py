@@ -7,6 +7,7 @@ is the words; the target is the tree with an opening token per constituent ("(NP
 TOP (the treebank's unlabelled outer bracket, or ROOT) is implicit in the sequence.
 """
 
+import re
 from dataclasses import dataclass, field
 from typing import Iterator, List, Optional, Sequence, Union
 
@@ -14,6 +15,9 @@ from vaswani_plugin.errors import VaswaniConfigError
 
 PLACEHOLDER = "XX"
 ROOT = "TOP"
+ITEM = re.compile(r"[()]|[^\s()]+")
+# The treebank's words for brackets (a bare one would be read as structure).
+PTB_BRACKETS = {"(": "-LRB-", ")": "-RRB-"}
 
 
 @dataclass
@@ -41,40 +45,52 @@ class Tree:
         return [p.label for p in self.preterminals()]
 
     def __str__(self) -> str:
-        """One line of brackets, as EVALB and the treebank write them."""
-        inside = " ".join(str(child) for child in self.children)
-        return f"({self.label} {inside})"
+        """One line of brackets, as EVALB and the treebank write them (a bracket as a word: -LRB-, -RRB-)."""
+        inside = " ".join(str(child) if isinstance(child, Tree) else PTB_BRACKETS.get(child, child)
+                          for child in self.children)
+        return f"({PTB_BRACKETS.get(self.label, self.label)} {inside})"
 
 
 def read_trees(text: str) -> List[Tree]:
-    """Every tree of a treebank file (.mrg or one tree per line). The outer bracket becomes TOP."""
-    trees, stack = [], []
-    items = text.replace("(", " ( ").replace(")", " ) ").split()
+    """Every tree of a treebank file (.mrg, GUM's .ptb, or one tree per line). The outer bracket becomes TOP.
+    A malformed file is a one-line error naming the line and the tree."""
+    trees, stack, tree_start = [], [], 0
+    items = [(m.group(), m.start()) for m in ITEM.finditer(text)]
+
+    def error(message: str, position: int) -> VaswaniConfigError:
+        line = text.count("\n", 0, position) + 1
+        return VaswaniConfigError(f"line {line} (tree {len(trees) + 1}): {message}")
+
     i = 0
     while i < len(items):
-        item = items[i]
+        item, position = items[i]
         if item == "(":
             label = ""
-            if i + 1 < len(items) and items[i + 1] not in ("(", ")"):
-                label, i = items[i + 1], i + 1
-            if not stack and label in ("", "ROOT"):
-                label = ROOT  # the treebank's unlabelled outer bracket (GUM: ROOT)
+            if i + 1 < len(items) and items[i + 1][0] not in ("(", ")"):
+                label, i = items[i + 1][0], i + 1
+            if not stack:
+                tree_start = position
+                if label in ("", "ROOT"):
+                    label = ROOT  # the treebank's unlabelled outer bracket (GUM: ROOT)
             stack.append(Tree(label))
         elif item == ")":
             if not stack:
-                raise VaswaniConfigError(f"a closing bracket with nothing open, near item {i}: {' '.join(items[i - 5:i + 5])}")
+                raise error("a closing bracket with nothing open (unbalanced brackets)", position)
             tree = stack.pop()
+            if not tree.children:
+                raise error(f"({tree.label} ) holds nothing: a bracket written as a word? The treebank writes the "
+                            "words ( and ) as -LRB- and -RRB-", position)
             if stack:
                 stack[-1].children.append(tree)
             else:
                 trees.append(tree if tree.label == ROOT else Tree(ROOT, [tree]))
         else:
             if not stack:
-                raise VaswaniConfigError(f"a word outside any bracket: {item!r}")
+                raise error(f"a word outside any bracket: {item!r}", position)
             stack[-1].children.append(item)
         i += 1
     if stack:
-        raise VaswaniConfigError("the file ends inside a tree (unbalanced brackets)")
+        raise error("the tree starting here is never closed (unbalanced brackets)", tree_start)
     return trees
 
 

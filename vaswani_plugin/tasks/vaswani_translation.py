@@ -1,4 +1,5 @@
-"""Task `vaswani_translation`: fairseq's `translation` with the GNMT length penalty of §6.1 (α = 0.6), and
+"""Task `vaswani_translation`: fairseq's `translation` with the GNMT length penalty of §6.1 (α = 0.6), beam search
+constrained to well-formed trees for parsing (§6.3, --parse-constrained; vaswani_plugin.tasks.tree_constraint), and
 training under bfloat16 autocast (on CPUs too, which fairseq's own --bf16, made for TPUs, cannot), chosen by
 --bf16-autocast auto|on|off (vaswani_plugin.precision decides)."""
 
@@ -6,6 +7,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Optional
 
+import numpy as np
 import torch
 from fairseq.optim.amp_optimizer import AMPOptimizer
 from fairseq.optim.fp16_optimizer import _FP16OptimizerMixin, _MemoryEfficientFP16OptimizerMixin
@@ -15,6 +17,7 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.precision import bf16_autocast_enabled, bf16_autocast_setting, precision_line
+from vaswani_plugin.tasks.tree_constraint import constrain_to_trees
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +66,12 @@ class VaswaniTranslationConfig(TranslationConfig):
     gnmt_alpha: Optional[float] = field(
         default=None, metadata={"help": "rank beam-search hypotheses by log P(Y|X) / ((5+|Y|)/6)^alpha, the "
                                         "GNMT length penalty of §6.1 (0.6 in the paper); replaces --lenpen"})
+    parse_constrained: bool = field(
+        default=False, metadata={"help": "parsing (§6.3): beam search emits only well-formed tree sequences over "
+                                         "exactly the input's words: XX while words remain, (LABEL while a word "
+                                         "is left for it, )LABEL of the innermost open constituent once it holds "
+                                         "a child, </s> once every word is placed and every bracket closed; the "
+                                         "target dictionary holds XX, (LABEL and )LABEL"})
     bf16_autocast: str = field(
         default="off", metadata={
             "argparse_const": "on",
@@ -88,7 +97,8 @@ def fairseq_precision(optimizer, dtype: torch.dtype) -> Optional[str]:
 
 @register_task("vaswani_translation", dataclass=VaswaniTranslationConfig)
 class VaswaniTranslationTask(TranslationTask):
-    """fairseq's `translation`, plus --gnmt-alpha for beam search as in §6.1 and --bf16-autocast for training."""
+    """fairseq's `translation`, plus --gnmt-alpha for beam search as in §6.1, --parse-constrained for parsing
+    (§6.3) and --bf16-autocast for training."""
 
     def __init__(self, cfg, src_dict, tgt_dict):
         super().__init__(cfg, src_dict, tgt_dict)
@@ -116,8 +126,30 @@ class VaswaniTranslationTask(TranslationTask):
 
         return super().train_step(sample, model, criterion_under_autocast, optimizer, update_num, ignore_grad)
 
+    def filter_indices_by_size(self, indices, dataset, max_positions=None, ignore_invalid_inputs=False):
+        """fairseq's, with a sentence longer than the model's positions reported as one line naming it."""
+        kept, too_long = dataset.filter_indices_by_size(indices, max_positions)
+        if not len(too_long):
+            return kept
+        if not ignore_invalid_inputs:
+            others = f" (and {len(too_long) - 1} more)" if len(too_long) > 1 else ""
+            sizes = np.asarray(dataset.size(too_long[0])).tolist()
+            raise VaswaniConfigError(
+                f"sentence {too_long[0]}{others} is longer than the model takes: {sizes} tokens (source, target: "
+                f"</s> included), positions {max_positions}; --skip-invalid-size-inputs-valid-test leaves such "
+                "sentences out")
+        return super().filter_indices_by_size(indices, dataset, max_positions, ignore_invalid_inputs)
+
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None,
                         prefix_allowed_tokens_fn=None):
+        generator = self.build_ranked_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs,
+                                                prefix_allowed_tokens_fn)
+        if self.cfg.parse_constrained and not getattr(args, "score_reference", False):
+            generator = constrain_to_trees(generator, self.tgt_dict, self.datasets)
+        return generator
+
+    def build_ranked_generator(self, models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn):
+        """fairseq's generator, hypotheses ranked by the GNMT penalty when --gnmt-alpha is set (§6.1)."""
         alpha = self.cfg.gnmt_alpha
         if alpha is None or getattr(args, "score_reference", False):
             return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs,

@@ -1,0 +1,162 @@
+"""Beam search that emits only trees over the input's words, for parsing (§6.3; the task's --parse-constrained).
+
+The target is vaswani_plugin.scoring.trees' sequence form, "(S (NP XX XX )NP (VP XX )VP XX )S". At every step a
+hypothesis may continue with
+    XX       while words remain to be placed;
+    (LABEL   while a word remains for it and the length limit leaves room for the rest: the words left, a
+             closing bracket for every open one and </s>;
+    )LABEL   only the one of the innermost open constituent, once that holds a child (not right after its
+             opening token);
+    </s>     once every word is placed and every bracket closed;
+and never with anything else: special symbols, openings without a closing symbol in the dictionary, symbols that
+are none of these. Every finished hypothesis is thus a well-formed sequence over exactly the input's words.
+
+The rule is fairseq's prefix_allowed_tokens_fn (search.PrefixConstrainedBeamSearch), applied to all hypotheses of
+a step as one boolean mask computed from the prefixes with tensor operations rather than by one Python call per
+hypothesis, inside fairseq's ordinary beam search (2 x beam candidates a step, so that hypotheses finishing do not
+shrink the beam). Each row's number of words comes from fairseq's src_lengths hook (search.set_src_lengths).
+"""
+
+import math
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+from fairseq.search import BeamSearch
+
+from vaswani_plugin.errors import VaswaniConfigError
+from vaswani_plugin.scoring.trees import PLACEHOLDER
+
+
+class TreeConstraint:
+    """The tokens each prefix of a tree sequence may continue with (§6.3; the module's docstring says which)."""
+
+    def __init__(self, dictionary):
+        symbols = dictionary.symbols
+        if PLACEHOLDER not in dictionary.indices:
+            raise VaswaniConfigError(f"--parse-constrained needs a target dictionary of tree sequences (the "
+                                     f"placeholder {PLACEHOLDER}, (LABEL and )LABEL symbols); this one has no "
+                                     f"{PLACEHOLDER}")
+        size = len(dictionary)
+        self.eos, self.placeholder = dictionary.eos(), dictionary.index(PLACEHOLDER)
+        self.closing_of = torch.full((size,), -1, dtype=torch.long)  # opening symbol -> its closing symbol
+        for index in range(dictionary.nspecial, size):
+            symbol = symbols[index]
+            closing = ")" + symbol[1:]
+            if len(symbol) > 1 and symbol[0] == "(" and closing in dictionary.indices:
+                self.closing_of[index] = dictionary.index(closing)
+        self.is_opening = self.closing_of >= 0
+        self.is_closing = torch.zeros(size, dtype=torch.bool)
+        self.is_closing[self.closing_of[self.is_opening]] = True
+        self.openings = self.is_opening.nonzero().squeeze(1)
+        if not len(self.openings):
+            raise VaswaniConfigError("--parse-constrained needs a target dictionary of tree sequences; this one "
+                                     "has no pair of (LABEL and )LABEL symbols")
+        self.vocabulary_size = size
+
+    def allowed(self, prefixes: torch.Tensor, words: torch.Tensor, max_len) -> torch.Tensor:
+        """(rows, dictionary) booleans: the tokens allowed next after each prefix (</s> first, then the tokens
+        so far), for a sentence of `words` words whose hypotheses must end (</s> included) by step `max_len`
+        (fairseq's limit: </s> at step max_len at the latest). A prefix with </s>, padding or anything that is
+        no tree token after its first position gets nothing (a finished or dead hypothesis)."""
+        rows, step = prefixes.size(0), prefixes.size(1) - 1
+        body = prefixes[:, 1:]
+        device = prefixes.device
+        opening, closing = self.is_opening.to(device)[body], self.is_closing.to(device)[body]
+        placed = body == self.placeholder
+        depths = (opening.long() - closing.long()).cumsum(1)  # open brackets after each token
+        if step:
+            depth, after_opening = depths[:, -1], opening[:, -1]
+        else:
+            depth = torch.zeros(rows, dtype=torch.long, device=device)
+            after_opening = torch.zeros(rows, dtype=torch.bool, device=device)
+        left = words - placed.sum(1)
+        alive = (opening | closing | placed).all(1) & (depths >= 0).all(1) & (left >= 0)
+        allowed = torch.zeros(rows, self.vocabulary_size, dtype=torch.bool, device=device)
+        allowed[:, self.placeholder] = alive & (left > 0)
+        allowed[:, self.openings.to(device)] = (alive & (left > 0) & (left + depth + 2 <= max_len - step))[:, None]
+        allowed[:, self.eos] = alive & (left == 0) & (depth == 0)
+        closable = (alive & (depth > 0) & ~after_opening).nonzero().squeeze(1)
+        if len(closable):
+            # The innermost open constituent: the last opening after which the depth is the current depth.
+            innermost = opening[closable] & (depths[closable] == depth[closable, None])
+            positions = torch.arange(step, device=device).expand_as(innermost)
+            where = torch.where(innermost, positions, -1).amax(1)
+            label = body[closable].gather(1, where[:, None]).squeeze(1)
+            allowed[closable, self.closing_of.to(device)[label]] = True
+        return allowed
+
+
+def max_len(max_len_a: float, max_len_b: int, model_max_len: int, source_lengths):
+    """fairseq's SequenceGenerator limit (§6.3: input + 300): </s> at step min(a * source length + b, model's positions - 1) at the
+    latest (the source length with its </s>; fairseq takes a batch's longest, padded)."""
+    return np.minimum(np.floor(max_len_a * np.asarray(source_lengths) + max_len_b).astype(np.int64),
+                      model_max_len - 1)
+
+
+class TreeConstrainedBeamSearch(BeamSearch):
+    """fairseq's beam search, each step restricted to the tokens TreeConstraint allows (§6.3 parsing)."""
+
+    def __init__(self, dictionary, max_len_a: float, max_len_b: int, model_max_len: int):
+        super().__init__(dictionary)
+        self.constraint = TreeConstraint(dictionary)
+        self.max_len_a, self.max_len_b, self.model_max_len = max_len_a, max_len_b, model_max_len
+        self.needs_src_lengths = True  # fairseq then passes each step's source lengths to set_src_lengths
+        # A sentence whose every hypothesis has finished with fewer than beam size of them has nothing left to
+        # extend: fairseq stops it at max_len instead of asserting that all sentences are finished there.
+        self.stop_on_max_len = True
+        self.batch_max_len = 0
+
+    def check_sources(self, source_lengths: Sequence[int], where: str) -> None:
+        """A one-line error if a sentence (its length with </s>) has more words than any tree can hold within
+        the length limit; fairseq's limit grows with a batch's longest sentence, so this is the least it is."""
+        lengths = np.asarray(source_lengths)
+        self.refuse(lengths, max_len(self.max_len_a, self.max_len_b, self.model_max_len, lengths), where)
+
+    def refuse(self, lengths: np.ndarray, limits, where: str, ids: Optional[Sequence[int]] = None) -> None:
+        """The error for the first sentence of `lengths` (their ids: `ids`, or their indices) over `limits`."""
+        too_long = np.flatnonzero(lengths - 1 > limits)
+        if len(too_long):
+            first = int(too_long[0])
+            limit = int(np.broadcast_to(limits, lengths.shape)[first])
+            others = f" (and {len(too_long) - 1} more)" if len(too_long) > 1 else ""
+            name = first if ids is None else ids[first]
+            raise VaswaniConfigError(
+                f"sentence {name} of {where}{others} has {lengths[first] - 1} words, but decoding ends after "
+                f"{limit} tokens (--max-len-a {self.max_len_a} --max-len-b {self.max_len_b}, the model's "
+                f"{self.model_max_len} target positions): no tree over its words fits; raise --max-len-b")
+
+    def step(self, step: int, lprobs, scores: Optional[torch.Tensor], prev_output_tokens=None,
+             original_batch_idxs=None, candidate_multiple: int = 2):
+        bsz, beam_size, _ = lprobs.size()
+        if step == 0:
+            # The limit of this batch, as fairseq computes it from the longest source (at most that, if padded).
+            lengths = self.src_lengths.cpu().numpy()
+            self.batch_max_len = int(max_len(self.max_len_a, self.max_len_b, self.model_max_len, lengths.max()))
+            ids = None if original_batch_idxs is None else original_batch_idxs.tolist()
+            self.refuse(lengths, self.batch_max_len, "the input", ids)
+        words = (self.src_lengths.to(lprobs.device) - 1).repeat_interleave(beam_size)
+        allowed = self.constraint.allowed(prev_output_tokens, words, self.batch_max_len).view(lprobs.shape)
+        if step == 0 and bool((words == 0).any()):
+            # An empty sentence's only tree is the empty one; fairseq's --min-len 1 took </s> from it.
+            lprobs = lprobs.clone()
+            lprobs[(words == 0).view(bsz, beam_size), self.constraint.eos] = 0.0
+        lprobs = lprobs.masked_fill(~allowed, -math.inf)
+        return super().step(step, lprobs, scores, prev_output_tokens, original_batch_idxs, candidate_multiple)
+
+
+def constrain_to_trees(generator, dictionary, datasets=None):
+    """Make a SequenceGenerator's beam search tree-constrained; the sentences of `datasets` (name -> fairseq
+    dataset with src_sizes) are checked to fit the length limit first."""
+    if type(generator.search) is not BeamSearch:
+        raise VaswaniConfigError(f"--parse-constrained is a beam search; it does not combine with "
+                                 f"{type(generator.search).__name__} (--sampling, --diverse-beam-groups, "
+                                 f"--match-source-len, --constraints, a prefix_allowed_tokens_fn, ...)")
+    search = TreeConstrainedBeamSearch(dictionary, generator.max_len_a, generator.max_len_b, generator.max_len)
+    for name, dataset in (datasets or {}).items():
+        sizes = getattr(dataset, "src_sizes", None)
+        if sizes is not None and len(sizes):
+            search.check_sources(sizes, name)
+    generator.search = search
+    generator.should_set_src_lengths = True
+    return generator
