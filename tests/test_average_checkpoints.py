@@ -2,21 +2,30 @@
 
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from cli_helpers import PAPER_TRAINING, TEST_SENTENCES, TINY_MODEL, plugin_dir, run, write_reversal_corpus
-from vaswani_plugin.checkpoints.average import average_checkpoints, last_checkpoints
+from vaswani_plugin.checkpoints.average import average_checkpoints, last_checkpoints, main
 from vaswani_plugin.errors import VaswaniConfigError
 
 
 def average(*args, cwd, check=True):
+    """The command as a user runs it: a process of its own (for its exit status and stderr)."""
     result = subprocess.run([sys.executable, "-m", "vaswani_plugin.checkpoints.average", *map(str, args)],
                             cwd=cwd, capture_output=True, text=True, timeout=300)
     if check and result.returncode != 0:
         raise AssertionError(result.stderr[-3000:])
     return result
+
+
+def average_here(*args, cwd, monkeypatch, capsys):
+    """The command's main in this process (what it writes and prints), without a 4.5 s start-up of fairseq."""
+    monkeypatch.chdir(cwd)
+    main([str(arg) for arg in args])
+    return SimpleNamespace(stdout=capsys.readouterr().out)
 
 
 def fake_checkpoint(path, seed, updates, **model):
@@ -30,10 +39,11 @@ def fake_checkpoint(path, seed, updates, **model):
     return state
 
 
-def test_two_checkpoints_average_to_the_elementwise_mean(tmp_path):
+def test_two_checkpoints_average_to_the_elementwise_mean(tmp_path, monkeypatch, capsys):
     first = fake_checkpoint(tmp_path / "a.pt", 1, 100)["model"]
     second = fake_checkpoint(tmp_path / "b.pt", 2, 200)["model"]
-    result = average("--inputs", "a.pt", "b.pt", "--output", "out/avg.pt", cwd=tmp_path)
+    result = average_here("--inputs", "a.pt", "b.pt", "--output", "out/avg.pt", cwd=tmp_path,
+                          monkeypatch=monkeypatch, capsys=capsys)
     assert result.stdout.splitlines() == ["averaged 2 checkpoints (optimizer state dropped) into out/avg.pt:",
                                           "  a.pt", "  b.pt"]
     averaged = torch.load(tmp_path / "out" / "avg.pt", weights_only=True)
@@ -95,12 +105,12 @@ def trained(tmp_path_factory):
     return root
 
 
-def test_averaged_training_checkpoints_load_with_fairseq_generate(trained, tmp_path):
+def test_averaged_training_checkpoints_load_with_fairseq_generate(trained, tmp_path, monkeypatch, capsys):
     checkpoints = trained / "checkpoints"
     update_checkpoints = sorted(checkpoints.glob("checkpoint_*_*.pt"), key=lambda p: int(p.stem.split("_")[2]))
     assert len(update_checkpoints) >= 3
-    result = average("--inputs", checkpoints, "--num-update-checkpoints", "2", "--output", tmp_path / "avg.pt",
-                     cwd=tmp_path)
+    result = average_here("--inputs", checkpoints, "--num-update-checkpoints", "2", "--output", tmp_path / "avg.pt",
+                          cwd=tmp_path, monkeypatch=monkeypatch, capsys=capsys)
     assert result.stdout.splitlines()[1:] == [f"  {p}" for p in update_checkpoints[-2:]]
     states = [torch.load(p, weights_only=True) for p in update_checkpoints[-2:]]
     averaged = torch.load(tmp_path / "avg.pt", weights_only=True)
@@ -115,7 +125,7 @@ def test_averaged_training_checkpoints_load_with_fairseq_generate(trained, tmp_p
                     "--beam", "4", "--required-batch-size-multiple", "1", "--cpu", cwd=tmp_path)
     assert sum(line.startswith("H-") for line in generated.stdout.splitlines()) == TEST_SENTENCES
 
-    epochs = average("--inputs", checkpoints, "--num-epoch-checkpoints", "2", "--output", tmp_path / "epochs.pt",
-                     cwd=tmp_path)
+    epochs = average_here("--inputs", checkpoints, "--num-epoch-checkpoints", "2", "--output",
+                          tmp_path / "epochs.pt", cwd=tmp_path, monkeypatch=monkeypatch, capsys=capsys)
     epoch_checkpoints = sorted(checkpoints.glob("checkpoint[0-9]*.pt"), key=lambda p: int(p.stem[10:]))
     assert epochs.stdout.splitlines()[1:] == [f"  {p}" for p in epoch_checkpoints[-2:]]
