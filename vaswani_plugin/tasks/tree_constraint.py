@@ -54,6 +54,11 @@ class TreeConstraint:
                                      "has no pair of (LABEL and )LABEL symbols")
         self.vocabulary_size = size
 
+    def move_to(self, device) -> None:
+        """The symbol tables on the device the search runs on."""
+        self.closing_of, self.is_opening, self.is_closing, self.openings = (
+            tensor.to(device) for tensor in (self.closing_of, self.is_opening, self.is_closing, self.openings))
+
     def allowed(self, prefixes: torch.Tensor, words: torch.Tensor, max_len) -> torch.Tensor:
         """(rows, dictionary) booleans: the tokens allowed next after each prefix (</s> first, then the tokens
         so far), for a sentence of `words` words whose hypotheses must end (</s> included) by step `max_len`
@@ -62,7 +67,9 @@ class TreeConstraint:
         rows, step = prefixes.size(0), prefixes.size(1) - 1
         body = prefixes[:, 1:]
         device = prefixes.device
-        opening, closing = self.is_opening.to(device)[body], self.is_closing.to(device)[body]
+        if self.is_opening.device != device:  # moved once, not at every step of a search on a GPU
+            self.move_to(device)
+        opening, closing = self.is_opening[body], self.is_closing[body]
         placed = body == self.placeholder
         depths = (opening.long() - closing.long()).cumsum(1)  # open brackets after each token
         if step:
@@ -74,7 +81,7 @@ class TreeConstraint:
         alive = (opening | closing | placed).all(1) & (depths >= 0).all(1) & (left >= 0)
         allowed = torch.zeros(rows, self.vocabulary_size, dtype=torch.bool, device=device)
         allowed[:, self.placeholder] = alive & (left > 0)
-        allowed[:, self.openings.to(device)] = (alive & (left > 0) & (left + depth + 2 <= max_len - step))[:, None]
+        allowed[:, self.openings] = (alive & (left > 0) & (left + depth + 2 <= max_len - step))[:, None]
         allowed[:, self.eos] = alive & (left == 0) & (depth == 0)
         closable = (alive & (depth > 0) & ~after_opening).nonzero().squeeze(1)
         if len(closable):
@@ -83,7 +90,7 @@ class TreeConstraint:
             positions = torch.arange(step, device=device).expand_as(innermost)
             where = torch.where(innermost, positions, -1).amax(1)
             label = body[closable].gather(1, where[:, None]).squeeze(1)
-            allowed[closable, self.closing_of.to(device)[label]] = True
+            allowed[closable, self.closing_of[label]] = True
         return allowed
 
 
