@@ -8,7 +8,7 @@
 #   RAW_DIR              offline: a folder holding the upstream archives (default: download them)
 #   DATA_DIR             prepared data; recipes of one language pair can share it (default: $WORK_DIR/data)
 #   NUM_GPUS             GPUs per node to train on                      (default: all visible)
-#   NUM_NODES            nodes; with MASTER_ADDR, MASTER_PORT, NODE_RANK (see README)  (default: 1)
+#   NUM_NODES            nodes; with MASTER_ADDR, MASTER_PORT, NODE_RANK (see docs/recipes.md)  (default: 1)
 #   MAX_UPDATE           training steps                                 (default: the paper's)
 #   FP16=1               mixed-precision training (--fp16)
 #   BF16                 the plugin task's --bf16-autocast, passed as it is: 1 (or on), 0 (or off) or auto, which
@@ -104,7 +104,8 @@ detect_devices() {
         say "no GPU: training on CPU because CPU=1"
         # glibc hands every allocation over 32 MB straight back to the kernel, so each training step's
         # (tokens x vocabulary) tensors are page-faulted in afresh: keeping them in the heap measured 1.25x the
-        # tokens/s of the quickstart (README "Quickstart"). Other C libraries ignore these variables.
+        # tokens/s of the quickstart (docs/results.md, "CPU memory allocator"). Other C libraries ignore these
+        # variables.
         export MALLOC_MMAP_THRESHOLD_=${MALLOC_MMAP_THRESHOLD_:-4294967296}
         export MALLOC_TRIM_THRESHOLD_=${MALLOC_TRIM_THRESHOLD_:-4294967296}
         WORKERS=$NUM_NODES
@@ -191,8 +192,9 @@ resume_checkpoint() {
 
 # train SAVE_DIR ARGS...: the paper's training set-up (§5) plus the recipe's model arguments, in the precision BF16
 # asks of the plugin task (bfloat16 autocast runs the matrix products in bfloat16 and keeps weights, loss and
-# Adam in float32: 3x faster products on a CPU with AVX512-BF16 or AMX, slower on one without; README
-# "Quickstart"). The task decides and says what it chose; fairseq's own --bf16 assumes a TPU.
+# Adam in float32: 3x faster products on a CPU with AVX512-BF16 or AMX, slower on one without;
+# docs/results.md, "bfloat16 against float32"). The task decides and says what it chose; fairseq's own --bf16
+# assumes a TPU.
 train() {
     local save_dir=$1
     shift

@@ -24,7 +24,7 @@ TARGET_LANG=de
 prepare_data multi30k --bpe-merges "${BPE_MERGES:-10000}"
 SUBWORDS=subword_nmt
 
-# Chosen for a small corpus and a CPU budget (the paper leaves them open; README "Quickstart" says why and
+# Chosen for a small corpus and a CPU budget (the paper leaves them open; docs/design.md and docs/results.md say why and
 # what was measured): an eighth of the base model's width and half its depth (d_model 128, d_ff 512, h 4,
 # so d_k = d_v = 32; N = 3), P_drop = 0.1, batches of 2,048 tokens, warmup 300 steps and eq. 3 scaled by
 # 0.7 (peak 3.6e-3), for ~2,400 steps (~10 epochs) in 20 minutes on one core in float32, ~4,100 (~17 epochs)
@@ -77,5 +77,5 @@ cat >&2 <<EOF
   translations (fairseq-generate output):  $TRANSLATIONS
   BLEU:                                    $TRANSLATIONS.bleu
   attention pictures:                      $PICTURES
-  translate your own sentences:            see README "Quickstart"
+  translate your own sentences:            see README.md, "Quickstart"
 EOF

@@ -2,7 +2,7 @@
 
 fairseq's incremental-state protocol reorders every layer's cached keys/values at every step (index_select)
 and grows them by concatenation: O(length²) copying per sentence, which is over half of beam-4 decoding time
-on CPU (README, Speed). Here each position's keys/values are written once, into a preallocated slab with one
+on CPU (docs/results.md, Speed). Here each position's keys/values are written once, into a preallocated slab with one
 group of rows per sentence and one slot per beam. A hypothesis keeps, for each earlier position, the slot of
 the beam that wrote it (its ancestry); attention scores every slot of the sentence's group and keeps the
 hypothesis's own (§3.2.3: each position attends to all earlier positions of its own output).
