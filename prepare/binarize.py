@@ -38,10 +38,12 @@ def binarized_sentences(index_file) -> int:
 
 
 def binarize(src: str, tgt: str, prefixes: Dict[str, Path], destdir, workers: int = 1,
-             srcdict: Optional[Path] = None, joined: bool = True, source_words: Optional[int] = None) -> Dict[str, int]:
+             srcdict: Optional[Path] = None, joined: bool = True, source_words: Optional[int] = None,
+             threshold: Optional[int] = None) -> Dict[str, int]:
     """fairseq-preprocess the splits in `prefixes` (split -> text prefix, files PREFIX.src / PREFIX.tgt) into
     `destdir`; returns split -> sentences, checked against the text line counts. joined=False: a dictionary
-    per side; source_words: keep the most frequent N source tokens (the rest become <unk>)."""
+    per side; source_words: keep the most frequent N source tokens (the rest become <unk>); threshold: keep
+    only source tokens counted at least that often (joined: in both sides' training text)."""
     destdir = Path(destdir)
     lines = {}
     for split, prefix in prefixes.items():
@@ -63,6 +65,8 @@ def binarize(src: str, tgt: str, prefixes: Dict[str, Path], destdir, workers: in
         command.append("--joined-dictionary")
     if source_words is not None:
         command += ["--nwordssrc", str(source_words)]
+    if threshold is not None:
+        command += ["--thresholdsrc", str(threshold)]
     for split in ("train", "valid", "test"):
         if split in prefixes:
             command += [f"--{split}pref", str(prefixes[split])]

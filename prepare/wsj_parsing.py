@@ -12,12 +12,18 @@ semi-supervised setting, with --source-vocabulary 32000), e.g. GUM's constituenc
 treebank's. Trees longer than --max-positions (the model's, 1024: words + </s>, or tree tokens + </s>) are left
 out of training and are an error in dev or test; a malformed file is an error naming its line.
 
+--leaves: the tree sequences' leaves are the words themselves (default: "(S (NP The cat )NP (VP sat )VP . )S";
+one dictionary for both sides, so the decoder's input embeds the very word it placed, and the training words seen
+once become <unk> so that <unk>, which every unseen dev or test word is, is trained on both sides), or XX (Vinyals
+& Kaiser's placeholders: "(S (NP XX XX )NP (VP XX )VP XX )S", one dictionary per side). On the public sample the
+word leaves learn far faster (docs/parsing.md).
+
     1 linearise  W/text/{split}.words (source: the words), W/text/{split}.tree (target: the tree sequence,
                  vaswani_plugin.scoring.trees), W/gold/{split}.trees (cleaned gold trees, one per line, for EVALB) and
                  W/gold/{split}.tags (their part-of-speech tags)
-    2 binarize   W/data-bin: fairseq-preprocess, one dictionary per side, the --source-vocabulary most frequent
-                 words (§6.3: 16K; the rest <unk>: outputs hold XX placeholders, so the words come back from the
-                 input untouched)
+    2 binarize   W/data-bin: fairseq-preprocess, the --source-vocabulary most frequent words (§6.3: 16K; the rest
+                 <unk>: the scorer takes the words back from the input untouched); word leaves: one joined
+                 dictionary; XX leaves: one per side
 
 Each stage is skipped when its stamp (W/.stamps) says it ran with the same inputs and settings. The data-bin's
 path is printed on stdout.
@@ -36,6 +42,7 @@ from ._common import ArgumentParser, PrepareError, available_cores, log, open_wr
 WSJ_SECTIONS = {"train": range(2, 22), "valid": [22], "test": [23]}
 SAMPLE_FILES = {"train": range(1, 150), "valid": range(150, 165), "test": range(165, 180)}
 SOURCE, TARGET = "words", "tree"
+LEAVES = ("words", "XX")
 TREE_FILES = ("*.ptb", "*.mrg")
 
 
@@ -88,7 +95,7 @@ def treebank_files(args) -> Dict[str, List[Path]]:
     return files
 
 
-def write_split(paths: List[Path], work: Path, split: str, max_positions: int) -> List[int]:
+def write_split(paths: List[Path], work: Path, split: str, max_positions: int, keep_words: bool = True) -> List[int]:
     """Clean and linearise every tree of `paths` into the split's four files; returns the number of trees of
     each file. A training tree longer than the model's positions is left out; a dev or test one is an error."""
     counts, too_long = [], 0
@@ -106,7 +113,7 @@ def write_split(paths: List[Path], work: Path, split: str, max_positions: int) -
             for number, tree in enumerate(map(clean, trees), 1):
                 if tree is None:  # nothing but traces
                     continue
-                tokens = linearise(tree)
+                tokens = linearise(tree, keep_words)
                 longest = max(len(tree.words()), len(tokens)) + 1  # with </s>
                 if longest > max_positions:
                     if split != "train":
@@ -149,26 +156,31 @@ def prepare(args) -> Path:
     extra = len(args.extra_files)
 
     def linearise_all():
-        counts = {split: write_split(paths, work, split, args.max_positions) for split, paths in files.items()}
+        counts = {split: write_split(paths, work, split, args.max_positions, args.leaves == "words")
+                  for split, paths in files.items()}
         result = {split: sum(numbers) for split, numbers in counts.items()}
         result["train_extra"] = sum(counts["train"][len(counts["train"]) - extra:]) if extra else 0
         return result
 
     linearised = run_stage(work, "linearise", {"files": {s: [str(p) for p in ps] for s, ps in files.items()},
-                                               "max_positions": args.max_positions}, linearise_all)
+                                               "max_positions": args.max_positions, "leaves": args.leaves},
+                         linearise_all)
     trees = {split: linearised[split] for split in files}
     # The binarised data follows the text: a new linearisation makes it stale.
-    params = {"source_vocabulary": args.source_vocabulary, "trees": trees}
+    params = {"source_vocabulary": args.source_vocabulary, "trees": trees, "leaves": args.leaves}
     data_bin = work / "data-bin"
+    words = args.leaves == "words"
+    # Joined, a word is counted once on each side: at least 4 is seen at least twice in training.
     run_stage(work, "binarize", params, lambda: binarize.binarize(
         SOURCE, TARGET, {split: work / "text" / split for split in files}, data_bin, args.workers,
-        joined=False, source_words=args.source_vocabulary))
+        joined=words, source_words=args.source_vocabulary, threshold=4 if words else None))
     log("prepare.wsj_parsing: done; trees: " + ", ".join(f"{s} {n:,}" for s, n in trees.items()))
     treebank = "WSJ sections 02-21" if args.wsj_dir else "WSJ sample"
     seen = f"training trees: {trees['train'] - linearised['train_extra']:,} {treebank}"
     if extra:
         seen += f" + {linearised['train_extra']:,} extra ({describe(args.extra_files)})"
     log(seen)
+    log(f"  tree leaves: {args.leaves}")
     log(f"  gold trees (EVALB): {work / 'gold'}/{{train,valid,test}}.trees")
     log(f"  data-bin (stdout):  {data_bin}")
     print(data_bin, flush=True)
@@ -187,6 +199,9 @@ def main(argv=None) -> None:
                              "semi-supervised setting; e.g. ../shared/data/gum_const/const)")
     parser.add_argument("--source-vocabulary", type=positive_int, default=16000,
                         help="source words kept (§6.3: 16000 WSJ only, 32000 semi-supervised)")
+    parser.add_argument("--leaves", choices=LEAVES, default="words",
+                        help="the tree sequences' leaves: the words (default; one joined dictionary, words seen "
+                             "once in training become <unk>) or XX (Vinyals & Kaiser's placeholders)")
     parser.add_argument("--max-positions", type=positive_int, default=1024,
                         help="the model's source and target positions (the architectures' 1024): longer trees "
                              "are left out of training and an error in dev or test")

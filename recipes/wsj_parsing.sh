@@ -10,6 +10,8 @@
 #                      (semi-supervised; with SOURCE_VOCABULARY=32000), e.g. ../shared/data/gum_const/const (GUM,
 #                      14,597 trees); dev and test stay the treebank's; the log says which trees the model saw
 #   SOURCE_VOCABULARY  source words kept (§6.3: 16000; 32000 semi-supervised)
+#   LEAVES             the tree sequences' leaves: words (default; the decoder sees the word it placed, one
+#                      dictionary and embedding for both sides) or XX (Vinyals & Kaiser's placeholders)
 #   DROPOUT, ATTENTION_DROPOUT, LR_FACTOR   what §6.3 tuned on section 22 (defaults: the architecture's 0.1 and
 #                      0, and eq. 3 unscaled; on the sample 0.35); the recipe scores section 22 (valid) too, for that
 #                      tuning
@@ -27,15 +29,18 @@ else
 fi
 detect_devices
 
-# Words in, linearised trees out (Vinyals & Kaiser 2015): "(S (NP XX XX )NP (VP XX )VP XX )S"; a vocabulary
-# of the 16K most frequent words (§6.3).
+# Words in, linearised trees out (Vinyals & Kaiser 2015): "(S (NP The cat )NP (VP sat )VP . )S", or with XX
+# leaves "(S (NP XX XX )NP (VP XX )VP XX )S"; a vocabulary of the 16K most frequent words (§6.3).
 DATA_DIR=${DATA_DIR:-$WORK_DIR/data}
-say "stage prepare: python -m prepare.wsj_parsing --work-dir $DATA_DIR ${TREEBANK[*]}"
+LEAVES=${LEAVES:-words}
+say "stage prepare: python -m prepare.wsj_parsing --work-dir $DATA_DIR ${TREEBANK[*]} --leaves $LEAVES"
 # shellcheck disable=SC2086
-DATA_BIN=$("$PYTHON" -m prepare.wsj_parsing --work-dir "$DATA_DIR" "${TREEBANK[@]}" \
+DATA_BIN=$("$PYTHON" -m prepare.wsj_parsing --work-dir "$DATA_DIR" "${TREEBANK[@]}" --leaves "$LEAVES" \
     --source-vocabulary "${SOURCE_VOCABULARY:-16000}" ${EXTRA_TRAIN_TREES:+--extra-train $EXTRA_TRAIN_TREES}) ||
     die "data preparation failed"
-EMBEDDING_SHARING=(--share-decoder-input-output-embed)
+# Word leaves: one dictionary, so one embedding for the input, the decoder's input and its output (§3.4).
+EMBEDDING_SHARING=(--share-all-embeddings)
+[ "$LEAVES" = words ] || EMBEDDING_SHARING=(--share-decoder-input-output-embed)
 
 # §6.3: 4 layers, d_model = 1024, all else as the base model (d_ff 2048, h 8, P_drop 0.1): the architecture
 # vaswani_transformer_parsing; batches of ~25,000 tokens, Adam and eq. 3 with 4,000 warmup steps, label

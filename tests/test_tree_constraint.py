@@ -1,6 +1,9 @@
 """§6.3 parsing: the task's --parse-constrained beam search emits only trees over exactly the input's words, never
 removes the gold tree, and refuses what it cannot decode, in one line."""
 
+import copy
+import zlib
+
 import numpy as np
 import pytest
 import torch
@@ -10,7 +13,7 @@ from fairseq.dataclass.configs import GenerationConfig
 from cli_helpers import SHARED_DATA
 from conftest import build_model, random_tokens
 from vaswani_plugin.errors import VaswaniConfigError
-from vaswani_plugin.scoring.trees import clean, delinearise, linearise, read_trees, repair
+from vaswani_plugin.scoring.trees import Tree, clean, delinearise, linearise, read_trees, repair
 from vaswani_plugin.tasks.tree_constraint import TreeConstrainedBeamSearch, TreeConstraint
 from vaswani_plugin.tasks.vaswani_translation import (
     GnmtSequenceGenerator,
@@ -34,6 +37,17 @@ def dictionaries():
     target.finalize(padding_factor=8)  # adds madeupword0000...
     assert any(s.startswith("madeupword") for s in target.symbols)
     return source, target
+
+
+def joined_dictionary():
+    """Word leaves: one dictionary for both sides, the words first (so random_sample's words are words here)."""
+    source, _ = dictionaries()
+    joined = Dictionary()
+    for symbol in source.symbols[source.nspecial:] + TREE_SYMBOLS[1:] + ["XX"]:  # XX: a word of the input here
+        joined.add_symbol(symbol)
+    joined.pad_to_multiple_(8)  # not finalize, which would sort the symbols
+    assert joined.symbols[:len(source)] == source.symbols
+    return source, joined
 
 
 def parsing_task(source, target, **options):
@@ -77,7 +91,7 @@ def test_every_hypothesis_is_a_tree_over_exactly_its_words_and_unconstrained_one
             assert repair(tokens, count) == tokens  # nothing to repair
             words = [f"w{i}" for i in range(count)]
             tree = delinearise(tokens, words)
-            assert tree.words() == words and linearise(tree) == tokens  # each bracket closed by its own label
+            assert tree.words() == words and linearise(tree, keep_words=False) == tokens  # each ) its own label
             assert len(ids) <= 1 * (max(LENGTHS) + 1) + 6 + 1  # </s> at step max_len = a x src_len + b at the latest
             # GNMT's ranking score: the summed log-probabilities over lp(Y).
             assert hypothesis["score"].item() == pytest.approx(
@@ -88,6 +102,48 @@ def test_every_hypothesis_is_a_tree_over_exactly_its_words_and_unconstrained_one
         tokens = target.string(hypotheses[0]["tokens"]).split()
         malformed += repair(tokens, count) != tokens
     assert malformed >= len(LENGTHS) // 2
+
+
+def test_with_word_leaves_every_hypothesis_places_exactly_the_input_words_in_order():
+    """Word leaves (one joined dictionary): every finished hypothesis is a well-formed tree whose leaves are the
+    input's words in order, <unk> included; a leaf scores the log-probability of all leaves together; the same
+    search without the constraint does not place the words."""
+    torch.manual_seed(0)
+    source, joined = joined_dictionary()
+    model = build_model(joined, joined).eval()
+    sample = random_sample(source, LENGTHS, seed=1)
+    sample["net_input"]["src_tokens"][0, -2] = joined.unk()  # an unknown word is placed as <unk>
+    sample["net_input"]["src_tokens"][3, -2] = joined.index("XX")  # a word XX is a word
+    sample["net_input"]["src_tokens"][4, -2] = joined.index("(S")  # a bracket as a word: placed as <unk>
+    inputs = [[t if joined[t][0] != "(" else joined.unk() for t in row.tolist() if t not in (joined.pad(), joined.eos())]
+              for row in sample["net_input"]["src_tokens"]]
+    task = parsing_task(joined, joined, gnmt_alpha=0.3, parse_constrained=True)
+    generator, constrained = decode(task, model, sample, max_len_b=6)
+    assert generator.search.constraint.leaves_are_words
+    is_leaf = generator.search.constraint.is_leaf
+    for count, words, hypotheses in zip(LENGTHS, inputs, constrained):
+        assert len(hypotheses) == 21
+        for hypothesis in hypotheses:
+            ids = hypothesis["tokens"].tolist()
+            assert ids[-1] == joined.eos() and joined.eos() not in ids[:-1]
+            assert [t for t in ids[:-1] if is_leaf[t]] == words
+            tokens = joined.string(hypothesis["tokens"]).split()
+            assert repair(tokens, count) == tokens
+            assert hypothesis["score"].item() == pytest.approx(
+                hypothesis["positional_scores"].sum().item() / ((5 + len(ids)) / 6) ** 0.3, rel=1e-5)
+    # A leaf's score: the log of the probability of every leaf, for the best hypothesis of the first sentence.
+    best = constrained[0][0]
+    prefix = torch.cat([torch.tensor([joined.eos()]), best["tokens"][:-1]])[None]
+    with torch.no_grad():
+        encoder_out = model.encoder(sample["net_input"]["src_tokens"][:1], src_lengths=sample["net_input"]["src_lengths"][:1])
+        lprobs = model.get_normalized_probs(model.decoder(prefix, encoder_out=encoder_out), log_probs=True)[0]
+    expected = torch.where(is_leaf[best["tokens"]], lprobs[:, is_leaf].logsumexp(-1),
+                           lprobs.gather(1, best["tokens"][:, None]).squeeze(1))
+    assert best["positional_scores"].tolist() == pytest.approx(expected.tolist(), abs=1e-4)
+    _, unconstrained = decode(parsing_task(joined, joined, gnmt_alpha=0.3), model, sample, max_len_b=6)
+    wrong = sum([t for t in h[0]["tokens"].tolist()[:-1] if is_leaf[t]] != words
+                for words, h in zip(inputs, unconstrained))
+    assert wrong >= len(LENGTHS) // 2
 
 
 def test_an_empty_sentence_gets_the_empty_tree_and_too_long_ones_are_refused():
@@ -116,7 +172,7 @@ def test_the_task_refuses_what_it_cannot_constrain():
             [model], GenerationConfig(sampling=True))
     words = Dictionary()
     words.add_symbol("cat")
-    with pytest.raises(VaswaniConfigError, match="has no XX"):
+    with pytest.raises(VaswaniConfigError, match=r"has no pair of \(LABEL and \)LABEL"):
         parsing_task(source, words, parse_constrained=True).build_generator([build_model(source, words)],
                                                                             GenerationConfig())
     # Sentences of a loaded test set that no tree within the length limit fits: refused before decoding.
@@ -171,15 +227,31 @@ def test_allowed_tokens(prefix, words, max_len, expected):
 def test_the_constraint_never_removes_the_gold_tree_of_the_wsj_sample():
     """Every tree of the sample, forced token by token: each gold token is allowed at its step, with the recipe's
     limit (input + 300; one tree of the sample is longer, wsj_0096's 249 words in 573 tokens: there its own length)
-    and with the tightest one (the gold sequence's own length)."""
+    and with the tightest one (the gold sequence's own length); with word leaves too (the tightest limit)."""
     files = sorted((SHARED_DATA / "ptb_sample").glob("wsj_*.mrg"))
     trees = [clean(t) for path in files for t in read_trees(path.read_text())]
-    sequences = [linearise(t) for t in trees]
-    dictionary = Dictionary()
+    for keep_words in (False, True):
+        force_gold_sequences(trees, keep_words)
+
+
+def force_gold_sequences(trees, keep_words):
+    if keep_words:  # 64 stand-ins for the ~12,000 words: the same sequences, a mask of 116 symbols, not 12,000
+        trees = [Tree(t.label, t.children) for t in map(copy.deepcopy, trees)]
+        for tree in trees:
+            for preterminal in tree.preterminals():
+                preterminal.children = [f"w{zlib.crc32(preterminal.children[0].encode()) % 64}"]
+    sequences = [linearise(t, keep_words) for t in trees]
+    dictionary = Dictionary()  # with word leaves, joined: the words are symbols of both sides
     for sequence in sequences:
         for token in sequence:
             dictionary.add_symbol(token)
-    constraint = TreeConstraint(dictionary)
+    constraint = TreeConstraint(dictionary, dictionary if keep_words else None)
+    assert constraint.leaves_are_words == keep_words
+    input_words = None
+    if keep_words:
+        sources = [torch.tensor([dictionary.index(w) for w in t.words()] + [dictionary.eos()]) for t in trees]
+        src_tokens = torch.nn.utils.rnn.pad_sequence(sources, batch_first=True, padding_value=dictionary.pad())
+        input_words = constraint.input_words(src_tokens, dictionary.pad(), dictionary.eos())
     lengths = torch.tensor([len(s) for s in sequences])  # without </s>
     words = torch.tensor([len(t.words()) for t in trees])
     gold = torch.full((len(trees), int(lengths.max()) + 2), dictionary.pad())
@@ -190,9 +262,11 @@ def test_the_constraint_never_removes_the_gold_tree_of_the_wsj_sample():
     assert len(trees) > 3500
     recipe = torch.clamp(words + 1 + 300, max=1023)
     assert (lengths > recipe).sum() == 1
-    for max_len in (torch.maximum(recipe, lengths), lengths):  # </s> at step max_len at the latest
+    limits = [lengths] if keep_words else [torch.maximum(recipe, lengths), lengths]  # the limits' rule is shared
+    for max_len in limits:  # </s> at step max_len at the latest
         for step in range(int(lengths.max()) + 1):
             rows = (lengths >= step).nonzero().squeeze(1)  # sequences whose token `step` (or </s>) is still due
-            allowed = constraint.allowed(gold[rows, :step + 1], words[rows], max_len[rows])
+            allowed = constraint.allowed(gold[rows, :step + 1], words[rows], max_len[rows],
+                                         None if input_words is None else input_words[rows])
             refused = ~allowed[torch.arange(len(rows)), gold[rows, step + 1]]
             assert not refused.any(), [" ".join(sequences[r]) for r in rows[refused][:1].tolist()]

@@ -2,7 +2,8 @@
 
 import pytest
 
-from vaswani_plugin.scoring.trees import PLACEHOLDER, Tree, clean, delinearise, linearise, read_trees, repair
+from vaswani_plugin.scoring.trees import (PLACEHOLDER, Tree, clean, delinearise, is_bracket, linearise, read_trees,
+                                          repair)
 from cli_helpers import SHARED_DATA
 
 PTB_SAMPLE = SHARED_DATA / "ptb_sample"
@@ -16,9 +17,11 @@ def test_round_trip_is_exact_on_every_tree_of_the_wsj_sample():
     for path in files:
         for tree in read_trees(path.read_text(encoding="utf-8")):
             tree = clean(tree)
-            tokens = linearise(tree)
-            assert tokens.count(PLACEHOLDER) == len(tree.words())
-            assert str(delinearise(tokens, tree.words(), tree.tags())) == str(tree)
+            for keep_words in (True, False):
+                tokens = linearise(tree, keep_words)
+                leaves = [token for token in tokens if not is_bracket(token)]
+                assert leaves == (tree.words() if keep_words else [PLACEHOLDER] * len(tree.words()))
+                assert str(delinearise(tokens, tree.words(), tree.tags())) == str(tree)
             count += 1
     assert count > 3500
 
@@ -31,8 +34,10 @@ def test_reading_and_cleaning_as_the_standard_does():
     assert str(clean(wsj)) == ("(TOP (S (NP (NNP Mr.) (NNP Vinken)) (VP (VBZ is) (S (ADVP (RB up))) "
                                "(NP (-LRB- -LRB-) (CD 3) (-RRB- -RRB-))) (. .)))")
     assert str(gum) == "(TOP (FRAG (NN Quinoa)))"
-    assert linearise(clean(wsj)) == ["(S", "(NP", "XX", "XX", ")NP", "(VP", "XX", "(S", "(ADVP", "XX", ")ADVP",
-                                     ")S", "(NP", "XX", "XX", "XX", ")NP", ")VP", "XX", ")S"]
+    assert linearise(clean(wsj), keep_words=False) == [
+        "(S", "(NP", "XX", "XX", ")NP", "(VP", "XX", "(S", "(ADVP", "XX", ")ADVP", ")S", "(NP", "XX", "XX", "XX",
+        ")NP", ")VP", "XX", ")S"]
+    assert " ".join(linearise(clean(wsj))) == "(S (NP Mr. Vinken )NP (VP is (S (ADVP up )ADVP )S (NP -LRB- 3 -RRB- )NP )VP . )S"
     with pytest.raises(ValueError, match="unbalanced"):
         read_trees("( (S (NN a) )")
 
@@ -68,7 +73,11 @@ GOLD = "(S (NP XX XX )NP (VP XX )VP XX )S".split()
     ("(S (NP XX XX )NP (VP XX XX XX )VP XX )S", "(S (NP XX XX )NP (VP XX XX )VP )S"),  # too many words
     ("(S (NP XX )NP )S", "(S (NP XX )NP )S XX XX XX"),  # too few words: added where the output ended
     ("(S (NP XX XX )NP (ADJP )ADJP (VP XX )VP XX )S", "(S (NP XX XX )NP (VP XX )VP XX )S"),  # empty constituent
-    ("(S <unk> (NP XX XX )NP ) (VP XX )VP XX )S", "(S (NP XX XX )NP )S (VP XX )VP XX"),  # noise, early close
+    # Any token but a bracket token is a leaf, whatever it is; the 5th leaf and what it leaves empty go.
+    ("(S <unk> (NP XX XX )NP ) (VP XX )VP XX )S", "(S <unk> (NP XX XX )NP ) )S"),
+    # Word leaves: the same rules; the words come back from the input, in order.
+    ("(S (NP The cat )NP (VP sat sat )VP . )S", "(S (NP The cat )NP (VP sat sat )VP )S"),
+    ("(S (NP The )NP (VP cat )VP", "(S (NP The )NP (VP cat )VP XX XX )S"),
 ])
 def test_repair_gives_a_tree_over_exactly_the_words(output, expected):
     repaired = repair(output.split(), len(WORDS))

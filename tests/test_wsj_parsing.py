@@ -2,6 +2,7 @@
 few files of the public WSJ sample (../shared/data/ptb_sample) and of GUM (../shared/data/gum_const), with a tiny
 model, seconds of training and tree-constrained decoding; bad input as one-line errors."""
 
+import collections
 import re
 import shutil
 import subprocess
@@ -62,10 +63,14 @@ def test_prepare_splits_files_and_keeps_the_trees_recoverable(prepared, few_file
         for w, s, g, t in zip(words, sequences, gold, tags):
             assert str(delinearise(s.split(), w.split(), t.split())) == g
             assert "-NONE-" not in g and "-SBJ" not in g
-    # One dictionary per side: words, and the tree tokens (no word among them).
+    # Word leaves (the default): one dictionary for both sides, the words seen twice or more in training and the
+    # tree tokens; the words seen once are <unk> (the LDC-layout recipe run checks XX leaves).
+    assert "tree leaves: words\n" in log and "XX" not in sequences[0].split()
     tree_dict = (work / "data-bin" / "dict.tree.txt").read_text().split()[::2]
-    assert "XX" in tree_dict and "(S" in tree_dict and ")S" in tree_dict and "Vinken" not in tree_dict
-    assert "Vinken" in (work / "data-bin" / "dict.words.txt").read_text().split()[::2]
+    assert tree_dict == (work / "data-bin" / "dict.words.txt").read_text().split()[::2]
+    counts = collections.Counter((work / "text" / "train.words").read_text().split())
+    assert "(S" in tree_dict and ")S" in tree_dict and counts["Vinken"] == 2 and "Vinken" in tree_dict
+    assert {word for word, count in counts.items() if count == 1} & set(tree_dict) == set()
 
 
 def write_generate_output(path, outputs):
@@ -88,7 +93,9 @@ def test_score_parses_repairs_outputs_and_scores_them_as_evalb(prepared, tmp_pat
     # Perfect outputs for all but two sentences: one truncated (unbalanced), one with a word too many.
     outputs = list(gold_sequences)
     outputs[0] = " ".join(outputs[0].split()[:-3])
-    outputs[1] = outputs[1].replace("XX", "XX XX", 1)
+    tokens = outputs[1].split()
+    first_leaf = next(i for i, token in enumerate(tokens) if not token.startswith(("(", ")")))
+    outputs[1] = " ".join(tokens[:first_leaf + 1] + tokens[first_leaf:])
     write_generate_output(tmp_path / "generate.txt", outputs)
     result = score(work, tmp_path / "generate.txt", tmp_path)
     assert result.returncode == 0, result.stderr
@@ -153,7 +160,8 @@ def test_recipe_end_to_end_on_a_few_sample_files(lane):
     root, result = lane["wsj_sample_run"].result()
     work = root / "work"
     log = (work / "checkpoints" / "train.log").read_text()
-    assert "'model': {'_name': 'vaswani_transformer_parsing'" in log and "'share_decoder_input_output_embed': True" in log
+    assert "'model': {'_name': 'vaswani_transformer_parsing'" in log and "'share_all_embeddings': True" in log
+    assert "tree leaves: words\n" in result.stderr
     check_parsed_and_scored(work, result.stderr)
     assert "'beam': 21" in result.stderr and "'gnmt_alpha': 0.3" in result.stderr
     # The data the model saw: the sample's training files and GUM's trees, for training only.
@@ -173,11 +181,11 @@ LDC_LAYOUT = {"02": ["0001", "0002"], "21": ["0003"], "22": ["0150"], "23": ["01
 
 @lane_job
 def wsj_ldc_run(tmp_path_factory, lane):
-    """The recipe on sample files laid out as the LDC treebank (WSJ_DIR), for 4 updates."""
+    """The recipe on sample files laid out as the LDC treebank (WSJ_DIR), for 4 updates, with XX leaves."""
     root = tmp_path_factory.mktemp("wsj-ldc")
     for section, numbers in LDC_LAYOUT.items():
         copy_sample_files(root / "wsj" / section, numbers)
-    env = dict(WSJ_DIR=str(root / "wsj"), WORK_DIR=str(root / "work"), CPU="1", MAX_UPDATE="4",
+    env = dict(WSJ_DIR=str(root / "wsj"), WORK_DIR=str(root / "work"), CPU="1", MAX_UPDATE="4", LEAVES="XX",
                SAVE_INTERVAL_UPDATES="2", AVERAGE_LAST="2", TOKENS_PER_STEP="2000", MAX_TOKENS_PER_GPU="2000",
                EXTRA_TRAIN_ARGS=" ".join(TINY_MODEL), EXTRA_GENERATE_ARGS=SHORT_OUTPUTS)
     return root, run_recipe("wsj_parsing.sh", env)
@@ -192,6 +200,11 @@ def test_recipe_on_the_ldc_layout_uses_sections_02_21_22_23(lane):
     log = (work / "checkpoints" / "train.log").read_text()
     assert "'model': {'_name': 'vaswani_transformer_parsing'" in log and "'max_update': 4" in log
     assert "'dropout': 0.1" in log and "'attention_dropout': 0.0" in log
+    # XX leaves: a dictionary per side, the tree side without words; the target embedding tied to the output.
+    assert "tree leaves: XX\n" in result.stderr and "'share_decoder_input_output_embed': True" in log
+    tree_dict = (work / "data" / "data-bin" / "dict.tree.txt").read_text().split()[::2]
+    assert "XX" in tree_dict and "(S" in tree_dict and "Vinken" not in tree_dict
+    assert "Vinken" in (work / "data" / "data-bin" / "dict.words.txt").read_text().split()[::2]
     counts = {}
     for split, sections in {"train": ["02", "21"], "valid": ["22"], "test": ["23"]}.items():
         counts[split] = sum(len(read_trees((root / "wsj" / s / f"wsj_{n}.mrg").read_text()))

@@ -1,10 +1,13 @@
 """Constituency trees for §6.3: Penn Treebank brackets, their usual clean-up, and trees as token sequences.
 
-The sequence form is Vinyals & Kaiser's (2015, "Grammar as a Foreign Language"), which §6.3 follows: the source
-is the words; the target is the tree with an opening token per constituent ("(NP"), a closing token
-(")NP"), and every part-of-speech tag with its word replaced by the placeholder XX:
-    (TOP (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)))  ->  (S (NP XX XX )NP (VP XX )VP XX )S
-TOP (the treebank's unlabelled outer bracket, or ROOT) is implicit in the sequence.
+The sequence form is Vinyals & Kaiser's (2015, "Grammar as a Foreign Language"): the source is the words; the
+target is the tree with an opening token per constituent ("(NP"), a closing token (")NP"), and a leaf for every
+part-of-speech tag with its word: the word itself (the default here), or the placeholder XX (Vinyals & Kaiser's
+form, keep_words=False):
+    (TOP (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)))  ->  (S (NP The cat )NP (VP sat )VP . )S
+                                                           or  (S (NP XX XX )NP (VP XX )VP XX )S
+TOP (the treebank's unlabelled outer bracket, or ROOT) is implicit in the sequence. Any token that is not a
+bracket token is a leaf: the words come back from the input, in order.
 """
 
 import re
@@ -112,11 +115,16 @@ def clean(tree: Tree) -> Optional[Tree]:
     return Tree(bare_label(tree.label), children) if children else None
 
 
-def linearise(tree: Tree) -> List[str]:
-    """The target sequence of a tree (see the module's docstring)."""
+def is_bracket(token: str) -> bool:
+    """(LABEL or )LABEL; every other token of a sequence is a leaf (a word, or XX)."""
+    return len(token) > 1 and token[0] in "()"
+
+
+def linearise(tree: Tree, keep_words: bool = True) -> List[str]:
+    """The target sequence of a tree (see the module's docstring): leaves are the words, or XX."""
     def walk(node: Tree) -> Iterator[str]:
         if node.is_preterminal:
-            yield PLACEHOLDER
+            yield node.children[0] if keep_words else PLACEHOLDER
             return
         yield f"({node.label}"
         for child in node.children:
@@ -128,13 +136,14 @@ def linearise(tree: Tree) -> List[str]:
 
 
 def delinearise(tokens: Sequence[str], words: Sequence[str], tags: Optional[Sequence[str]] = None) -> Tree:
-    """The tree of a well-formed sequence over `words` (tags: the pre-terminal labels, default XX)."""
+    """The tree of a well-formed sequence over `words` (tags: the pre-terminal labels, default XX); its leaves
+    take the words of `words`, in order."""
     tags = tags or [PLACEHOLDER] * len(words)
     stack, word = [Tree(ROOT)], 0
     for token in tokens:
-        if token == PLACEHOLDER:
+        if not is_bracket(token):
             if word >= len(words):
-                raise VaswaniConfigError(f"more {PLACEHOLDER} than the {len(words)} words")
+                raise VaswaniConfigError(f"more leaves than the {len(words)} words")
             stack[-1].children.append(Tree(tags[word], [words[word]]))
             word += 1
         elif token.startswith("("):
@@ -151,14 +160,14 @@ def delinearise(tokens: Sequence[str], words: Sequence[str], tags: Optional[Sequ
 
 def repair(tokens: Sequence[str], word_count: int) -> List[str]:
     """A well-formed sequence over exactly `word_count` words, from any model output, deterministically:
-    unknown tokens and closing brackets with nothing open are dropped; placeholders beyond the word count are
-    dropped, missing ones are added at the end of the innermost open constituent (or at the top); brackets
-    still open are closed; constituents left with no word are removed."""
+    closing brackets with nothing open are dropped; leaves beyond the word count are dropped, missing ones are
+    added as XX at the end of the innermost open constituent (or at the top); brackets still open are closed;
+    constituents left with no word are removed."""
     stack: List[List[str]] = [[]]  # token lists of the open constituents; stack[0] is the top level
     labels: List[str] = []
     placed = 0
     for token in tokens:
-        if token == PLACEHOLDER:
+        if not is_bracket(token):
             if placed < word_count:
                 stack[-1].append(token)
                 placed += 1
@@ -176,5 +185,5 @@ def repair(tokens: Sequence[str], word_count: int) -> List[str]:
 def close(stack: List[List[str]], labels: List[str]) -> None:
     """Close the innermost open constituent; one with no word inside is dropped."""
     inside, label = stack.pop(), labels.pop()
-    if PLACEHOLDER in inside:
+    if not all(map(is_bracket, inside)):
         stack[-1].extend([f"({label}", *inside, f"){label}"])

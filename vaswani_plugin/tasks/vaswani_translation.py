@@ -68,10 +68,11 @@ class VaswaniTranslationConfig(TranslationConfig):
                                         "GNMT length penalty of §6.1 (0.6 in the paper); replaces --lenpen"})
     parse_constrained: bool = field(
         default=False, metadata={"help": "parsing (§6.3): beam search emits only well-formed tree sequences over "
-                                         "exactly the input's words: XX while words remain, (LABEL while a word "
-                                         "is left for it, )LABEL of the innermost open constituent once it holds "
-                                         "a child, </s> once every word is placed and every bracket closed; the "
-                                         "target dictionary holds XX, (LABEL and )LABEL"})
+                                         "exactly the input's words: the next word (or XX) while words remain, "
+                                         "(LABEL while a word is left for it, )LABEL of the innermost open "
+                                         "constituent once it holds a child, </s> once every word is placed and "
+                                         "every bracket closed; the target dictionary holds (LABEL and )LABEL, and "
+                                         "XX or the words"})
     bf16_autocast: str = field(
         default="off", metadata={
             "argparse_const": "on",
@@ -145,8 +146,14 @@ class VaswaniTranslationTask(TranslationTask):
         generator = self.build_ranked_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs,
                                                 prefix_allowed_tokens_fn)
         if self.cfg.parse_constrained and not getattr(args, "score_reference", False):
-            generator = constrain_to_trees(generator, self.tgt_dict, self.datasets)
+            generator = constrain_to_trees(generator, self.tgt_dict, self.datasets, self.src_dict)
         return generator
+
+    def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
+        begin_batch = getattr(getattr(generator, "search", None), "begin_batch", None)
+        if begin_batch is not None:  # the tree constraint's word leaves are this batch's input words
+            begin_batch(sample)
+        return super().inference_step(generator, models, sample, prefix_tokens, constraints)
 
     def build_ranked_generator(self, models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn):
         """fairseq's generator, hypotheses ranked by the GNMT penalty when --gnmt-alpha is set (§6.1)."""
