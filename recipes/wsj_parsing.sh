@@ -5,7 +5,7 @@
 #   SAMPLE_DIR=../shared/data/ptb_sample bash recipes/wsj_parsing.sh              # public sample, CPU-sized
 # Variables (all optional but one of WSJ_DIR / SAMPLE_DIR):
 #   WSJ_DIR            the LDC treebank's WSJ folder (sections 00..24): 02-21 train, 22 valid, 23 test
-#   SAMPLE_DIR         NLTK's public WSJ sample instead: a small model trained on CPU for BUDGET_MINUTES (20)
+#   SAMPLE_DIR         NLTK's public WSJ sample instead: a small model trained on CPU for BUDGET_MINUTES (30)
 #   EXTRA_TRAIN_TREES  more training tree files or folders of .ptb/.mrg files, space-separated, for training only
 #                      (semi-supervised; with SOURCE_VOCABULARY=32000), e.g. ../shared/data/gum_const/const (GUM,
 #                      14,597 trees); dev and test stay the treebank's; the log says which trees the model saw
@@ -61,7 +61,7 @@ else
                 --encoder-ffn-embed-dim 512 --decoder-ffn-embed-dim 512 --encoder-attention-heads 4
                 --decoder-attention-heads 4 "${TUNED[@]}" --warmup-updates 300 --factor "${LR_FACTOR:-0.35}"
                 --max-epoch "${MAX_EPOCH:-200}"
-                --stop-time-hours "$(budget_hours "${BUDGET_MINUTES:-20}")"
+                --stop-time-hours "$(budget_hours "${BUDGET_MINUTES:-30}")"
                 --save-interval-updates "${SAVE_INTERVAL_UPDATES:-50}" --keep-interval-updates "${AVERAGE_LAST:-5}"
                 --disable-validation)
     TOKENS_PER_STEP=${TOKENS_PER_STEP:-2048} MAX_TOKENS_PER_GPU=${MAX_TOKENS_PER_GPU:-2048}
