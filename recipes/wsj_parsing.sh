@@ -94,6 +94,11 @@ for split in valid test; do
             --gold "$DATA_DIR/gold/$split.trees" --output "$out.parsed.trees" | tee "$out.f1"
         SCORES+=("$split, $title: F1 $(sed -n 's/^F1 = \([0-9.]*\) .*/\1/p' "$out.f1")")
     done
+    # The floor: every sentence's right-branching tree, (S w1 (S w2 ... (S w(n-1) wn))).
+    "$PYTHON" -m vaswani_plugin.scoring.parses --right-branching --words "$DATA_DIR/text/$split.words" \
+        --tags "$DATA_DIR/gold/$split.tags" --gold "$DATA_DIR/gold/$split.trees" > "$WORK_DIR/$split.right_branching.f1"
+    SCORES+=("$split, right-branching baseline: F1 $(sed -n 's/^F1 = \([0-9.]*\) .*/\1/p' \
+        "$WORK_DIR/$split.right_branching.f1")")
 done
 for line in "${SCORES[@]}"; do say "$line"; done
 also=

@@ -2,6 +2,8 @@
 
     python -m vaswani_plugin.scoring.parses --generate-output test.generate.txt --words text/test.words \\
         --gold gold/test.trees --tags gold/test.tags --output test.parsed.trees
+    python -m vaswani_plugin.scoring.parses --right-branching --words text/test.words --gold gold/test.trees \\
+        --tags gold/test.tags          # the floor: every sentence's right-branching tree
 
 Every output sequence is first made well-formed over its sentence's words (vaswani_plugin.scoring.trees.repair:
 unbalanced brackets, too many or too few XX), then turned back into a tree whose pre-terminals carry the gold
@@ -20,7 +22,7 @@ from vaswani_plugin.cli import run_command
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.scoring.evalb import COLLINS, evaluate, summary_lines
 from vaswani_plugin.scoring.bleu import read_hypotheses
-from vaswani_plugin.scoring.trees import delinearise, repair
+from vaswani_plugin.scoring.trees import Tree, delinearise, repair
 
 
 def read_lines(path):
@@ -50,10 +52,23 @@ def parse_trees(outputs, words, tags):
     return trees, repaired
 
 
+def right_branching(words, tags) -> Tree:
+    """The baseline tree (S w1 (S w2 ... (S w(n-1) wn))): every constituent from a word to the sentence's end,
+    all labelled S (the commonest label of the top constituent)."""
+    inner = Tree(tags[-1], [words[-1]])
+    for word, tag in zip(reversed(words[:-1]), reversed(tags[:-1])):
+        inner = Tree("S", [Tree(tag, [word]), inner])
+    return Tree("TOP", [inner if len(words) > 1 else Tree("S", [inner])])
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="vaswani_plugin.scoring.parses", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--generate-output", required=True, help="fairseq-generate's output (H-/D- lines)")
+    output = parser.add_mutually_exclusive_group(required=True)
+    output.add_argument("--generate-output", help="fairseq-generate's output (H-/D- lines)")
+    output.add_argument("--right-branching", action="store_true",
+                        help="score the right-branching baseline instead, (S w1 (S w2 ... (S w(n-1) wn))) over "
+                             "every sentence: the floor a parser must beat")
     parser.add_argument("--words", required=True, help="the input sentences, one per line (prepare: text/SPLIT.words)")
     parser.add_argument("--tags", required=True, help="their gold POS tags (prepare: gold/SPLIT.tags)")
     parser.add_argument("--gold", required=True, help="gold trees, one per line (prepare: gold/SPLIT.trees)")
@@ -62,8 +77,14 @@ def main(argv=None) -> None:
 
 
 def parses_command(args) -> None:
-    outputs, ids = read_hypotheses(args.generate_output)
     words, tags, gold = read_lines(args.words), read_lines(args.tags), read_lines(args.gold)
+    if args.right_branching:
+        if not len(words) == len(tags) == len(gold):
+            raise VaswaniConfigError(f"{len(words)} sentences, {len(tags)} tag lines and {len(gold)} gold trees")
+        check_sentences(words, tags, args.words, args.tags)
+        trees = [str(right_branching(w.split(), t.split())) for w, t in zip(words, tags)]
+        return report(gold, trees, args.output, None)
+    outputs, ids = read_hypotheses(args.generate_output)
     if ids is None:
         raise VaswaniConfigError(f"{args.generate_output} holds no fairseq-generate H-/D- lines")
     if ids != list(range(len(words))) or not len(words) == len(tags) == len(gold):
@@ -72,11 +93,17 @@ def parses_command(args) -> None:
                                  "translated once (fairseq-generate --required-batch-size-multiple 1)")
     check_sentences(words, tags, args.words, args.tags)
     trees, repaired = parse_trees(outputs, words, tags)
+    report(gold, trees, args.output, repaired)
+
+
+def report(gold, trees, output, repaired) -> None:
+    """Write the trees (if asked), print the repair count (if any was made) and EVALB's summaries."""
     results, everything, short = evaluate(gold, trees, COLLINS)
-    if args.output:
-        with open(args.output, "w", encoding="utf-8") as file:
+    if output:
+        with open(output, "w", encoding="utf-8") as file:
             file.write("\n".join(trees) + "\n")
-    print(f"outputs repaired into well-formed trees: {repaired} of {len(trees)}")
+    if repaired is not None:
+        print(f"outputs repaired into well-formed trees: {repaired} of {len(trees)}")
     for title, summary in (("All", everything), (f"len<={COLLINS.cutoff_length}", short)):
         print("\n".join(line for line in summary_lines(title, summary) if "Tagging" not in line))
     print(f"F1 = {everything.f1:.2f} (labelled bracketing, EVALB COLLINS.prm, {everything.valid} of "
