@@ -33,6 +33,8 @@ import math
 from typing import Dict, List, Optional
 
 import torch
+from fairseq import utils
+from fairseq.data import data_utils
 from fairseq.models import FairseqIncrementalDecoder
 from fairseq.search import BeamSearch
 from torch import Tensor, nn
@@ -55,7 +57,7 @@ class BeamSearchGenerator(nn.Module):
     def __init__(self, models, tgt_dict, beam_size: int = 1, max_len_a: float = 0, max_len_b: int = 200,
                  min_len: int = 1, normalize_scores: bool = True, len_penalty: float = 1.0, unk_penalty: float = 0.0,
                  temperature: float = 1.0, gnmt_alpha: Optional[float] = None, rule: str = "fairseq",
-                 search_strategy=None):
+                 print_alignment: Optional[str] = None, search_strategy=None):
         super().__init__()
         if len(models) != 1:
             raise VaswaniConfigError("the plugin's beam search decodes with one model, not an ensemble")
@@ -71,6 +73,8 @@ class BeamSearchGenerator(nn.Module):
         self.max_len = self.model.max_decoder_positions()
         self.normalize_scores, self.len_penalty, self.unk_penalty = normalize_scores, len_penalty, unk_penalty
         self.temperature = temperature
+        self.extract_alignment = {None: None, "hard": utils.extract_hard_alignment,
+                                  "soft": utils.extract_soft_alignment}[print_alignment or None]
         self.paper = rule == "paper"
         self.gnmt_alpha = PAPER_ALPHA if self.paper and gnmt_alpha is None else gnmt_alpha
         # Each sentence's own limit in the paper's search (the tree constraint reads it too).
@@ -125,7 +129,25 @@ class BeamSearchGenerator(nn.Module):
         outputs = self.search_beams(encoder_out, src_lengths, limits, ids, bos_token)
         for sentence, hypotheses in zip(keep.tolist(), outputs):
             finalized[sentence] = hypotheses
+        if self.extract_alignment is not None:
+            self.align(net_input["src_tokens"], finalized)
         return finalized
+
+    def align(self, src_tokens: Tensor, finalized: List[List[Dict[str, Tensor]]]):
+        """--print-alignment: each hypothesis's alignment from one full pass over the finished hypotheses, as
+        fairseq's SequenceGeneratorWithAlignment does for a model with full_context_alignment."""
+        sentences = [index for index, hypotheses in enumerate(finalized) for _ in hypotheses]
+        hypotheses = [hypothesis for each in finalized for hypothesis in each]
+        source = src_tokens[sentences]
+        lengths = source.ne(self.pad).long().sum(1)
+        targets = [h["tokens"] for h in hypotheses]
+        previous = data_utils.collate_tokens(targets, self.pad, self.eos, False, move_eos_to_beginning=True)
+        target = data_utils.collate_tokens(targets, self.pad, self.eos, False)
+        attention = self.model(source, lengths, previous)[1]["attn"][0].cpu()
+        source, target = source.cpu(), target.cpu()
+        for row, hypothesis in enumerate(hypotheses):
+            hypothesis["alignment"] = self.extract_alignment(attention[row], source[row], target[row], self.pad,
+                                                             self.eos)
 
     def hypothesis(self, tokens: Tensor, score: Tensor, positional_scores: Tensor) -> Dict[str, Tensor]:
         return {"tokens": tokens, "score": score, "attention": torch.empty(0), "alignment": torch.empty(0),
