@@ -188,7 +188,8 @@ class BeamSearchGenerator(nn.Module):
         for step in range(max_len + 1):
             bsz = live.numel()
             if reorder is not None:
-                self.model.decoder.reorder_incremental_state_scripting(state, reorder)
+                if self.incremental:
+                    self.model.decoder.reorder_incremental_state_scripting(state, reorder)
                 encoder_out = self.model.encoder.reorder_encoder_out(encoder_out, reorder)
             lprobs = self.log_probs(tokens[:, : step + 1], encoder_out, state)
             lprobs = torch.nan_to_num_(lprobs, nan=-math.inf, posinf=math.inf, neginf=-math.inf)

@@ -187,6 +187,8 @@ class VaswaniTranslationTask(TranslationTask):
         """What of this generation fairseq's SequenceGenerator must do (named as its option); None: nothing."""
         if len(models) != 1:
             return "an ensemble of models"
+        # fairseq-generate always passes lm_model (None without --lm-path) and lm_weight.
+        extra_options = set(extra_gen_cls_kwargs or {}) - {"lm_model", "lm_weight"}
         options = [("--sampling", getattr(args, "sampling", False)),
                    ("--diverse-beam-groups", getattr(args, "diverse_beam_groups", -1) > 0),
                    ("--diversity-rate", getattr(args, "diversity_rate", -1) > -1),
@@ -197,8 +199,8 @@ class VaswaniTranslationTask(TranslationTask):
                    ("a prefix_allowed_tokens_fn", prefix_allowed_tokens_fn is not None
                     or getattr(args, "prefix_allowed_tokens_fn", None) is not None),
                    (f"generator class {getattr(seq_gen_cls, '__name__', '')}", seq_gen_cls is not None),
-                   (f"generator options {', '.join(sorted(extra_gen_cls_kwargs or {}))} (--lm-path, ...)",
-                    bool(extra_gen_cls_kwargs)),
+                   ("--lm-path", (extra_gen_cls_kwargs or {}).get("lm_model") is not None),
+                   (f"generator options {', '.join(sorted(extra_options))}", bool(extra_options)),
                    ("--print-alignment with a model that aligns step by step (no full_context_alignment)",
                     getattr(args, "print_alignment", None) and not getattr(models[0], "full_context_alignment",
                                                                            False))]
