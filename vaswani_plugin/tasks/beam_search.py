@@ -126,7 +126,10 @@ class BeamSearchGenerator(nn.Module):
             raise VaswaniConfigError(f"--min-len {self.min_len} is longer than the length limit "
                                      f"{int(limits.min())} (--max-len-a, --max-len-b)")
         encoder_out = self.model.encoder.forward_torchscript({"src_tokens": src_tokens, "src_lengths": src_lengths})
-        outputs = self.search_beams(encoder_out, src_lengths, limits, ids, bos_token)
+        if self.beam_size == 1 and not self.paper and type(self.search) is BeamSearch:
+            outputs = self.search_greedy(encoder_out, limits, bos_token)
+        else:
+            outputs = self.search_beams(encoder_out, src_lengths, limits, ids, bos_token)
         for sentence, hypotheses in zip(keep.tolist(), outputs):
             finalized[sentence] = hypotheses
         if self.extract_alignment is not None:
@@ -164,6 +167,61 @@ class BeamSearchGenerator(nn.Module):
             logits = logits.div_(self.temperature)
         return self.model.get_normalized_probs((logits, None), log_probs=True)[:, -1, :]
 
+    def apply_rules(self, lprobs: Tensor, step: int, limits: Optional[Tensor]) -> Tensor:
+        """fairseq's rules on a step's log-probabilities: never <pad>, --unkpen, only </s> for rows at their
+        length limit (`limits`: each row's, None where none is reached), no </s> before --min-len."""
+        lprobs = torch.nan_to_num_(lprobs, nan=-math.inf, posinf=math.inf, neginf=-math.inf)
+        lprobs[:, self.pad] = -math.inf
+        if self.unk_penalty:
+            lprobs[:, self.unk] -= self.unk_penalty
+        if limits is not None:
+            not_eos = torch.ones(lprobs.size(1), dtype=torch.bool, device=lprobs.device)
+            not_eos[self.eos] = False
+            lprobs = lprobs.masked_fill((limits <= step)[:, None] & not_eos, -math.inf)
+        if step < self.min_len:
+            lprobs[:, self.eos] = -math.inf
+        return lprobs
+
+    def search_greedy(self, encoder_out, limits: Tensor, bos_token: Optional[int]) -> List[List[Dict[str, Tensor]]]:
+        """Beam 1 under fairseq's rule, without its beam bookkeeping: fairseq keeps the best of two candidates,
+        and its sentence ends when that is </s> (the same hypotheses, scores and positional scores)."""
+        sentences, device = limits.numel(), limits.device
+        max_len = int(limits.max())
+        tokens = torch.full((sentences, max_len + 2), self.pad, dtype=torch.long, device=device)
+        tokens[:, 0] = self.eos if bos_token is None else bos_token
+        scores = torch.zeros(sentences, max_len + 1, device=device)
+        live = torch.arange(sentences, device=device)
+        outputs: List[List[Dict[str, Tensor]]] = [[] for _ in range(sentences)]
+        state: Dict[str, Dict[str, Optional[Tensor]]] = {}
+        first_limit = int(limits.min())
+        for step in range(max_len + 1):
+            lprobs = self.log_probs(tokens[:, : step + 1], encoder_out, state)
+            lprobs = self.apply_rules(lprobs, step, limits if step >= first_limit else None)
+            if step:
+                lprobs = lprobs + scores[:, step - 1: step]
+            best, token = lprobs.topk(min(2, lprobs.size(1) - 1), dim=1)  # fairseq's two candidates
+            best, token = best[:, 0], token[:, 0]
+            tokens[:, step + 1], scores[:, step] = token, best
+            ends = token.eq(self.eos) & best.ne(-math.inf)
+            done = ends | best.eq(-math.inf) | limits.le(step)
+            if not bool(done.any()):
+                continue
+            penalty = self.length_penalty(step + 1)
+            positional = scores[:, : step + 1].clone()
+            positional[:, 1:] = scores[:, 1: step + 1] - scores[:, :step]
+            for row in (ends & done).nonzero().squeeze(1).tolist():
+                outputs[int(live[row])] = [self.hypothesis(tokens[row, 1: step + 2], best[row] / penalty,
+                                                           positional[row])]
+            if bool(done.all()):
+                break
+            kept = (~done).nonzero().squeeze(1)
+            tokens, scores, limits, live = tokens[kept], scores[kept], limits[kept], live[kept]
+            if self.incremental:
+                self.model.decoder.reorder_incremental_state_scripting(state, kept)
+            encoder_out = self.model.encoder.reorder_encoder_out(encoder_out, kept)
+            first_limit = int(limits.min())
+        return outputs
+
     def search_beams(self, encoder_out, src_lengths: Tensor, limits: Tensor, ids: Tensor,
                      bos_token: Optional[int]) -> List[List[Dict[str, Tensor]]]:
         """The hypotheses of each sentence of the batch, best first."""
@@ -192,17 +250,7 @@ class BeamSearchGenerator(nn.Module):
                     self.model.decoder.reorder_incremental_state_scripting(state, reorder)
                 encoder_out = self.model.encoder.reorder_encoder_out(encoder_out, reorder)
             lprobs = self.log_probs(tokens[:, : step + 1], encoder_out, state)
-            lprobs = torch.nan_to_num_(lprobs, nan=-math.inf, posinf=math.inf, neginf=-math.inf)
-            lprobs[:, self.pad] = -math.inf
-            if self.unk_penalty:
-                lprobs[:, self.unk] -= self.unk_penalty
-            if step >= first_limit:  # rows at their limit: </s> only
-                at_limit = (limits <= step).repeat_interleave(k)[:, None]
-                eos = torch.zeros(vocabulary, dtype=torch.bool, device=device)
-                eos[self.eos] = True
-                lprobs = lprobs.masked_fill(at_limit & ~eos, -math.inf)
-            if step < self.min_len:
-                lprobs[:, self.eos] = -math.inf
+            lprobs = self.apply_rules(lprobs, step, limits.repeat_interleave(k) if step >= first_limit else None)
             if self.should_set_src_lengths:
                 self.search.set_src_lengths(src_lengths)
             cand_scores, cand_indices, cand_beams = self.search.step(
