@@ -284,3 +284,15 @@ def test_interactive_paper_search_translates_an_empty_line_to_an_empty_line(chec
         tokens = [float(x) for x in positional.split()]
         assert len(tokens) <= (words + 1) + 3 + 1  # a · its own length (with </s>) + b, then </s>
         assert score == pytest.approx(sum(tokens) / gnmt_length_penalty(len(tokens), 0.6), abs=1e-4 * len(tokens))
+
+
+def test_an_input_line_longer_than_the_model_takes_is_a_one_line_error_naming_it():
+    """fairseq-interactive builds one dataset per chunk of input lines; the error names the line, counted over
+    all chunks."""
+    task, dictionary = translation_task()
+    lines = [torch.tensor([4, 5, 2]), torch.tensor([6, 2]), torch.tensor([4] * 9 + [2])]
+    first = task.build_dataset_for_inference(lines[:2], [3, 2])
+    assert list(task.filter_indices_by_size(first.ordered_indices(), first, (5, 5))) == [1, 0]
+    second = task.build_dataset_for_inference(lines[2:], [10])
+    with pytest.raises(VaswaniConfigError, match=r"^input line 3 is longer than the model takes: \[10, 0\] tokens"):
+        task.filter_indices_by_size(second.ordered_indices(), second, (5, 5))

@@ -112,6 +112,7 @@ class VaswaniTranslationTask(TranslationTask):
         super().__init__(cfg, src_dict, tgt_dict)
         bf16_autocast_setting(cfg.bf16_autocast)  # a bad value: an error before the model and data load
         self.bf16_autocast = None  # decided at the first training step, where the device and optimizer are known
+        self.inputs_seen = 0  # sentences given to build_dataset_for_inference so far (fairseq-interactive's lines)
 
     def decide_bf16_autocast(self, model, optimizer) -> bool:
         """The precision of this run, decided once and logged as one line."""
@@ -134,16 +135,27 @@ class VaswaniTranslationTask(TranslationTask):
 
         return super().train_step(sample, model, criterion_under_autocast, optimizer, update_num, ignore_grad)
 
+    def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
+        """fairseq's, remembering where its sentences start among all inputs so far (fairseq-interactive reads
+        its input in chunks, one dataset each): a sentence too long is then named by its input line."""
+        dataset = super().build_dataset_for_inference(src_tokens, src_lengths, constraints)
+        dataset.first_input_line = self.inputs_seen + 1
+        self.inputs_seen += len(src_lengths)
+        return dataset
+
     def filter_indices_by_size(self, indices, dataset, max_positions=None, ignore_invalid_inputs=False):
-        """fairseq's, with a sentence longer than the model's positions reported as one line naming it."""
+        """fairseq's, with a sentence longer than the model's positions reported as one line naming it (by its
+        input line for fairseq-interactive's and the hub's inputs)."""
         kept, too_long = dataset.filter_indices_by_size(indices, max_positions)
         if not len(too_long):
             return kept
         if not ignore_invalid_inputs:
             others = f" (and {len(too_long) - 1} more)" if len(too_long) > 1 else ""
             sizes = np.asarray(dataset.size(too_long[0])).tolist()
+            first_line = getattr(dataset, "first_input_line", None)
+            name = f"sentence {too_long[0]}" if first_line is None else f"input line {first_line + too_long[0]}"
             raise VaswaniConfigError(
-                f"sentence {too_long[0]}{others} is longer than the model takes: {sizes} tokens (source, target: "
+                f"{name}{others} is longer than the model takes: {sizes} tokens (source, target: "
                 f"</s> included), positions {max_positions}; --skip-invalid-size-inputs-valid-test leaves such "
                 "sentences out")
         return super().filter_indices_by_size(indices, dataset, max_positions, ignore_invalid_inputs)
