@@ -28,12 +28,15 @@ from vaswani_plugin.tasks.vaswani_translation import (
     VaswaniTranslationTask,
 )
 
-# A model of next-token probabilities by prefix. Beam 2 at step 1 sees "a </s>" (0.51 · 0.52) and "b </s>"
-# (0.49 · 0.52) above "a a" (0.51 · 0.48): fairseq finishes both and stops, its best "a </s>" scoring
-# log(0.2652) / lp(2) = -1.2098. "a a </s>" (0.51 · 0.48 · 0.999) scores log(0.24455) / lp(3) = -1.1842: better (the
-# symbols a prefix does not list share 1e-9).
-TABLE = {(): {"a": 0.51, "b": 0.49}, ("a",): {"</s>": 0.52, "a": 0.48}, ("b",): {"</s>": 0.52, "b": 0.48}}
-ENDING = {"</s>": 0.999}  # any other prefix
+# A model of next-token probabilities by prefix. Beam 2 at step 1 sees "a </s>" (0.51 · 0.54) and "b </s>"
+# (0.49 · 0.56) above "a a" (0.51 · 0.46): fairseq finishes both and stops, its best "a </s>" scoring
+# log(0.2754) / lp(2) = -1.1756. "a a a a </s>" (0.51 · 0.46 · 1 · 1 · 1) scores log(0.2346) / lp(5) = -1.0671:
+# better. At step 1 "a a"'s log P over lp at its next length, lp(3), is -1.2204, below the worst finished score
+# (-1.1790): only the bound at the longest length allowed, lp(L + 1), keeps the search going. (The symbols a
+# prefix does not list share 1e-9.)
+TABLE = {(): {"a": 0.51, "b": 0.49}, ("a",): {"</s>": 0.54, "a": 0.46}, ("b",): {"</s>": 0.56, "b": 0.44},
+         ("a", "a"): {"a": 1.0}, ("a", "a", "a"): {"a": 1.0}}
+ENDING = {"</s>": 1.0}  # any other prefix
 LEFT_OVER = 1e-9  # what the symbols a prefix does not list share
 
 
@@ -108,7 +111,8 @@ def test_paper_search_finds_the_exhaustive_best_where_fairseqs_early_stop_does_n
     sample = {"net_input": {"src_tokens": torch.tensor([[4, 2]]), "src_lengths": torch.tensor([2])}}
     options = dict(beam_size=2, max_len_a=1, max_len_b=2)  # at most 1 · 2 + 2 = 4 tokens, then </s>
     score, text = exhaustive_best(dictionary, 4, 0.6)
-    assert text == "a a" and score == pytest.approx(math.log(0.51 * 0.48 * 0.999) / (8 / 6) ** 0.6, abs=1e-3)
+    assert text == "a a a a" and score == pytest.approx(math.log(0.51 * 0.46) / (10 / 6) ** 0.6,
+                                                         abs=1e-3)
     paper = BeamSearchGenerator([model], dictionary, rule="paper", gnmt_alpha=0.6, **options).generate(None, sample)
     assert dictionary.string(paper[0][0]["tokens"]) == text
     assert paper[0][0]["score"].item() == pytest.approx(score, abs=1e-6)
@@ -117,7 +121,7 @@ def test_paper_search_finds_the_exhaustive_best_where_fairseqs_early_stop_does_n
                       BeamSearchGenerator([model], dictionary, rule="fairseq", gnmt_alpha=0.6, **options)):
         best = generator.generate(None, sample)[0][0]
         assert dictionary.string(best["tokens"]) == "a"
-        assert best["score"].item() == pytest.approx(math.log(0.51 * 0.52) / (7 / 6) ** 0.6, abs=1e-3)
+        assert best["score"].item() == pytest.approx(math.log(0.51 * 0.54) / (7 / 6) ** 0.6, abs=1e-3)
         assert best["score"].item() < score - 0.02
 
 
