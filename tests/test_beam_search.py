@@ -232,6 +232,8 @@ def test_what_the_plugins_search_does_not_do_goes_to_fairseqs_generator_with_a_n
     with pytest.raises(VaswaniConfigError, match="--search paper replaces fairseq's length normalisation"):
         paper.build_generator([model], GenerationConfig(lenpen=0.6))
     assert paper.build_generator([model], GenerationConfig()).gnmt_alpha == 0.6  # the paper's α by default
+    with pytest.raises(VaswaniConfigError, match="^--search gnmt: choose one of fairseq, paper$"):
+        translation_task(search="gnmt")
 
 
 def test_empty_source_gets_the_empty_output_undecoded():

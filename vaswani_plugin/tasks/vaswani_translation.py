@@ -112,6 +112,8 @@ class VaswaniTranslationTask(TranslationTask):
         super().__init__(cfg, src_dict, tgt_dict)
         bf16_autocast_setting(cfg.bf16_autocast)  # a bad value: an error before the model and data load
         self.bf16_autocast = None  # decided at the first training step, where the device and optimizer are known
+        if cfg.search not in SEARCH_RULES:
+            raise VaswaniConfigError(f"--search {cfg.search}: choose one of {', '.join(SEARCH_RULES)}")
         self.inputs_seen = 0  # sentences given to build_dataset_for_inference so far (fairseq-interactive's lines)
 
     def decide_bf16_autocast(self, model, optimizer) -> bool:
@@ -166,8 +168,6 @@ class VaswaniTranslationTask(TranslationTask):
         if getattr(args, "score_reference", False):
             return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn)
         rule = self.cfg.search
-        if rule not in SEARCH_RULES:
-            raise VaswaniConfigError(f"--search {rule}: choose one of {', '.join(SEARCH_RULES)}")
         alpha = self.cfg.gnmt_alpha
         if alpha is not None or rule == "paper":
             self.check_no_fairseq_normalisation(args, "--search paper" if alpha is None else f"--gnmt-alpha {alpha}")
