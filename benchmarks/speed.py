@@ -340,8 +340,8 @@ def main(argv=None):
           f"of {chunk_logits:,} logits ({'--loss-chunk-logits' if args.loss_chunk_logits else 'by device'}); "
           f"generation of {args.sentences} sentences, batches of 128, max length input + 50")
     print(f"the plugin's training {precision_line(bf16_autocast, reason, amp)}")
-    print(f"generation by the plugin's model: its own beam search (--search fairseq, the task's default); below, "
-          f"every generator")
+    print("generation by the plugin's model: its own beam search (--search fairseq, the task's default); below, "
+          "every generator")
     columns = [("train_tokens_per_s", "train tok/s"), ("peak_memory_mb", "peak MB"),
                ("beam4_sentences_per_s", "beam4 sent/s"), ("beam4_tokens_per_s", "beam4 tok/s"),
                ("greedy_sentences_per_s", "greedy sent/s"), ("greedy_tokens_per_s", "greedy tok/s")]
