@@ -3,14 +3,19 @@
     python benchmarks/speed.py --data work/quickstart/data/data-bin [--checkpoint FAIRSEQ.pt] [--sizes small base]
     python benchmarks/speed.py --smoke          # seconds: a tiny model on synthetic data (CI)
 
-For each size, fairseq's model is built (or loaded from --checkpoint, a fairseq `transformer` checkpoint of
-that size) and converted with vaswani_plugin.checkpoints.convert_fairseq, so both start from the same weights and compute
-the same function. Then, each implementation in its own process (so that peak memory is its own):
+For each size, fairseq's model is loaded from --checkpoint (a fairseq `transformer` checkpoint of that size) or
+else trained for --pretrain-steps updates here (trained weights: an untrained model runs every hypothesis to the
+length limit, which is not how decoding spends its time), and converted with
+vaswani_plugin.checkpoints.convert_fairseq, so both start from the same weights and compute the same function.
+Then, each implementation in its own process (so that peak memory is its own):
 - training: --warmup updates, then target tokens/s over --updates updates (Adam, label smoothing 0.1, each
   with its own criterion: vaswani_label_smoothed_cross_entropy / fairseq's label_smoothed_cross_entropy);
   peak memory: max RSS of the process on CPU, torch.cuda.max_memory_allocated on GPU;
-- generation over the first --sentences test sentences, batches of 128: beam 4 and greedy, sentences/s and
-  generated tokens/s; both implementations must produce the same hypotheses (checked, printed).
+- generation over the first --sentences test sentences, batches of 128, at most input + 50 tokens: beam 4 and
+  greedy, sentences/s and generated tokens/s, by fairseq's SequenceGenerator on each model and by the plugin's
+  beam search (vaswani_plugin.tasks.beam_search) on the plugin's model under both of its rules: `--search
+  fairseq`, whose hypotheses must be fairseq's (checked, printed), and `--search paper` (§6.1: GNMT α = 0.6,
+  early stop, each sentence's own limit; other hypotheses, their mean GNMT score printed).
 On GPU (--device cuda) with --amp, fp16 autocast; the model FLOP utilisation (model FLOPs per second / the
 GPU's peak) is printed for training. With --bf16-autocast on (or auto, on a CPU that multiplies bfloat16
 natively: vaswani_plugin.precision decides, as for the task's option), the plugin's training steps run under
@@ -23,6 +28,7 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from argparse import Namespace
 from pathlib import Path
@@ -85,7 +91,7 @@ def build_model(spec, dictionary):
 
     task = Namespace(source_dictionary=dictionary, target_dictionary=dictionary)
     if spec["checkpoint"]:
-        state = torch.load(spec["checkpoint"], map_location="cpu", weights_only=True)
+        state = torch.load(spec["checkpoint"], map_location="cpu", weights_only=True)  # after vaswani_plugin's import
         args = state["cfg"]["model"]
     else:
         torch.manual_seed(1)
@@ -118,7 +124,6 @@ def worker(spec) -> dict:
     import torch
     import vaswani_plugin  # noqa: F401
     from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
-    from fairseq.sequence_generator import SequenceGenerator
     from vaswani_plugin.criterions.vaswani_label_smoothed_cross_entropy import VaswaniLabelSmoothedCrossEntropy
     from vaswani_plugin.models.output_layer_loss import chunk_logits_for
     from vaswani_plugin.tools.training_cost import peak_for
@@ -183,28 +188,86 @@ def worker(spec) -> dict:
     else:
         result["peak_memory_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
-    # Generation: the first --sentences test sentences, batches of 128, from the untrained weights again (the
-    # two trainings drew different dropout masks, so only the starting weights are the same).
+    # Generation: the first --sentences test sentences, batches of 128, from the starting weights again (the two
+    # trainings drew different dropout masks, so only the starting weights are the same).
     model = build_model(spec, dictionary)[0].to(device).eval()
     indices = list(range(min(spec["sentences"], len(test))))
-    for name, beam in (("beam4", 4), ("greedy", 1)):
-        generator = SequenceGenerator([model], dictionary, beam_size=beam, max_len_a=1, max_len_b=50)
-        outputs, generated = [], 0
-        with torch.no_grad(), torch.autocast(device.type, dtype=torch.float16, enabled=spec["amp"]):
-            generator.generate([model], to_device(test.collater([test[i] for i in indices[:8]])))  # warm-up
-            synchronize()
-            start = time.perf_counter()
-            for first in range(0, len(indices), 128):
-                sample = to_device(test.collater([test[i] for i in indices[first:first + 128]]))
-                for hypotheses in generator.generate([model], sample):
-                    outputs.append(hypotheses[0]["tokens"].tolist())
-                    generated += len(outputs[-1])
-            synchronize()
-        seconds = time.perf_counter() - start
-        result[f"{name}_sentences_per_s"] = len(indices) / seconds
-        result[f"{name}_tokens_per_s"] = generated / seconds
-        result[f"{name}_hypotheses"] = hash(json.dumps(outputs))
+    batches = [to_device(test.collater([test[i] for i in indices[first:first + 128]]))
+               for first in range(0, len(indices), 128)]
+    for generator_name, generator_class, options in generators(spec["impl"]):
+        for name, beam in (("beam4", 4), ("greedy", 1)):
+            generator = generator_class([model], dictionary, beam_size=beam, max_len_a=1, max_len_b=50, **options)
+            outputs, generated, score = [], 0, 0.0
+            with torch.no_grad(), torch.autocast(device.type, dtype=torch.float16, enabled=spec["amp"]):
+                generator.generate([model], to_device(test.collater([test[i] for i in indices[:8]])))  # warm-up
+                synchronize()
+                start = time.perf_counter()
+                for sample in batches:
+                    for hypotheses in generator.generate([model], sample):
+                        best = hypotheses[0]
+                        outputs.append(best["tokens"].tolist())
+                        generated += len(outputs[-1])
+                        score += gnmt_score(best, PAPER_ALPHA)
+                synchronize()
+            seconds = time.perf_counter() - start
+            key = f"{generator_name}_{name}"
+            result[f"{key}_sentences_per_s"] = len(indices) / seconds
+            result[f"{key}_tokens_per_s"] = generated / seconds
+            result[f"{key}_hypotheses"] = hash(json.dumps(outputs))
+            result[f"{key}_mean_gnmt_score"] = score / len(indices)
     return result
+
+
+def generators(impl):
+    """(name, class, options) of the generators measured on an implementation's model."""
+    from fairseq.sequence_generator import SequenceGenerator
+    from vaswani_plugin.tasks.beam_search import BeamSearchGenerator
+    if impl == "transformer":
+        return [("fairseq_generator", SequenceGenerator, {})]
+    return [("fairseq_generator", SequenceGenerator, {}),
+            ("search_fairseq", BeamSearchGenerator, {"rule": "fairseq"}),
+            ("search_paper", BeamSearchGenerator, {"rule": "paper", "gnmt_alpha": PAPER_ALPHA})]
+
+
+PAPER_ALPHA = 0.6
+
+
+def gnmt_score(hypothesis, alpha: float) -> float:
+    """The hypothesis's GNMT score log P / ((5+|Y|)/6)^alpha, whatever its generator ranked it by."""
+    from vaswani_plugin.tasks.beam_search import gnmt_length_penalty
+    return float(hypothesis["positional_scores"].sum()) / gnmt_length_penalty(len(hypothesis["tokens"]), alpha)
+
+
+def pretrain(spec) -> dict:
+    """Train fairseq's model for spec["steps"] updates (Adam, eq. 3's warmup then inverse square root, label
+    smoothing 0.1) and save it as a checkpoint build_model reads; returns the last updates' mean loss."""
+    import torch
+    import vaswani_plugin  # noqa: F401
+    from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
+
+    dictionary, train, _ = load_data(spec)
+    model, args = build_model(dict(spec, impl="transformer", checkpoint=None), dictionary)
+    criterion = LabelSmoothedCrossEntropyCriterion(Namespace(target_dictionary=dictionary), sentence_avg=False,
+                                                   label_smoothing=0.1)
+    batches = train.batch_by_size(train.ordered_indices(), max_tokens=spec["max_tokens"])
+    order = torch.randperm(len(batches), generator=torch.Generator().manual_seed(0)).tolist()
+    # The quickstart's schedule (eq. 3 scaled by 0.7, peak at step 300), its warmup shortened to a third.
+    peak = 0.7 * args.encoder_embed_dim ** -0.5 * 300 ** -0.5
+    warmup = max(1, spec["steps"] // 3)
+    optimizer = torch.optim.Adam(model.parameters(), lr=peak, betas=(0.9, 0.98), eps=1e-9)
+    model.train()
+    losses = []
+    for step in range(1, spec["steps"] + 1):
+        for group in optimizer.param_groups:
+            group["lr"] = peak * min(step / warmup, (warmup / step) ** 0.5)
+        batch = batches[order[step % len(order)]]
+        loss, _, log = criterion(model, train.collater([train[i] for i in batch]))
+        (loss / log["ntokens"]).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(float(log["nll_loss"]) / log["ntokens"] / 0.6931)
+    torch.save({"cfg": {"model": args}, "model": model.state_dict()}, spec["pretrain_to"])
+    return {"nll_loss": sum(losses[-20:]) / len(losses[-20:])}
 
 
 def measure(spec) -> dict:
@@ -237,15 +300,19 @@ def main(argv=None):
     parser.add_argument("--warmup", type=int, default=5, help="untimed training updates first")
     parser.add_argument("--updates", type=int, default=20, help="timed training updates")
     parser.add_argument("--sentences", type=int, default=512, help="test sentences to translate")
+    parser.add_argument("--pretrain-steps", type=int, default=300,
+                        help="without --checkpoint: train fairseq's model this many updates first (batches of "
+                             "--max-tokens), so that generation runs on trained weights")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes and counts, synthetic data: seconds")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        print(json.dumps(worker(json.loads(args.worker))))
+        spec = json.loads(args.worker)
+        print(json.dumps(pretrain(spec) if spec.get("pretrain_to") else worker(spec)))
         return
     if args.smoke:
         args.sizes, args.data, args.checkpoint = ["tiny"], None, None
-        args.max_tokens, args.warmup, args.updates, args.sentences = 512, 1, 2, 16
+        args.max_tokens, args.warmup, args.updates, args.sentences, args.pretrain_steps = 512, 1, 2, 16, 3
     elif not args.data:
         parser.error("--data DATA_BIN is needed (or --smoke); e.g. the quickstart's work/quickstart/data/data-bin")
     elif not all(any(Path(args.data).glob(f"{split}.*.bin")) for split in ("train", "test")):
@@ -273,26 +340,65 @@ def main(argv=None):
           f"of {chunk_logits:,} logits ({'--loss-chunk-logits' if args.loss_chunk_logits else 'by device'}); "
           f"generation of {args.sentences} sentences, batches of 128, max length input + 50")
     print(f"the plugin's training {precision_line(bf16_autocast, reason, amp)}")
+    print("generation by the plugin's model: its own beam search (--search fairseq, the task's default); below, "
+          "every generator")
     columns = [("train_tokens_per_s", "train tok/s"), ("peak_memory_mb", "peak MB"),
                ("beam4_sentences_per_s", "beam4 sent/s"), ("beam4_tokens_per_s", "beam4 tok/s"),
                ("greedy_sentences_per_s", "greedy sent/s"), ("greedy_tokens_per_s", "greedy tok/s")]
     print(f"{'size':6} {'implementation':22}" + "".join(f"{title:>15}" for _, title in columns) + f"{'MFU':>8}")
-    for size in args.sizes:
-        results = {}
-        for impl in ("transformer", "vaswani_transformer"):
-            spec = dict(impl=impl, size=size, data=args.data, checkpoint=args.checkpoint, device=args.device,
-                        amp=args.amp, bf16_autocast=bf16_autocast, max_tokens=args.max_tokens,
-                        loss_chunk_logits=args.loss_chunk_logits,
-                        warmup=args.warmup, updates=args.updates, sentences=args.sentences)
-            results[impl] = measure(spec)
-        for impl, row in results.items():
-            mfu = f"{100 * row['mfu']:7.1f}%" if "mfu" in row else f"{'-':>8}"
-            print(f"{size:6} {impl:22}" + "".join(f"{row[key]:15.1f}" for key, _ in columns) + mfu)
-        ours, theirs = results["vaswani_transformer"], results["transformer"]
-        print(f"{size:6} {'ratio plugin/fairseq':22}" + "".join(f"{ours[key] / theirs[key]:15.2f}" for key, _ in columns))
-        same = all(ours[f"{name}_hypotheses"] == theirs[f"{name}_hypotheses"] for name in ("beam4", "greedy"))
-        print(f"{size:6} same hypotheses (beam 4 and greedy): {'yes' if same else 'NO'}; the plugin's loss took "
-              f"{ours['loss_chunks']:.1f} chunks per training batch")
+    # Each implementation's generation as a user gets it: fairseq's generator, the plugin's own search.
+    own = {"transformer": "fairseq_generator", "vaswani_transformer": "search_fairseq"}
+    with tempfile.TemporaryDirectory() as scratch:
+        for size in args.sizes:
+            checkpoint = args.checkpoint
+            common = dict(size=size, data=args.data, device=args.device, max_tokens=args.max_tokens)
+            if not checkpoint and args.pretrain_steps:
+                checkpoint = str(Path(scratch) / f"{size}.pt")
+                trained = measure(dict(common, impl="pretrain", steps=args.pretrain_steps, pretrain_to=checkpoint))
+                print(f"{size:6} fairseq's transformer trained {args.pretrain_steps} updates here: nll loss "
+                      f"{trained['nll_loss']:.2f} bits per token over the last 20")
+            results = {}
+            for impl in ("transformer", "vaswani_transformer"):
+                spec = dict(common, impl=impl, checkpoint=checkpoint, amp=args.amp, bf16_autocast=bf16_autocast,
+                            loss_chunk_logits=args.loss_chunk_logits, warmup=args.warmup, updates=args.updates,
+                            sentences=args.sentences)
+                results[impl] = measure(spec)
+                for key in ("beam4", "greedy"):
+                    for unit in ("sentences_per_s", "tokens_per_s", "hypotheses"):
+                        results[impl][f"{key}_{unit}"] = results[impl][f"{own[impl]}_{key}_{unit}"]
+            for impl, row in results.items():
+                mfu = f"{100 * row['mfu']:7.1f}%" if "mfu" in row else f"{'-':>8}"
+                print(f"{size:6} {impl:22}" + "".join(f"{row[key]:15.1f}" for key, _ in columns) + mfu)
+            ours, theirs = results["vaswani_transformer"], results["transformer"]
+            print(f"{size:6} {'ratio plugin/fairseq':22}"
+                  + "".join(f"{ours[key] / theirs[key]:15.2f}" for key, _ in columns))
+            same = all(ours[f"{name}_hypotheses"] == theirs[f"{name}_hypotheses"] for name in ("beam4", "greedy"))
+            print(f"{size:6} same hypotheses (beam 4 and greedy): {'yes' if same else 'NO'}; the plugin's loss took "
+                  f"{ours['loss_chunks']:.1f} chunks per training batch")
+            print_generators(size, results)
+
+
+def print_generators(size, results):
+    """Every generator's sentences/s, its ratio to fairseq-generate (fairseq's generator on fairseq's model),
+    whether its hypotheses are fairseq-generate's, and the mean GNMT score (α = 0.6) of the best hypotheses."""
+    rows = [("transformer", "fairseq_generator", "transformer, fairseq's SequenceGenerator"),
+            ("vaswani_transformer", "fairseq_generator", "vaswani_transformer, fairseq's SequenceGenerator"),
+            ("vaswani_transformer", "search_fairseq", "vaswani_transformer, --search fairseq"),
+            ("vaswani_transformer", "search_paper", "vaswani_transformer, --search paper")]
+    reference = results["transformer"]
+    print(f"{'size':6} {'model, generator':50}{'beam4 sent/s':>14}{'ratio':>7}{'greedy sent/s':>15}{'ratio':>7}"
+          f"{'same hyps':>11}{'GNMT score':>12}")
+    for impl, generator, title in rows:
+        row = results[impl]
+        figures = ""
+        for name in ("beam4", "greedy"):
+            speed = row[f"{generator}_{name}_sentences_per_s"]
+            figures += f"{speed:{14 if name == 'beam4' else 15}.1f}"
+            figures += f"{speed / reference[f'fairseq_generator_{name}_sentences_per_s']:7.2f}"
+        same = all(row[f"{generator}_{name}_hypotheses"] == reference[f"fairseq_generator_{name}_hypotheses"]
+                   for name in ("beam4", "greedy"))
+        print(f"{size:6} {title:50}{figures}{'yes' if same else 'no':>11}"
+              f"{row[f'{generator}_beam4_mean_gnmt_score']:12.4f}")
 
 
 def _cuda() -> bool:

@@ -37,6 +37,18 @@ def check_table(output):
         assert ratio == pytest.approx(ours / theirs, abs=0.01 + ratio * (0.05 / ours + 0.05 / theirs))
     # Converted weights: both implementations translate the same.
     assert "tiny   same hypotheses (beam 4 and greedy): yes" in output
+    # Every generator: the plugin's search under fairseq's rule finds fairseq-generate's hypotheses; the paper's
+    # rule its own, at least as good by the GNMT score on average (beam 4).
+    generators = {}
+    for name in ("transformer, fairseq's SequenceGenerator", "vaswani_transformer, fairseq's SequenceGenerator",
+                 "vaswani_transformer, --search fairseq", "vaswani_transformer, --search paper"):
+        (line,) = [line for line in output.splitlines() if line.startswith(f"tiny   {name} ")]
+        generators[name] = line[len(f"tiny   {name}"):].split()
+        assert all(float(x) > 0 for x in generators[name][:4])
+    assert generators["transformer, fairseq's SequenceGenerator"][1:4:2] == ["1.00", "1.00"]
+    assert generators["vaswani_transformer, --search fairseq"][4] == "yes"
+    assert float(generators["vaswani_transformer, --search paper"][5]) >= \
+        float(generators["vaswani_transformer, --search fairseq"][5]) - 1e-4
 
 
 @lane_job
@@ -58,13 +70,15 @@ def test_smoke_prints_both_implementations_ratios_and_same_hypotheses(lane):
 
 def test_full_mode_reads_binarised_data_and_trains_the_plugin_in_bf16_on_request(reversal_data):
     output = run_benchmark("--data", str(reversal_data / "joined"), "--sizes", "tiny", "--device", "cpu",
+                           "--pretrain-steps", "20",
                            "--max-tokens", "512", "--warmup", "1", "--updates", "2", "--sentences", "16",
                            "--bf16-autocast", "--loss-chunk-logits", "2000")
     assert "; fp32, the plugin's training in bf16 autocast;" in output
     assert "\nthe plugin's training precision: bfloat16 autocast (--bf16-autocast on)\n" in output  # a bare option
     assert "the plugin's loss in chunks of 2,000 logits (--loss-chunk-logits)" in output
     assert float(re.search(r"the plugin's loss took (\d+\.\d) chunks per training batch", output).group(1)) > 1
-    check_table(output)  # generation starts from the untrained weights again: the same hypotheses
+    assert "tiny   fairseq's transformer trained 20 updates here: nll loss " in output
+    check_table(output)  # generation starts from the same weights again: the same hypotheses
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the device tool); CI has none")

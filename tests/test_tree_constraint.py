@@ -14,12 +14,9 @@ from cli_helpers import SHARED_DATA
 from conftest import build_model, random_tokens
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.scoring.trees import Tree, clean, delinearise, linearise, read_trees, repair
+from vaswani_plugin.tasks.beam_search import BeamSearchGenerator
 from vaswani_plugin.tasks.tree_constraint import TreeConstrainedBeamSearch, TreeConstraint
-from vaswani_plugin.tasks.vaswani_translation import (
-    GnmtSequenceGenerator,
-    VaswaniTranslationConfig,
-    VaswaniTranslationTask,
-)
+from vaswani_plugin.tasks.vaswani_translation import VaswaniTranslationConfig, VaswaniTranslationTask
 
 # Tree symbols, and some that must never come out: an opening without its closing symbol, a closing without its
 # opening, a symbol that is neither, and fairseq's padding of a dictionary to a multiple of 8.
@@ -70,20 +67,25 @@ def decode(task, model, sample, **generation):
 LENGTHS = [1, 2, 3, 4, 5, 6, 8, 10, 12, 1, 7, 9]
 
 
-def test_every_hypothesis_is_a_tree_over_exactly_its_words_and_unconstrained_ones_are_not():
+@pytest.mark.parametrize("search", ["fairseq", "paper"])
+def test_every_hypothesis_is_a_tree_over_exactly_its_words_and_unconstrained_ones_are_not(search):
     """An untrained model, the §6.3 search (beam 21, GNMT alpha 0.3, at most input + B tokens): every finished
-    hypothesis (not only the best) is well-formed; the same model and search without the constraint is not."""
+    hypothesis (not only the best) is well-formed; the same model and search without the constraint is not.
+    Under --search paper, each sentence within its own limit."""
     torch.manual_seed(0)
     source, target = dictionaries()
     model = build_model(source, target).eval()
     sample = random_sample(source, LENGTHS, seed=1)
     never = {target.index(s) for s in NEVER} | {i for i, s in enumerate(target.symbols) if s.startswith("madeup")}
     never |= {target.pad(), target.unk(), target.bos()}
-    generator, constrained = decode(parsing_task(source, target, gnmt_alpha=0.3, parse_constrained=True), model,
-                                    sample, max_len_b=6)
-    assert type(generator) is GnmtSequenceGenerator and isinstance(generator.search, TreeConstrainedBeamSearch)
+    generator, constrained = decode(parsing_task(source, target, gnmt_alpha=0.3, parse_constrained=True,
+                                                 search=search), model, sample, max_len_b=6)
+    assert type(generator) is BeamSearchGenerator and isinstance(generator.search, TreeConstrainedBeamSearch)
+    assert generator.search.per_sentence_limits == (search == "paper")
     for count, hypotheses in zip(LENGTHS, constrained):
         assert len(hypotheses) == 21
+        if search == "paper":  # </s> at step a x its own length (with </s>) + b at the latest
+            assert all(len(h["tokens"]) <= (count + 1) + 6 + 1 for h in hypotheses)
         for hypothesis in hypotheses:
             ids = hypothesis["tokens"].tolist()
             assert ids[-1] == target.eos() and target.eos() not in ids[:-1] and not never & set(ids)

@@ -164,6 +164,8 @@ class TreeConstrainedBeamSearch(BeamSearch):
         # extend: fairseq stops it at max_len instead of asserting that all sentences are finished there.
         self.stop_on_max_len = True
         self.batch_max_len = 0
+        # The paper's search (--search paper) limits each sentence by its own length, not the batch's longest.
+        self.per_sentence_limits = False
 
     def check_sources(self, source_lengths: Sequence[int], where: str) -> None:
         """A one-line error if a sentence (its length with </s>) has more words than any tree can hold within
@@ -206,16 +208,24 @@ class TreeConstrainedBeamSearch(BeamSearch):
     def step(self, step: int, lprobs, scores: Optional[torch.Tensor], prev_output_tokens=None,
              original_batch_idxs=None, candidate_multiple: int = 2):
         bsz, beam_size, _ = lprobs.size()
-        if step == 0:
-            # The limit of this batch, as fairseq computes it from the longest source (at most that, if padded).
+        if self.per_sentence_limits or step == 0:
             lengths = self.src_lengths.cpu().numpy()
-            self.batch_max_len = int(max_len(self.max_len_a, self.max_len_b, self.model_max_len, lengths.max()))
-            ids = None if original_batch_idxs is None else original_batch_idxs.tolist()
-            self.refuse(lengths, self.batch_max_len, "the input", ids)
+            if self.per_sentence_limits:  # each sentence's own (the live ones')
+                limits = max_len(self.max_len_a, self.max_len_b, self.model_max_len, lengths)
+            else:  # this batch's, as fairseq computes it from the longest source (at most that, if padded)
+                self.batch_max_len = int(max_len(self.max_len_a, self.max_len_b, self.model_max_len, lengths.max()))
+                limits = self.batch_max_len
+            if step == 0:
+                ids = None if original_batch_idxs is None else original_batch_idxs.tolist()
+                self.refuse(lengths, limits, "the input", ids)
+        if self.per_sentence_limits:
+            limits = torch.from_numpy(limits).to(lprobs.device).repeat_interleave(beam_size)
+        else:
+            limits = self.batch_max_len
         words = (self.src_lengths.to(lprobs.device) - 1).repeat_interleave(beam_size)
         leaves_are_words = self.constraint.leaves_are_words
         input_words = self.words_of_rows(original_batch_idxs, beam_size) if leaves_are_words else None
-        allowed = self.constraint.allowed(prev_output_tokens, words, self.batch_max_len, input_words)
+        allowed = self.constraint.allowed(prev_output_tokens, words, limits, input_words)
         allowed = allowed.view(lprobs.shape)
         if leaves_are_words:
             # Where the next word goes is the decision, not which word: it scores all leaves' probability.
@@ -231,15 +241,17 @@ class TreeConstrainedBeamSearch(BeamSearch):
 
 
 def constrain_to_trees(generator, dictionary, datasets=None, source_dictionary=None):
-    """Make a SequenceGenerator's beam search tree-constrained; the sentences of `datasets` (name -> fairseq
-    dataset with src_sizes) are checked to fit the length limit first. With word leaves (no XX in `dictionary`)
-    the search needs `source_dictionary` and, before each batch, search.begin_batch(sample)."""
+    """Make a generator's beam search (fairseq's SequenceGenerator or the plugin's BeamSearchGenerator)
+    tree-constrained; the sentences of `datasets` (name -> fairseq dataset with src_sizes) are checked to fit the
+    length limit first. With word leaves the search needs `source_dictionary` and, before each batch,
+    search.begin_batch(sample) (the task's inference_step calls it)."""
     if type(generator.search) is not BeamSearch:
         raise VaswaniConfigError(f"--parse-constrained is a beam search; it does not combine with "
                                  f"{type(generator.search).__name__} (--sampling, --diverse-beam-groups, "
                                  f"--match-source-len, --constraints, a prefix_allowed_tokens_fn, ...)")
     search = TreeConstrainedBeamSearch(dictionary, generator.max_len_a, generator.max_len_b, generator.max_len,
                                        source_dictionary)
+    search.per_sentence_limits = getattr(generator, "per_sentence_limits", False)
     for name, dataset in (datasets or {}).items():
         sizes = getattr(dataset, "src_sizes", None)
         if sizes is not None and len(sizes):

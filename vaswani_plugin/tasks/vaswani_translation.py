@@ -1,4 +1,5 @@
-"""Task `vaswani_translation`: fairseq's `translation` with the GNMT length penalty of §6.1 (α = 0.6), beam search
+"""Task `vaswani_translation`: fairseq's `translation` with the beam search of §6.1 (--search paper: GNMT length
+penalty α = 0.6, early stop, each sentence's own length limit; vaswani_plugin.tasks.beam_search), beam search
 constrained to well-formed trees for parsing (§6.3, --parse-constrained; vaswani_plugin.tasks.tree_constraint), and
 training under bfloat16 autocast (on CPUs too, which fairseq's own --bf16, made for TPUs, cannot), chosen by
 --bf16-autocast auto|on|off (vaswani_plugin.precision decides)."""
@@ -16,15 +17,11 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from vaswani_plugin.errors import VaswaniConfigError
+from vaswani_plugin.tasks.beam_search import SEARCH_RULES, BeamSearchGenerator, gnmt_length_penalty
 from vaswani_plugin.precision import bf16_autocast_enabled, bf16_autocast_setting, precision_line
 from vaswani_plugin.tasks.tree_constraint import constrain_to_trees
 
 logger = logging.getLogger(__name__)
-
-
-def gnmt_length_penalty(length: int, alpha: float) -> float:
-    """§6.1 (Wu et al., 2016, eq. 14): lp(Y) = ((5 + |Y|) / 6)^α, |Y| counting </s>."""
-    return ((5 + length) / 6) ** alpha
 
 
 class GnmtLengthPenalty:
@@ -66,6 +63,17 @@ class VaswaniTranslationConfig(TranslationConfig):
     gnmt_alpha: Optional[float] = field(
         default=None, metadata={"help": "rank beam-search hypotheses by log P(Y|X) / ((5+|Y|)/6)^alpha, the "
                                         "GNMT length penalty of §6.1 (0.6 in the paper); replaces --lenpen"})
+    search: str = field(
+        default="fairseq", metadata={
+            "help": "the beam search's rule, both run by the plugin's own faster generator "
+                    "(vaswani_plugin.tasks.beam_search): fairseq (default): fairseq-generate's hypotheses and "
+                    "scores exactly (the first beam hypotheses to end are the sentence's; limit a x the batch's "
+                    "longest source + b); paper: §6.1, hypotheses scored log P / ((5+|Y|)/6)^alpha (--gnmt-alpha, "
+                    "0.6 if unset), a sentence ends when no live hypothesis can still beat its beam finished "
+                    "ones (tensor2tensor's early stop), limit a x its own source length + b. What the plugin's "
+                    "generator does not do (--sampling, --diverse-beam-groups, --prefix-size, --constraints, "
+                    "ensembles, ...) goes to fairseq's SequenceGenerator with a one-line notice under fairseq, "
+                    "and is an error under paper"})
     parse_constrained: bool = field(
         default=False, metadata={"help": "parsing (§6.3): beam search emits only well-formed tree sequences over "
                                          "exactly the input's words: the next word (or XX) while words remain, "
@@ -105,6 +113,9 @@ class VaswaniTranslationTask(TranslationTask):
         super().__init__(cfg, src_dict, tgt_dict)
         bf16_autocast_setting(cfg.bf16_autocast)  # a bad value: an error before the model and data load
         self.bf16_autocast = None  # decided at the first training step, where the device and optimizer are known
+        if cfg.search not in SEARCH_RULES:
+            raise VaswaniConfigError(f"--search {cfg.search}: choose one of {', '.join(SEARCH_RULES)}")
+        self.inputs_seen = 0  # sentences given to build_dataset_for_inference so far (fairseq-interactive's lines)
 
     def decide_bf16_autocast(self, model, optimizer) -> bool:
         """The precision of this run, decided once and logged as one line."""
@@ -127,27 +138,92 @@ class VaswaniTranslationTask(TranslationTask):
 
         return super().train_step(sample, model, criterion_under_autocast, optimizer, update_num, ignore_grad)
 
+    def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
+        """fairseq's, remembering where its sentences start among all inputs so far (fairseq-interactive reads
+        its input in chunks, one dataset each): a sentence too long is then named by its input line."""
+        dataset = super().build_dataset_for_inference(src_tokens, src_lengths, constraints)
+        dataset.first_input_line = self.inputs_seen + 1
+        self.inputs_seen += len(src_lengths)
+        return dataset
+
     def filter_indices_by_size(self, indices, dataset, max_positions=None, ignore_invalid_inputs=False):
-        """fairseq's, with a sentence longer than the model's positions reported as one line naming it."""
+        """fairseq's, with a sentence longer than the model's positions reported as one line naming it (by its
+        input line for fairseq-interactive's and the hub's inputs)."""
         kept, too_long = dataset.filter_indices_by_size(indices, max_positions)
         if not len(too_long):
             return kept
         if not ignore_invalid_inputs:
             others = f" (and {len(too_long) - 1} more)" if len(too_long) > 1 else ""
             sizes = np.asarray(dataset.size(too_long[0])).tolist()
+            first_line = getattr(dataset, "first_input_line", None)
+            name = f"sentence {too_long[0]}" if first_line is None else f"input line {first_line + too_long[0]}"
             raise VaswaniConfigError(
-                f"sentence {too_long[0]}{others} is longer than the model takes: {sizes} tokens (source, target: "
+                f"{name}{others} is longer than the model takes: {sizes} tokens (source, target: "
                 f"</s> included), positions {max_positions}; --skip-invalid-size-inputs-valid-test leaves such "
                 "sentences out")
         return super().filter_indices_by_size(indices, dataset, max_positions, ignore_invalid_inputs)
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None,
                         prefix_allowed_tokens_fn=None):
-        generator = self.build_ranked_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs,
-                                                prefix_allowed_tokens_fn)
-        if self.cfg.parse_constrained and not getattr(args, "score_reference", False):
+        """The plugin's beam search (§6.1, --search), or fairseq's generator for what it does not do."""
+        if getattr(args, "score_reference", False):
+            return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn)
+        rule = self.cfg.search
+        alpha = self.cfg.gnmt_alpha
+        if alpha is not None or rule == "paper":
+            self.check_no_fairseq_normalisation(args, "--search paper" if alpha is None else f"--gnmt-alpha {alpha}")
+        unsupported = self.unsupported_by_plugin_search(models, args, seq_gen_cls, extra_gen_cls_kwargs,
+                                                        prefix_allowed_tokens_fn)
+        if unsupported is None:
+            generator = BeamSearchGenerator(
+                models, self.target_dictionary, beam_size=getattr(args, "beam", 5),
+                max_len_a=getattr(args, "max_len_a", 0), max_len_b=getattr(args, "max_len_b", 200),
+                min_len=getattr(args, "min_len", 1), normalize_scores=not getattr(args, "unnormalized", False),
+                len_penalty=getattr(args, "lenpen", 1), unk_penalty=getattr(args, "unkpen", 0),
+                temperature=getattr(args, "temperature", 1.0), gnmt_alpha=alpha, rule=rule,
+                print_alignment=getattr(args, "print_alignment", None))
+        elif rule == "paper":
+            raise VaswaniConfigError(f"--search paper does not combine with {unsupported}: fairseq's generator "
+                                     "would decode by its own rule; use --search fairseq")
+        else:
+            logger.info(f"fairseq's SequenceGenerator decodes (same rule, slower): the plugin's beam search does "
+                        f"not do {unsupported}")
+            generator = self.build_ranked_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs,
+                                                    prefix_allowed_tokens_fn)
+        if self.cfg.parse_constrained:
             generator = constrain_to_trees(generator, self.tgt_dict, self.datasets, self.src_dict)
         return generator
+
+    @staticmethod
+    def unsupported_by_plugin_search(models, args, seq_gen_cls, extra_gen_cls_kwargs,
+                                     prefix_allowed_tokens_fn) -> Optional[str]:
+        """What of this generation fairseq's SequenceGenerator must do (named as its option); None: nothing."""
+        if len(models) != 1:
+            return "an ensemble of models"
+        # fairseq-generate always passes lm_model (None without --lm-path) and lm_weight.
+        extra_options = set(extra_gen_cls_kwargs or {}) - {"lm_model", "lm_weight"}
+        options = [("--sampling", getattr(args, "sampling", False)),
+                   ("--diverse-beam-groups", getattr(args, "diverse_beam_groups", -1) > 0),
+                   ("--diversity-rate", getattr(args, "diversity_rate", -1) > -1),
+                   ("--match-source-len", getattr(args, "match_source_len", False)),
+                   ("--constraints", getattr(args, "constraints", False)),
+                   ("--prefix-size", getattr(args, "prefix_size", 0) > 0),
+                   ("--no-repeat-ngram-size", getattr(args, "no_repeat_ngram_size", 0) > 0),
+                   ("a prefix_allowed_tokens_fn", prefix_allowed_tokens_fn is not None
+                    or getattr(args, "prefix_allowed_tokens_fn", None) is not None),
+                   (f"generator class {getattr(seq_gen_cls, '__name__', '')}", seq_gen_cls is not None),
+                   ("--lm-path", (extra_gen_cls_kwargs or {}).get("lm_model") is not None),
+                   (f"generator options {', '.join(sorted(extra_options))}", bool(extra_options)),
+                   ("--print-alignment with a model that aligns step by step (no full_context_alignment)",
+                    getattr(args, "print_alignment", None) and not getattr(models[0], "full_context_alignment",
+                                                                           False))]
+        return next((option for option, present in options if present), None)
+
+    @staticmethod
+    def check_no_fairseq_normalisation(args, option: str):
+        if getattr(args, "lenpen", 1) != 1 or getattr(args, "unnormalized", False):
+            given = "--unnormalized" if getattr(args, "unnormalized", False) else f"--lenpen {args.lenpen}"
+            raise VaswaniConfigError(f"{option} replaces fairseq's length normalisation; drop {given}")
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         begin_batch = getattr(getattr(generator, "search", None), "begin_batch", None)
@@ -158,13 +234,9 @@ class VaswaniTranslationTask(TranslationTask):
     def build_ranked_generator(self, models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn):
         """fairseq's generator, hypotheses ranked by the GNMT penalty when --gnmt-alpha is set (§6.1)."""
         alpha = self.cfg.gnmt_alpha
-        if alpha is None or getattr(args, "score_reference", False):
+        if alpha is None:
             return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs,
                                            prefix_allowed_tokens_fn)
-        if getattr(args, "lenpen", 1) != 1 or getattr(args, "unnormalized", False):
-            option = "--unnormalized" if getattr(args, "unnormalized", False) else f"--lenpen {args.lenpen}"
-            raise VaswaniConfigError(f"--gnmt-alpha {alpha} replaces fairseq's length normalisation; "
-                                     f"drop {option}")
         if seq_gen_cls is not None:
             raise VaswaniConfigError(f"--gnmt-alpha ranks fairseq's SequenceGenerator, not {seq_gen_cls.__name__}")
         extra_gen_cls_kwargs = {**(extra_gen_cls_kwargs or {}), "gnmt_alpha": alpha}
