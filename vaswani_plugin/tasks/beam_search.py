@@ -18,7 +18,7 @@ paper    Hypotheses are scored s(Y) = log P(Y|X) / lp(Y), lp(Y) = ((5 + |Y|) / 6
          `_is_not_finished`: lower_bound_alive_scores = alive_log_probs[:, 0] / max_length_penalty against
          lowest_score_of_finished_in_finished), the authors' own code, except that tensor2tensor already
          stops with one finished hypothesis; waiting for `beam` of them makes every --nbest up to beam exact.
-fairseq  fairseq's SequenceGenerator, same hypotheses and scores (only faster): the first `beam` hypotheses
+fairseq  fairseq's SequenceGenerator, same hypotheses and scores: the first `beam` hypotheses
          to end, found among the top `beam` of the 2·beam candidates, are the sentence's, scored by
          log P / |Y|^lenpen (or by lp(Y) with --gnmt-alpha, vaswani_translation.GnmtLengthPenalty), and a
          batch's limit is a·(its longest source, padded) + b.

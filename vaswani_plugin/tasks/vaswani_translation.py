@@ -65,7 +65,7 @@ class VaswaniTranslationConfig(TranslationConfig):
                                         "GNMT length penalty of §6.1 (0.6 in the paper); replaces --lenpen"})
     search: str = field(
         default="fairseq", metadata={
-            "help": "the beam search's rule, both run by the plugin's own faster generator "
+            "help": "the beam search's rule, both run by the plugin's own generator "
                     "(vaswani_plugin.tasks.beam_search): fairseq (default): fairseq-generate's hypotheses and "
                     "scores exactly (the first beam hypotheses to end are the sentence's; limit a x the batch's "
                     "longest source + b); paper: §6.1, hypotheses scored log P / ((5+|Y|)/6)^alpha (--gnmt-alpha, "
