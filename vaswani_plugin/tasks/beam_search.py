@@ -30,7 +30,7 @@ An empty source (only </s>) gets the empty output, score 0, without being decode
 """
 
 import math
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from fairseq import utils
@@ -86,6 +86,11 @@ class BeamSearchGenerator(nn.Module):
             self.model.set_beam_size(self.beam_size)
         self.model.eval()
 
+    @property
+    def plain_beam_search(self) -> bool:
+        """fairseq's own BeamSearch, not a subclass such as --parse-constrained's: its step is `candidates`."""
+        return type(self.search) is BeamSearch
+
     def length_penalty(self, length: int) -> float:
         """What a finished hypothesis's log P(Y|X) is divided by, |Y| = length (</s> included)."""
         if self.gnmt_alpha is not None:
@@ -126,7 +131,7 @@ class BeamSearchGenerator(nn.Module):
             raise VaswaniConfigError(f"--min-len {self.min_len} is longer than the length limit "
                                      f"{int(limits.min())} (--max-len-a, --max-len-b)")
         encoder_out = self.model.encoder.forward_torchscript({"src_tokens": src_tokens, "src_lengths": src_lengths})
-        if self.beam_size == 1 and not self.paper and type(self.search) is BeamSearch:
+        if self.beam_size == 1 and not self.paper and self.plain_beam_search:
             outputs = self.search_greedy(encoder_out, limits, bos_token)
         else:
             outputs = self.search_beams(encoder_out, src_lengths, limits, ids, bos_token)
@@ -167,10 +172,12 @@ class BeamSearchGenerator(nn.Module):
             logits = logits.div_(self.temperature)
         return self.model.get_normalized_probs((logits, None), log_probs=True)[:, -1, :]
 
-    def apply_rules(self, lprobs: Tensor, step: int, limits: Optional[Tensor]) -> Tensor:
-        """fairseq's rules on a step's log-probabilities: never <pad>, --unkpen, only </s> for rows at their
+    def apply_rules(self, lprobs: Tensor, step: int, limits: Optional[Tensor], nan_to_inf: bool = True) -> Tensor:
+        """fairseq's rules on a step's log-probabilities: NaN is -inf (or, nan_to_inf False, left to the caller,
+        which then looks at a step's candidates only), never <pad>, --unkpen, only </s> for rows at their
         length limit (`limits`: each row's, None where none is reached), no </s> before --min-len."""
-        lprobs = torch.nan_to_num_(lprobs, nan=-math.inf, posinf=math.inf, neginf=-math.inf)
+        if nan_to_inf:
+            lprobs = torch.nan_to_num_(lprobs, nan=-math.inf, posinf=math.inf, neginf=-math.inf)
         lprobs[:, self.pad] = -math.inf
         if self.unk_penalty:
             lprobs[:, self.unk] -= self.unk_penalty
@@ -181,6 +188,26 @@ class BeamSearchGenerator(nn.Module):
         if step < self.min_len:
             lprobs[:, self.eos] = -math.inf
         return lprobs
+
+    def candidates(self, step: int, lprobs: Tensor, scores: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        """fairseq's BeamSearch.step: the 2·beam best (score, token, beam) of each sentence, its hypotheses'
+        log P plus each next token's, over (sentences, beam, vocabulary) log-probabilities `lprobs` (rows of
+        `scores`: each hypothesis's cumulative log P). Taken from each row's own 2·beam best: the candidates
+        and their scores are fairseq's (the same sums), without adding the prefix to all of the vocabulary.
+        NaN log-probabilities are -inf here, as fairseq's nan_to_num makes them."""
+        sentences, k, vocabulary = lprobs.shape
+        if step == 0:  # all beams are the same hypothesis: fairseq reads the first
+            width = min(2 * k, vocabulary - 1)
+            cand_scores, cand_indices = lprobs[:, 0].topk(width, dim=1)
+            return (torch.nan_to_num_(cand_scores, nan=-math.inf, posinf=math.inf, neginf=-math.inf), cand_indices,
+                    torch.zeros_like(cand_indices))
+        width = min(2 * k, k * vocabulary - 1)
+        row_width = min(width, vocabulary)
+        row_scores, row_indices = lprobs.view(sentences * k, vocabulary).topk(row_width, dim=1)
+        row_scores = torch.nan_to_num_(row_scores, nan=-math.inf, posinf=math.inf, neginf=-math.inf)
+        row_scores = (row_scores + scores[:, step - 1: step]).view(sentences, k * row_width)
+        cand_scores, flat = row_scores.topk(width, dim=1)
+        return cand_scores, row_indices.view(sentences, k * row_width).gather(1, flat), flat // row_width
 
     def search_greedy(self, encoder_out, limits: Tensor, bos_token: Optional[int]) -> List[List[Dict[str, Tensor]]]:
         """Beam 1 under fairseq's rule, without its beam bookkeeping: fairseq keeps the best of two candidates,
@@ -196,11 +223,13 @@ class BeamSearchGenerator(nn.Module):
         first_limit = int(limits.min())
         for step in range(max_len + 1):
             lprobs = self.log_probs(tokens[:, : step + 1], encoder_out, state)
-            lprobs = self.apply_rules(lprobs, step, limits if step >= first_limit else None)
+            lprobs = self.apply_rules(lprobs, step, limits if step >= first_limit else None, nan_to_inf=False)
+            # fairseq adds the prefix's log P to every entry, then takes the best two; the best entry is the
+            # same, and the addition is made once per row.
+            best, token = lprobs.max(dim=1)
+            best = torch.nan_to_num_(best, nan=-math.inf, posinf=math.inf, neginf=-math.inf)
             if step:
-                lprobs = lprobs + scores[:, step - 1: step]
-            best, token = lprobs.topk(min(2, lprobs.size(1) - 1), dim=1)  # fairseq's two candidates
-            best, token = best[:, 0], token[:, 0]
+                best = best + scores[:, step - 1]
             tokens[:, step + 1], scores[:, step] = token, best
             ends = token.eq(self.eos) & best.ne(-math.inf)
             done = ends | best.eq(-math.inf) | limits.le(step)
@@ -250,12 +279,18 @@ class BeamSearchGenerator(nn.Module):
                     self.model.decoder.reorder_incremental_state_scripting(state, reorder)
                 encoder_out = self.model.encoder.reorder_encoder_out(encoder_out, reorder)
             lprobs = self.log_probs(tokens[:, : step + 1], encoder_out, state)
-            lprobs = self.apply_rules(lprobs, step, limits.repeat_interleave(k) if step >= first_limit else None)
-            if self.should_set_src_lengths:
-                self.search.set_src_lengths(src_lengths)
-            cand_scores, cand_indices, cand_beams = self.search.step(
-                step, lprobs.view(bsz, -1, vocabulary), scores.view(bsz, k, -1)[:, :, :step],
-                tokens[:, : step + 1], ids)
+            row_limits = limits.repeat_interleave(k) if step >= first_limit else None
+            if self.plain_beam_search:
+                lprobs = self.apply_rules(lprobs, step, row_limits, nan_to_inf=False)
+                cand_scores, cand_indices, cand_beams = self.candidates(step, lprobs.view(bsz, k, vocabulary),
+                                                                        scores)
+            else:
+                lprobs = self.apply_rules(lprobs, step, row_limits)
+                if self.should_set_src_lengths:
+                    self.search.set_src_lengths(src_lengths)
+                cand_scores, cand_indices, cand_beams = self.search.step(
+                    step, lprobs.view(bsz, -1, vocabulary), scores.view(bsz, k, -1)[:, :, :step],
+                    tokens[:, : step + 1], ids)
             candidates = cand_scores.size(1)
             cand_rows = cand_beams + (torch.arange(bsz, device=device) * k)[:, None]
             ends = cand_indices.eq(self.eos) & cand_scores.ne(-math.inf)
