@@ -212,10 +212,47 @@ def worker(spec) -> dict:
             seconds = time.perf_counter() - start
             key = f"{generator_name}_{name}"
             result[f"{key}_sentences_per_s"] = len(indices) / seconds
+            result["sentences"] = len(indices)
             result[f"{key}_tokens_per_s"] = generated / seconds
             result[f"{key}_hypotheses"] = hash(json.dumps(outputs))
             result[f"{key}_mean_gnmt_score"] = score / len(indices)
+    if spec["impl"] == "vaswani_transformer":
+        result["beam4_split"] = decoding_split(model, dictionary, batches, synchronize)
     return result
+
+
+def decoding_split(model, dictionary, batches, synchronize) -> dict:
+    """Seconds of the plugin's beam-4 search (--search fairseq) over `batches`, and of its calls to the decoder
+    (the layers and the output projection) and to the output projection alone: what any search over this model
+    must still spend. Measured in a run of its own, so that the timers do not touch the figures above."""
+    import torch
+    from vaswani_plugin.tasks.beam_search import BeamSearchGenerator
+    seconds = {"decoder": 0.0, "projection": 0.0}
+
+    def timed(name, function):
+        def call(*args, **kwargs):
+            synchronize()
+            start = time.perf_counter()
+            out = function(*args, **kwargs)
+            synchronize()
+            seconds[name] += time.perf_counter() - start
+            return out
+        return call
+
+    decoder, projection = model.decoder, model.decoder.output_projection
+    decoder.forward, projection.forward = timed("decoder", decoder.forward), timed("projection", projection.forward)
+    generator = BeamSearchGenerator([model], dictionary, beam_size=4, max_len_a=1, max_len_b=50)
+    try:
+        with torch.no_grad():
+            synchronize()
+            start = time.perf_counter()
+            for sample in batches:
+                generator.generate([model], sample)
+            synchronize()
+            seconds["total"] = time.perf_counter() - start
+    finally:
+        del decoder.forward, projection.forward  # the instance attributes: the classes' methods again
+    return seconds
 
 
 def generators(impl):
@@ -376,6 +413,7 @@ def main(argv=None):
             print(f"{size:6} same hypotheses (beam 4 and greedy): {'yes' if same else 'NO'}; the plugin's loss took "
                   f"{ours['loss_chunks']:.1f} chunks per training batch")
             print_generators(size, results)
+            print_split(size, results)
 
 
 def print_generators(size, results):
@@ -399,6 +437,19 @@ def print_generators(size, results):
                    for name in ("beam4", "greedy"))
         print(f"{size:6} {title:50}{figures}{'yes' if same else 'no':>11}"
               f"{row[f'{generator}_beam4_mean_gnmt_score']:12.4f}")
+
+
+def print_split(size, results):
+    """What bounds the plugin's beam-4 decoding: the shares of its time and the ratio to fairseq-generate that a
+    search costing nothing beside the decoder would reach."""
+    split = results["vaswani_transformer"]["beam4_split"]
+    fairseq_seconds = results["vaswani_transformer"]["sentences"] / results["transformer"][
+        "fairseq_generator_beam4_sentences_per_s"]
+    print(f"{size:6} beam 4, --search fairseq: decoder calls {100 * split['decoder'] / split['total']:.0f}% of the "
+          f"time (its output projection alone {100 * split['projection'] / split['total']:.0f}%), the search "
+          f"around them {100 * (1 - split['decoder'] / split['total']):.0f}%; with a search costing nothing the "
+          f"plugin would be at most {fairseq_seconds / split['decoder']:.2f}x fairseq-generate (this run: "
+          f"{fairseq_seconds / split['total']:.2f}x, timers on)")
 
 
 def _cuda() -> bool:
