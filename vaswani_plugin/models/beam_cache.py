@@ -34,7 +34,7 @@ class BeamCache:
         # Set by begin_step for the position being computed, read by every layer's attention.
         self.write_groups: Optional[Tensor] = None
         self.write_slots: Optional[Tensor] = None
-        self.allowed: Optional[Tensor] = None
+        self.blocked: Optional[Tensor] = None
 
     @classmethod
     def start(cls, layers: int, memory: Tensor, memory_padding: Tensor, beam_size: Optional[int]
@@ -67,17 +67,17 @@ class BeamCache:
         self.ancestry[:, self.length] = own_slot
         # Where each row writes this position: its group's slab group, its own slot.
         self.write_groups, self.write_slots = self.slab_group.repeat_interleave(k), own_slot
-        # May attend: (slab groups, 1, k queries, positions · k slots), the hypothesis's own slot at each
-        # position, and no padding. Shared by every layer of this step.
+        # May not attend: (slab groups, 1, k queries, positions · k slots), the other hypotheses' slots at each
+        # position, and padding. Shared by every layer of this step.
         positions = self.length + 1
         slots = self.to_slab(self.ancestry[:, :positions])
-        allowed = None
+        blocked = None
         if k > 1:
-            allowed = slots[..., None] == torch.arange(k, device=slots.device)
+            blocked = slots[..., None] != torch.arange(k, device=slots.device)
         if padding.any():
-            not_padding = self.to_slab(~padding, fill=True)[..., None]
-            allowed = not_padding if allowed is None else allowed & not_padding
-        self.allowed = None if allowed is None else allowed.flatten(2)[:, None]
+            is_padding = self.to_slab(padding, fill=False)[..., None]
+            blocked = is_padding if blocked is None else blocked | is_padding
+        self.blocked = None if blocked is None else blocked.flatten(2)[:, None]
 
     def end_step(self):
         self.length += 1
@@ -146,7 +146,7 @@ class LayerCache:
         self.self_v: Optional[Tensor] = None
         self.memory_k: Optional[Tensor] = None
         self.memory_v: Optional[Tensor] = None
-        self.memory_mask: Optional[Tensor] = None
+        self.memory_blocked: Optional[Tensor] = None  # True at the source's padding
 
     def _slab(self, slab: Optional[Tensor], new: Tensor) -> Tensor:
         """The slab for `new` (rows, heads, 1, d): (slab groups, heads, capacity, k slots, d), grown as needed.
@@ -172,7 +172,7 @@ class LayerCache:
         positions = cache.length + 1
         keys, values = [slab[:, :, :positions].flatten(2, 3) for slab in (self.self_k, self.self_v)]
         # Every slot of the group is scored; the mask keeps the hypothesis's own.
-        return self._attend(q, keys, values, cache.allowed)[1]
+        return self._attend(q, keys, values, cache.blocked)[1]
 
     def attend_memory(self, q: Tensor, keys_values: Callable[[], Tuple[Tensor, Tensor]],
                       memory_mask: Optional[Tensor], need_weights: bool) -> Tuple[Tensor, Optional[Tensor]]:
@@ -182,21 +182,21 @@ class LayerCache:
         if self.memory_k is None:
             # Contiguous once, or every step's matmul would copy them.
             self.memory_k, self.memory_v = [t.contiguous() for t in keys_values()]
-            self.memory_mask = memory_mask
-        probs, out = self._attend(q, self.memory_k, self.memory_v, self.memory_mask)
+            self.memory_blocked = None if memory_mask is None else ~memory_mask
+        probs, out = self._attend(q, self.memory_k, self.memory_v, self.memory_blocked)
         weights = None
         if need_weights:
             weights = cache.from_slab(probs.mean(dim=1)).reshape(cache.rows, 1, -1)
         return out, weights
 
-    def _attend(self, q: Tensor, keys: Tensor, values: Tensor, allowed: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    def _attend(self, q: Tensor, keys: Tensor, values: Tensor, blocked: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
         """Eq. 1 for each slab group's k queries (q: rows, heads, 1, d_k) against the keys/values the group
         shares (slab groups, heads, keys, d). Returns the probabilities (slab groups, heads, k, keys) and the
         output rows (rows, 1, heads · d_v)."""
         queries = self.cache.to_slab(q[:, :, 0] / math.sqrt(q.size(-1))).transpose(1, 2)
         scores = torch.matmul(queries, keys.transpose(-1, -2))
-        if allowed is not None:
-            scores = scores.masked_fill(~allowed, float("-inf"))
+        if blocked is not None:
+            scores = scores.masked_fill(blocked, float("-inf"))
         probs = torch.softmax(scores.float(), dim=-1).type_as(scores)
         return probs, self._rows(torch.matmul(probs, values))
 
@@ -211,8 +211,8 @@ class LayerCache:
         self.select_memory(groups)
 
     def select_memory(self, groups: Tensor):
-        self.memory_k, self.memory_v, self.memory_mask = _select_rows(
-            (self.memory_k, self.memory_v, self.memory_mask), groups)
+        self.memory_k, self.memory_v, self.memory_blocked = _select_rows(
+            (self.memory_k, self.memory_v, self.memory_blocked), groups)
 
     def copy_history(self, old_groups: Tensor, history: Tensor, group_size: int):
         """New group g continues one row: old slab group old_groups[g], slots history[g] at past positions."""
