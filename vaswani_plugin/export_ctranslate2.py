@@ -1,0 +1,272 @@
+"""Export a `vaswani_transformer` checkpoint to CTranslate2, the inference engine fairseq users deploy with.
+
+    python -m vaswani_plugin.export_ctranslate2 --checkpoint CKPT --data DATA_BIN --output DIR [--quantization int8]
+
+The directory holds a CTranslate2 TransformerSpec built with CTranslate2's own specification API (its
+Converter), weight for weight the plugin's model: the fused Q/K/V projections as they are, post-norm or
+pre-norm (with the final norms) as the checkpoint says, shared or separate embeddings, the §3.5 sinusoids
+written out as a table (interleaved sin/cos, position 0 at the first token: CTranslate2's built-in table is
+another layout) or the learned table of Table 3 (E), the data-bin's dictionaries as vocabularies.
+Decoding then runs as fairseq-generate's: from </s>, the source ending in </s>, never <pad>.
+`python -m vaswani_plugin.translate_ctranslate2` translates raw text with it; docs/reference.md has the
+details and what differs from fairseq-generate's options.
+"""
+
+import argparse
+import math
+import sys
+from dataclasses import fields
+from pathlib import Path
+from types import SimpleNamespace
+
+MISSING = ("the CTranslate2 export needs the package ctranslate2: "
+           "pip install -e \".[ctranslate2]\" (or pip install ctranslate2)")
+try:
+    import ctranslate2
+    from ctranslate2.converters.converter import Converter
+    from ctranslate2.specs import common_spec, transformer_spec
+except ImportError:
+    if __name__ == "__main__":
+        sys.exit(f"vaswani_plugin.export_ctranslate2: error: {MISSING}")
+    raise ImportError(MISSING) from None
+
+import numpy
+import torch
+from fairseq.data import Dictionary, data_utils
+
+import vaswani_plugin  # noqa: F401  (allow-lists fairseq's checkpoint classes for weights_only loading)
+from vaswani_plugin.checkpoints.storage import load_checkpoint
+from vaswani_plugin.cli import run_command
+from vaswani_plugin.errors import VaswaniConfigError
+from vaswani_plugin.models.layers import sinusoidal_positions
+from vaswani_plugin.models.vaswani_transformer import (
+    VaswaniTransformerConfig,
+    VaswaniTransformerModel,
+    head_dims,
+)
+
+QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
+
+
+def array(tensor: torch.Tensor) -> numpy.ndarray:
+    return tensor.detach().to(device="cpu", dtype=torch.float32).contiguous().numpy()
+
+
+def vocabulary(dictionary: Dictionary):
+    """fairseq's symbols in id order; <pad> under CTranslate2's name for padding, <blank> (as CTranslate2's
+    own fairseq converter names it)."""
+    return ["<blank>" if index == dictionary.pad() else symbol for index, symbol in enumerate(dictionary.symbols)]
+
+
+def head_dim(model: VaswaniTransformerModel, side: str):
+    """CTranslate2's head_dim for a stack, None where it is d_model / h; refuses d_k ≠ d_v (§3.2.2), which
+    CTranslate2's attention cannot hold (it splits keys and values into equal heads)."""
+    stack = getattr(model, side)
+    attention = stack.layers[0].self_attention.sublayer
+    dim, heads = stack.embedding.dim, attention.heads
+    if attention.key_dim != attention.value_dim:
+        raise VaswaniConfigError(
+            f"the {side} has d_k = {attention.key_dim} and d_v = {attention.value_dim} "
+            "(--attention-key-dim/--attention-value-dim); CTranslate2's attention needs d_k = d_v")
+    return None if attention.key_dim * heads == dim else attention.key_dim
+
+
+def position_table(embedding, rows: int) -> numpy.ndarray:
+    """Row p = what the model adds at position p, counted from 0 at the first token (§3.5 or Table 3 (E))."""
+    if embedding.learned_positions is not None:
+        return array(embedding.learned_positions.weight[:rows])
+    return array(sinusoidal_positions(torch.arange(rows), embedding.dim))
+
+
+def set_embedding(spec, embeddings_spec, embedding, rows: int):
+    """§3.4 + §3.5: Embedding(token) · √d_model + PE(pos)."""
+    embeddings_spec.weight = array(embedding.embed_tokens.weight)
+    spec.scale_embeddings = numpy.float32(embedding.scale)
+    spec.position_encodings.encodings = position_table(embedding, rows)
+
+
+def set_linear(spec, linear):
+    spec.weight = array(linear.weight)
+    if linear.bias is not None:
+        spec.bias = array(linear.bias)
+
+
+def set_layer_norm(spec, norm):
+    spec.gamma = array(norm.weight)
+    spec.beta = array(norm.bias)
+
+
+def set_attention(spec, residual):
+    """§3.2.2: the fused projections as CTranslate2 holds them: [W^Q; W^K; W^V] for self-attention, W^Q and
+    [W^K; W^V] for encoder-decoder attention; then W^O; the residual's LayerNorm."""
+    attention = residual.sublayer
+    if attention.self_attention:
+        set_linear(spec.linear[0], attention.qkv_proj)
+    else:
+        set_linear(spec.linear[0], attention.q_proj)
+        set_linear(spec.linear[1], attention.kv_proj)
+    set_linear(spec.linear[-1], attention.out_proj)
+    set_layer_norm(spec.layer_norm, residual.norm)
+
+
+def set_feed_forward(spec, residual):
+    """§3.3, eq. 2."""
+    set_linear(spec.linear_0, residual.sublayer.inner)
+    set_linear(spec.linear_1, residual.sublayer.outer)
+    set_layer_norm(spec.layer_norm, residual.norm)
+
+
+def layer_norm_epsilon(model) -> float:
+    epsilons = {module.eps for module in model.modules() if isinstance(module, torch.nn.LayerNorm)}
+    if len(epsilons) != 1:
+        raise VaswaniConfigError(f"the model's layer norms have several epsilons {sorted(epsilons)}")
+    return epsilons.pop()
+
+
+def transformer_spec_of(model: VaswaniTransformerModel, source_dictionary: Dictionary,
+                        target_dictionary: Dictionary, max_source_positions: int, max_target_positions: int):
+    """The ctranslate2.specs.TransformerSpec that computes what `model` computes."""
+    encoder, decoder = model.encoder, model.decoder
+    encoder_pre_norm = encoder.final_norm is not None
+    decoder_pre_norm = decoder.final_norm is not None
+    encoder_spec = transformer_spec.TransformerEncoderSpec(
+        len(encoder.layers), encoder.layers[0].self_attention.sublayer.heads, pre_norm=encoder_pre_norm,
+        activation=common_spec.Activation.RELU, head_dim=head_dim(model, "encoder"))
+    decoder_spec = transformer_spec.TransformerDecoderSpec(
+        len(decoder.layers), decoder.layers[0].self_attention.sublayer.heads, pre_norm=decoder_pre_norm,
+        activation=common_spec.Activation.RELU, head_dim=head_dim(model, "decoder"))
+
+    set_embedding(encoder_spec, encoder_spec.embeddings[0], encoder.embedding, max_source_positions)
+    for layer_spec, layer in zip(encoder_spec.layer, encoder.layers):
+        set_attention(layer_spec.self_attention, layer.self_attention)
+        set_feed_forward(layer_spec.ffn, layer.feed_forward)
+    if encoder_pre_norm:
+        set_layer_norm(encoder_spec.layer_norm, encoder.final_norm)
+
+    set_embedding(decoder_spec, decoder_spec.embeddings, decoder.embedding, max_target_positions)
+    for layer_spec, layer in zip(decoder_spec.layer, decoder.layers):
+        set_attention(layer_spec.self_attention, layer.self_attention)
+        set_attention(layer_spec.attention, layer.encoder_attention)
+        set_feed_forward(layer_spec.ffn, layer.feed_forward)
+    if decoder_pre_norm:
+        set_layer_norm(decoder_spec.layer_norm, decoder.final_norm)
+    # §3.4's pre-softmax projection (no bias in the model). fairseq's generator never emits <pad>: the bias
+    # keeps it out here too, before the softmax (fairseq removes it after; see docs/reference.md).
+    decoder_spec.projection.weight = array(decoder.output_projection.weight)
+    no_padding = numpy.zeros(len(target_dictionary), dtype=numpy.float32)
+    no_padding[target_dictionary.pad()] = numpy.finfo(numpy.float32).min
+    decoder_spec.projection.bias = no_padding
+
+    spec = transformer_spec.TransformerSpec(encoder_spec, decoder_spec)
+    spec.config.layer_norm_epsilon = layer_norm_epsilon(model)
+    # fairseq's conventions: the source ends in </s>, decoding starts from </s>.
+    spec.config.bos_token, spec.config.eos_token, spec.config.unk_token = (
+        target_dictionary[target_dictionary.bos()], target_dictionary[target_dictionary.eos()],
+        target_dictionary[target_dictionary.unk()])
+    spec.config.decoder_start_token = spec.config.eos_token
+    spec.config.add_source_eos = True
+    spec.register_source_vocabulary(vocabulary(source_dictionary))
+    spec.register_target_vocabulary(vocabulary(target_dictionary))
+    return spec
+
+
+class VaswaniConverter(Converter):
+    """CTranslate2's Converter for an in-memory vaswani_transformer and its dictionaries."""
+
+    def __init__(self, model: VaswaniTransformerModel, source_dictionary: Dictionary, target_dictionary: Dictionary,
+                 max_source_positions: int = None, max_target_positions: int = None):
+        self.model, self.source_dictionary, self.target_dictionary = model, source_dictionary, target_dictionary
+        self.max_source_positions = max_source_positions or model.encoder.max_positions()
+        self.max_target_positions = max_target_positions or model.decoder.max_positions()
+
+    def _load(self):
+        with torch.no_grad():
+            return transformer_spec_of(self.model, self.source_dictionary, self.target_dictionary,
+                                       self.max_source_positions, self.max_target_positions)
+
+
+def export(model: VaswaniTransformerModel, source_dictionary: Dictionary, target_dictionary: Dictionary,
+           output_dir, quantization: str = None, force: bool = False) -> str:
+    """Write `model` as a CTranslate2 model directory; returns its path. quantization: one of QUANTIZATIONS
+    (the weights' type on disk; CTranslate2 converts on load to the compute_type asked for)."""
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        raise VaswaniConfigError(f"--quantization {quantization}: not one of {', '.join(QUANTIZATIONS)}")
+    if Path(output_dir).exists() and not force:
+        raise VaswaniConfigError(f"{output_dir} exists; choose another --output, or --force to replace it")
+    return VaswaniConverter(model, source_dictionary, target_dictionary).convert(
+        str(output_dir), quantization=quantization, force=force)
+
+
+def model_config(cfg_model) -> VaswaniTransformerConfig:
+    """The checkpoint's cfg["model"] (an omegaconf DictConfig or a dict) as the model's config dataclass."""
+    options = dict(cfg_model.items()) if hasattr(cfg_model, "items") else vars(cfg_model)
+    name = options.get("_name") or options.get("arch")
+    if name is None or not str(name).startswith("vaswani_transformer"):
+        raise VaswaniConfigError(
+            f"not a vaswani_transformer checkpoint (its model is {name!r}); a fairseq transformer: convert it "
+            "first with python -m vaswani_plugin.checkpoints.convert_fairseq")
+    names = {f.name for f in fields(VaswaniTransformerConfig)}
+    return VaswaniTransformerConfig(**{key: value for key, value in options.items() if key in names})
+
+
+def load(checkpoint_path, data, source_lang: str = None, target_lang: str = None):
+    """(model, source dictionary, target dictionary) of a vaswani_transformer checkpoint and its data-bin."""
+    checkpoint = load_checkpoint(checkpoint_path)
+    if not isinstance(checkpoint, dict) or not checkpoint.get("cfg") or "model" not in checkpoint:
+        raise VaswaniConfigError(f"{checkpoint_path}: not a fairseq checkpoint (it has no 'cfg' and 'model')")
+    config = model_config(checkpoint["cfg"]["model"])
+    task = checkpoint["cfg"].get("task") or {}
+    source_lang = source_lang or task.get("source_lang")
+    target_lang = target_lang or task.get("target_lang")
+    if source_lang is None or target_lang is None:
+        source_lang, target_lang = data_utils.infer_language_pair(data)
+        if source_lang is None:
+            raise VaswaniConfigError(f"{data}: cannot tell the language pair; give --source-lang and --target-lang")
+    dictionaries = []
+    for lang in (source_lang, target_lang):
+        path = Path(data) / f"dict.{lang}.txt"
+        if not path.is_file():
+            raise VaswaniConfigError(f"{path}: no such dictionary (--data is fairseq-preprocess's output folder)")
+        dictionaries.append(Dictionary.load(str(path)))
+    model = VaswaniTransformerModel.build_model(
+        config, SimpleNamespace(source_dictionary=dictionaries[0], target_dictionary=dictionaries[1]))
+    try:
+        model.load_state_dict(checkpoint["model"])
+    except RuntimeError as error:
+        raise VaswaniConfigError(f"{checkpoint_path}: its weights do not fit the dictionaries in {data} "
+                                 f"({str(error).splitlines()[1].strip()})") from None
+    return model.eval(), dictionaries[0], dictionaries[1]
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="vaswani_plugin.export_ctranslate2", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", required=True, help="a vaswani_transformer checkpoint")
+    parser.add_argument("--data", required=True, help="its data-bin (fairseq-preprocess output): the dictionaries")
+    parser.add_argument("--output", required=True, help="the CTranslate2 model directory to write")
+    parser.add_argument("--quantization", choices=QUANTIZATIONS,
+                        help="weight type on disk (default: float32); int8 is the fast one on CPUs")
+    parser.add_argument("--source-lang", help="default: the checkpoint's, else the data-bin's")
+    parser.add_argument("--target-lang", help="default: the checkpoint's, else the data-bin's")
+    parser.add_argument("--force", action="store_true", help="replace --output if it exists")
+    run_command(parser, export_command, argv)
+
+
+def export_command(args) -> None:
+    if Path(args.output).exists() and not args.force:
+        raise VaswaniConfigError(f"{args.output} exists; choose another --output, or --force to replace it")
+    print(f"loading {args.checkpoint} with the dictionaries of {args.data}", flush=True)
+    model, source_dictionary, target_dictionary = load(args.checkpoint, args.data, args.source_lang,
+                                                       args.target_lang)
+    print(f"writing {args.output} (ctranslate2 {ctranslate2.__version__}, weights "
+          f"{args.quantization or 'float32'})", flush=True)
+    export(model, source_dictionary, target_dictionary, args.output, args.quantization, args.force)
+    encoder, decoder = model.encoder, model.decoder
+    print(f"exported {args.checkpoint} -> {args.output}: d_model {encoder.embedding.dim}, N "
+          f"{len(encoder.layers)}/{len(decoder.layers)}, {'pre' if encoder.final_norm else 'post'}-norm, "
+          f"vocabularies {len(source_dictionary)}/{len(target_dictionary)}; translate with "
+          f"python -m vaswani_plugin.translate_ctranslate2 --model {args.output}")
+
+
+if __name__ == "__main__":
+    main()
