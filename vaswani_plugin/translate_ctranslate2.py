@@ -1,0 +1,128 @@
+"""Translate raw text with a model exported by vaswani_plugin.export_ctranslate2, on CTranslate2.
+
+    python -m vaswani_plugin.translate_ctranslate2 --model DIR --source-lang en --target-lang de \\
+        --bpe-codes data/bpe/codes [--beam 4] [--compute-type int8] [--threads 2] < input.txt > output.txt
+
+One sentence a line, as fairseq-interactive `--tokenizer moses --moses-no-escape --bpe subword_nmt` (or
+`--bpe sentencepiece` with --sentencepiece-model, the En-Fr recipe's) reads and writes it, through fairseq's
+own encoders: Moses-tokenised without escaping, split into subwords, translated, the subwords joined and the
+result Moses-detokenised. An empty line gives an empty line. The length limit is fairseq's, max-len-a x the
+longest source of a batch of --batch-size lines (its subwords and </s>) + max-len-b; --length-penalty is
+CTranslate2's: scores divided by |Y|^p, |Y| counting </s>, as fairseq-generate's --lenpen (docs/reference.md).
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from vaswani_plugin.export_ctranslate2 import MISSING
+
+try:
+    import ctranslate2
+except ImportError:
+    if __name__ == "__main__":
+        sys.exit(f"vaswani_plugin.translate_ctranslate2: error: {MISSING}")
+    raise ImportError(MISSING) from None
+
+from fairseq.data.encoders.moses_tokenizer import MosesTokenizer, MosesTokenizerConfig
+from fairseq.data.encoders.sentencepiece_bpe import SentencepieceBPE, SentencepieceConfig
+from fairseq.data.encoders.subword_nmt_bpe import SubwordNMTBPE, SubwordNMTBPEConfig
+
+from vaswani_plugin.cli import run_command
+from vaswani_plugin.errors import VaswaniConfigError
+
+COMPUTE_TYPES = ("default", "auto", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float32",
+                 "float16", "bfloat16")
+
+
+class TextPipeline:
+    """Raw text <-> the model's subword tokens, as fairseq-interactive makes them (fairseq's encoders)."""
+
+    def __init__(self, source_lang: str, target_lang: str, bpe_codes=None, sentencepiece_model=None):
+        for option, path in (("--bpe-codes", bpe_codes), ("--sentencepiece-model", sentencepiece_model)):
+            if path is not None and not Path(path).is_file():
+                raise VaswaniConfigError(f"{option} {path}: no such file")
+        self.tokenizer = MosesTokenizer(MosesTokenizerConfig(source_lang=source_lang, target_lang=target_lang,
+                                                             moses_no_escape=True))
+        if bpe_codes is not None:
+            self.subwords = SubwordNMTBPE(SubwordNMTBPEConfig(bpe_codes=str(bpe_codes)))
+        else:
+            self.subwords = SentencepieceBPE(SentencepieceConfig(sentencepiece_model=str(sentencepiece_model)))
+
+    def encode(self, line: str):
+        return self.subwords.encode(self.tokenizer.encode(line)).split()
+
+    def decode(self, tokens) -> str:
+        return self.tokenizer.decode(self.subwords.decode(" ".join(tokens)))
+
+
+def translate_tokens(translator, sources, *, beam: int, length_penalty: float, max_len_a: float, max_len_b: int):
+    """Best hypothesis (tokens) of each source (tokens, without </s>), decoded as fairseq-generate decodes:
+    from </s>, at least one token, never <pad> (the exported model's bias), at most max_len_a x (the longest
+    source + 1) + max_len_b tokens. One CTranslate2 batch."""
+    limit = int(max_len_a * (max(map(len, sources)) + 1) + max_len_b)
+    results = translator.translate_batch(sources, beam_size=beam, length_penalty=length_penalty,
+                                         max_decoding_length=limit, min_decoding_length=1, max_input_length=0)
+    return [result.hypotheses[0] for result in results]
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="vaswani_plugin.translate_ctranslate2", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="a directory written by vaswani_plugin.export_ctranslate2")
+    parser.add_argument("--source-lang", required=True, help="source language, for the Moses tokeniser (en, ...)")
+    parser.add_argument("--target-lang", required=True, help="target language, for the Moses detokeniser (de, ...)")
+    subwords = parser.add_mutually_exclusive_group(required=True)
+    subwords.add_argument("--bpe-codes", help="subword-nmt codes the data was segmented with (the quickstart's "
+                                              "data/bpe/codes)")
+    subwords.add_argument("--sentencepiece-model", help="sentencepiece model the data was segmented with (En-Fr)")
+    parser.add_argument("--beam", type=int, default=4, help="beam size; 1: greedy (default 4, §6.1)")
+    parser.add_argument("--length-penalty", type=float, default=1.0,
+                        help="CTranslate2's: hypotheses ranked by log P / |Y|^p (|Y| with </s>), fairseq-generate's "
+                             "--lenpen; 0: by log P. Not GNMT's ((5+|Y|)/6)^alpha (docs/reference.md) (default 1)")
+    parser.add_argument("--max-len-a", type=float, default=0, help="length limit a x source length + b (default 0)")
+    parser.add_argument("--max-len-b", type=int, default=200, help="length limit a x source length + b (default 200)")
+    parser.add_argument("--compute-type", default="default", choices=COMPUTE_TYPES,
+                        help="CTranslate2's computation type; default: the exported weights' (int8 is the fast one "
+                             "on CPUs)")
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    parser.add_argument("--threads", type=int, default=0, help="CPU threads (CTranslate2's intra_threads; 0: its "
+                                                               "default)")
+    parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
+    run_command(parser, translate_command, argv)
+
+
+def translate_command(args) -> None:
+    if args.beam < 1 or args.batch_size < 1:
+        raise VaswaniConfigError("--beam and --batch-size must be at least 1")
+    if not Path(args.model, "model.bin").is_file():
+        raise VaswaniConfigError(f"--model {args.model}: no CTranslate2 model there (write one with "
+                                 "python -m vaswani_plugin.export_ctranslate2)")
+    pipeline = TextPipeline(args.source_lang, args.target_lang, args.bpe_codes, args.sentencepiece_model)
+    translator = ctranslate2.Translator(args.model, device=args.device, compute_type=args.compute_type,
+                                       intra_threads=args.threads, inter_threads=1)
+    lines = sys.stdin.read().splitlines()
+    start, reported = time.perf_counter(), time.perf_counter()
+    for first in range(0, len(lines), args.batch_size):
+        batch = [pipeline.encode(line) for line in lines[first:first + args.batch_size]]
+        sources = [tokens for tokens in batch if tokens]
+        try:
+            translations = iter(translate_tokens(translator, sources, beam=args.beam,
+                                                 length_penalty=args.length_penalty, max_len_a=args.max_len_a,
+                                                 max_len_b=args.max_len_b) if sources else [])
+        except RuntimeError as error:  # CTranslate2's, e.g. a length beyond the exported position table
+            raise VaswaniConfigError(f"lines {first + 1}-{first + len(batch)}: {error}") from None
+        for tokens in batch:
+            print(pipeline.decode(next(translations)) if tokens else "")
+        sys.stdout.flush()
+        if time.perf_counter() - reported > 10:
+            reported = time.perf_counter()
+            print(f"translated {first + len(batch)}/{len(lines)} lines", file=sys.stderr, flush=True)
+    seconds = time.perf_counter() - start
+    print(f"translated {len(lines)} lines in {seconds:.1f} s ({len(lines) / max(seconds, 1e-9):.1f} lines/s; "
+          f"beam {args.beam}, compute type {translator.compute_type})", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
