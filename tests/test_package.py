@@ -16,9 +16,9 @@ from cli_helpers import REPO
 
 PACKAGE = REPO / "vaswani_plugin"
 # What the package may import: itself, fairseq and what fairseq itself needs (omegaconf for its configs), torch,
-# numpy, the standard library and the [recipes] extra of setup.py.
+# numpy, the standard library and the [recipes] and [ctranslate2] extras of setup.py.
 ALLOWED = {"vaswani_plugin", "fairseq", "omegaconf", "torch", "numpy",
-           "sacremoses", "subword_nmt", "sentencepiece", "sacrebleu", "matplotlib"}
+           "sacremoses", "subword_nmt", "sentencepiece", "sacrebleu", "matplotlib", "ctranslate2"}
 SUBPACKAGES = {"checkpoints", "scoring", "tools", "models", "criterions", "lr_scheduler", "tasks"}
 # What the build needs of the repository; the rest (tests, recipes, work/, checkpoints) stays out of the copy.
 BUILD_INPUTS = ("setup.py", "setup.cfg", "pyproject.toml", "MANIFEST.in", "README.md", "vaswani_plugin", "prepare")
