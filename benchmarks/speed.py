@@ -16,6 +16,11 @@ Then, each implementation in its own process (so that peak memory is its own):
   beam search (vaswani_plugin.tasks.beam_search) on the plugin's model under both of its rules: `--search
   fairseq`, whose hypotheses must be fairseq's (checked, printed), and `--search paper` (§6.1: GNMT α = 0.6,
   early stop, each sentence's own limit; other hypotheses, their mean GNMT score printed).
+- CTranslate2 (vaswani_plugin.export_ctranslate2) on the plugin's model, exported with float32 and with int8
+  weights, at 1 and 2 threads: the same batches, beam 4 and greedy, length penalty 1 (fairseq-generate's --lenpen
+  1) and the same limit; how many of its hypotheses are the plugin's, and BLEU of the plugin's beam 4 and of
+  both exports (sacrebleu, tokenize none: on the data's Moses tokens with the BPE joined, against the test
+  references so written).
 On GPU (--device cuda) with --amp, fp16 autocast; the model FLOP utilisation (model FLOPs per second / the
 GPU's peak) is printed for training. With --bf16-autocast on (or auto, on a CPU that multiplies bfloat16
 natively: vaswani_plugin.precision decides, as for the task's option), the plugin's training steps run under
@@ -218,6 +223,7 @@ def worker(spec) -> dict:
             result[f"{key}_mean_gnmt_score"] = score / len(indices)
     if spec["impl"] == "vaswani_transformer":
         result["beam4_split"] = decoding_split(model, dictionary, batches, synchronize)
+        result["ctranslate2"] = ctranslate2_figures(spec)
     return result
 
 
@@ -414,6 +420,7 @@ def main(argv=None):
                   f"{ours['loss_chunks']:.1f} chunks per training batch")
             print_generators(size, results)
             print_split(size, results)
+            print_ctranslate2(size, results)
 
 
 def print_generators(size, results):
@@ -450,6 +457,109 @@ def print_split(size, results):
           f"around them {100 * (1 - split['decoder'] / split['total']):.0f}%; with a search costing nothing the "
           f"plugin would be at most {fairseq_seconds / split['decoder']:.2f}x fairseq-generate (this run: "
           f"{fairseq_seconds / split['total']:.2f}x, timers on)")
+
+
+CT2_WEIGHTS = ("float32", "int8")
+CT2_THREADS = (1, 2)
+CT2_LENGTH_PENALTIES = (0.2, 0.4, 0.5, 0.6, 0.8, 1.0)
+
+
+def ctranslate2_figures(spec) -> dict:
+    """CTranslate2 on the plugin's model (built again from the same weights, in the plugin's worker process after
+    its own figures; CTranslate2's memory is not measured), exported
+    by vaswani_plugin.export_ctranslate2 with float32 and int8 weights: beam 4 and greedy over the generators'
+    batches (length penalty 1 as theirs, at most input + 50, at least one token), at 1 and 2 threads (CPU; one
+    run on a GPU). Each hypothesis is compared with the plugin's own search's (--search fairseq, untimed here);
+    BLEU of the plugin's beam 4 and each export's, from the 2-thread runs; and how many of float32's hypotheses
+    with each of CT2_LENGTH_PENALTIES are those of the plugin's --search paper (GNMT alpha 0.6)."""
+    import ctranslate2
+    import torch
+    from sacrebleu.metrics import BLEU
+    import vaswani_plugin  # noqa: F401
+    from vaswani_plugin.export_ctranslate2 import export
+    from vaswani_plugin.tasks.beam_search import BeamSearchGenerator
+    from vaswani_plugin.translate_ctranslate2 import translate_tokens
+
+    dictionary, _, test = load_data(spec)
+    model = build_model(dict(spec, impl="vaswani_transformer"), dictionary)[0].eval()
+    indices = list(range(min(spec["sentences"], len(test))))
+    samples = [test.collater([test[i] for i in indices[first:first + 128]]) for first in range(0, len(indices), 128)]
+    special = {dictionary.pad(), dictionary.eos()}
+    sources = [[[dictionary[i] for i in row if i not in special] for row in sample["net_input"]["src_tokens"].tolist()]
+               for sample in samples]
+    plugin = {}
+    for name, beam, options in (("beam4", 4, {}), ("greedy", 1, {}),
+                                ("paper", 4, {"rule": "paper", "gnmt_alpha": PAPER_ALPHA})):
+        generator = BeamSearchGenerator([model], dictionary, beam_size=beam, max_len_a=1, max_len_b=50, **options)
+        with torch.no_grad():
+            plugin[name] = [hypotheses[0]["tokens"].tolist() for sample in samples
+                            for hypotheses in generator.generate([model], sample)]
+
+    def text(tokens):
+        return dictionary.string(torch.tensor(tokens), "subword_nmt")
+
+    references = [text(row) for sample in samples for row in sample["target"].tolist()]
+    bleu = BLEU(tokenize="none")
+    result = {"sentences": len(indices), "bleu_plugin_beam4": bleu.corpus_score(
+        [text(tokens) for tokens in plugin["beam4"]], [references]).score}
+    device = spec["device"]
+    with tempfile.TemporaryDirectory() as scratch:
+        for weights in CT2_WEIGHTS:
+            path = export(model, dictionary, dictionary, Path(scratch) / weights, quantization=weights)
+            for threads in CT2_THREADS if device == "cpu" else CT2_THREADS[:1]:
+                translator = ctranslate2.Translator(path, device=device, compute_type=weights,
+                                                   intra_threads=threads, inter_threads=1)
+                for name, beam in (("beam4", 4), ("greedy", 1)):
+                    options = dict(beam=beam, length_penalty=1.0, max_len_a=1, max_len_b=50)
+                    translate_tokens(translator, sources[0][:8], **options)  # warm-up
+                    start = time.perf_counter()
+                    outputs = [hypothesis for batch in sources for hypothesis in
+                               translate_tokens(translator, batch, **options)]
+                    seconds = time.perf_counter() - start
+                    # as the generators' hypotheses: ids and </s> (fairseq ends a hypothesis at the limit with it)
+                    outputs = [[dictionary.index(token) for token in tokens] + [dictionary.eos()] for tokens in outputs]
+                    key = f"ct2_{weights}_{threads}_{name}"
+                    result[f"{key}_sentences_per_s"] = len(indices) / seconds
+                    result[f"{key}_tokens_per_s"] = sum(map(len, outputs)) / seconds
+                    result[f"{key}_same_as_plugin"] = sum(a == b for a, b in zip(outputs, plugin[name]))
+                    if name == "beam4":
+                        result[f"bleu_{weights}_beam4"] = bleu.corpus_score([text(t) for t in outputs],
+                                                                            [references]).score
+            if weights == "float32":
+                # Which length_penalty p (scores log P / |Y|^p) comes closest to GNMT's ((5+|Y|)/6)^0.6 (§6.1)?
+                for penalty in CT2_LENGTH_PENALTIES:
+                    outputs = [[dictionary.index(token) for token in tokens] + [dictionary.eos()]
+                               for batch in sources for tokens in translate_tokens(
+                                   translator, batch, beam=4, length_penalty=penalty, max_len_a=1, max_len_b=50)]
+                    result[f"paper_same_at_{penalty}"] = sum(a == b for a, b in zip(outputs, plugin["paper"]))
+    return result
+
+
+def print_ctranslate2(size, results):
+    """CTranslate2's sentences/s and its ratio to fairseq-generate (fairseq's generator on fairseq's model, at
+    torch's threads), its hypotheses that are the plugin's, and BLEU."""
+    reference, ct2 = results["transformer"], results["vaswani_transformer"]["ctranslate2"]
+    print(f"{size:6} {'CTranslate2 (same batches, length penalty 1)':50}{'beam4 sent/s':>14}{'ratio':>7}"
+          f"{'greedy sent/s':>15}{'ratio':>7}{'same hyps beam4/greedy':>24}")
+    for weights in CT2_WEIGHTS:
+        for threads in CT2_THREADS:
+            key = f"ct2_{weights}_{threads}"
+            if f"{key}_beam4_sentences_per_s" not in ct2:
+                continue
+            figures = ""
+            for name in ("beam4", "greedy"):
+                speed = ct2[f"{key}_{name}_sentences_per_s"]
+                figures += f"{speed:{14 if name == 'beam4' else 15}.1f}"
+                figures += f"{speed / reference[f'fairseq_generator_{name}_sentences_per_s']:7.2f}"
+            same = f"{ct2[f'{key}_beam4_same_as_plugin']}/{ct2[f'{key}_greedy_same_as_plugin']} of {ct2['sentences']}"
+            title = f"{weights} weights, {threads} thread{'s' if threads > 1 else ''}"
+            print(f"{size:6} {title:50}{figures}{same:>24}")
+    print(f"{size:6} BLEU, beam 4 (sacrebleu, tokenize none: Moses tokens, BPE joined): the plugin "
+          f"{ct2['bleu_plugin_beam4']:.2f}, CTranslate2 float32 {ct2['bleu_float32_beam4']:.2f}, int8 "
+          f"{ct2['bleu_int8_beam4']:.2f}")
+    same = ", ".join(f"{penalty}: {ct2[f'paper_same_at_{penalty}']}" for penalty in CT2_LENGTH_PENALTIES)
+    print(f"{size:6} CTranslate2 float32 beam 4 with length_penalty p against the plugin's --search paper (GNMT "
+          f"alpha {PAPER_ALPHA}): the same hypothesis for {same} of {ct2['sentences']} sentences")
 
 
 def _cuda() -> bool:
