@@ -10,6 +10,10 @@ class VaswaniConfigError(ValueError):
     """A user's mistake (a bad combination of options, a malformed input file); the message says what to change."""
 
 
+# The commands that run on CTranslate2 say so in one line where the optional extra is not installed.
+CTRANSLATE2_MISSING = 'this needs the package ctranslate2: pip install -e ".[ctranslate2]" (or pip install ctranslate2)'
+
+
 def unreadable_checkpoint_message(exc: BaseException) -> Optional[str]:
     """The one line for an exception raised while fairseq's checkpoint_utils.load_checkpoint_to_cpu read a file
     that is no intact torch checkpoint (cut short, empty, another format), naming the file; None otherwise.

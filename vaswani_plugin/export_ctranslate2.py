@@ -13,22 +13,21 @@ details and what differs from fairseq-generate's options.
 """
 
 import argparse
-import math
 import sys
 from dataclasses import fields
 from pathlib import Path
 from types import SimpleNamespace
 
-MISSING = ("the CTranslate2 export needs the package ctranslate2: "
-           "pip install -e \".[ctranslate2]\" (or pip install ctranslate2)")
+from vaswani_plugin.errors import CTRANSLATE2_MISSING, VaswaniConfigError
+
 try:
     import ctranslate2
     from ctranslate2.converters.converter import Converter
     from ctranslate2.specs import common_spec, transformer_spec
 except ImportError:
     if __name__ == "__main__":
-        sys.exit(f"vaswani_plugin.export_ctranslate2: error: {MISSING}")
-    raise ImportError(MISSING) from None
+        sys.exit(f"vaswani_plugin.export_ctranslate2: error: {CTRANSLATE2_MISSING}")
+    raise ImportError(CTRANSLATE2_MISSING) from None
 
 import numpy
 import torch
@@ -37,13 +36,8 @@ from fairseq.data import Dictionary, data_utils
 import vaswani_plugin  # noqa: F401  (allow-lists fairseq's checkpoint classes for weights_only loading)
 from vaswani_plugin.checkpoints.storage import load_checkpoint
 from vaswani_plugin.cli import run_command
-from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.models.layers import sinusoidal_positions
-from vaswani_plugin.models.vaswani_transformer import (
-    VaswaniTransformerConfig,
-    VaswaniTransformerModel,
-    head_dims,
-)
+from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerModel
 
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 
@@ -53,8 +47,8 @@ def array(tensor: torch.Tensor) -> numpy.ndarray:
 
 
 def vocabulary(dictionary: Dictionary):
-    """fairseq's symbols in id order; <pad> under CTranslate2's name for padding, <blank> (as CTranslate2's
-    own fairseq converter names it)."""
+    """fairseq's symbols in id order, <pad> renamed <blank> (OpenNMT's name for it) as CTranslate2's own fairseq
+    converter does."""
     return ["<blank>" if index == dictionary.pad() else symbol for index, symbol in enumerate(dictionary.symbols)]
 
 
@@ -233,8 +227,10 @@ def load(checkpoint_path, data, source_lang: str = None, target_lang: str = None
     try:
         model.load_state_dict(checkpoint["model"])
     except RuntimeError as error:
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        detail = next((line for line in lines if line.startswith("size mismatch")), lines[0])
         raise VaswaniConfigError(f"{checkpoint_path}: its weights do not fit the dictionaries in {data} "
-                                 f"({str(error).splitlines()[1].strip()})") from None
+                                 f"({detail})") from None
     return model.eval(), dictionaries[0], dictionaries[1]
 
 
