@@ -16,21 +16,20 @@ import sys
 import time
 from pathlib import Path
 
-from vaswani_plugin.export_ctranslate2 import MISSING
+from vaswani_plugin.errors import CTRANSLATE2_MISSING, VaswaniConfigError
 
 try:
     import ctranslate2
 except ImportError:
     if __name__ == "__main__":
-        sys.exit(f"vaswani_plugin.translate_ctranslate2: error: {MISSING}")
-    raise ImportError(MISSING) from None
+        sys.exit(f"vaswani_plugin.translate_ctranslate2: error: {CTRANSLATE2_MISSING}")
+    raise ImportError(CTRANSLATE2_MISSING) from None
 
 from fairseq.data.encoders.moses_tokenizer import MosesTokenizer, MosesTokenizerConfig
 from fairseq.data.encoders.sentencepiece_bpe import SentencepieceBPE, SentencepieceConfig
 from fairseq.data.encoders.subword_nmt_bpe import SubwordNMTBPE, SubwordNMTBPEConfig
 
 from vaswani_plugin.cli import run_command
-from vaswani_plugin.errors import VaswaniConfigError
 
 COMPUTE_TYPES = ("default", "auto", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float32",
                  "float16", "bfloat16")
@@ -57,14 +56,22 @@ class TextPipeline:
         return self.tokenizer.decode(self.subwords.decode(" ".join(tokens)))
 
 
-def translate_tokens(translator, sources, *, beam: int, length_penalty: float, max_len_a: float, max_len_b: int):
-    """Best hypothesis (tokens) of each source (tokens, without </s>), decoded as fairseq-generate decodes:
-    from </s>, at least one token, never <pad> (the exported model's bias), at most max_len_a x (the longest
-    source + 1) + max_len_b tokens. One CTranslate2 batch."""
+def decoding_options(sources, *, beam: int, length_penalty: float, max_len_a: float, max_len_b: int) -> dict:
+    """CTranslate2's translate_batch options for one batch of sources (tokens, without </s>) that decode as
+    fairseq-generate does: from </s> (the exported model's config), at least one token, never <pad> (the exported
+    model's bias), at most max_len_a x (the longest source and its </s>) + max_len_b tokens."""
     limit = int(max_len_a * (max(map(len, sources)) + 1) + max_len_b)
-    results = translator.translate_batch(sources, beam_size=beam, length_penalty=length_penalty,
-                                         max_decoding_length=limit, min_decoding_length=1, max_input_length=0)
-    return [result.hypotheses[0] for result in results]
+    return dict(beam_size=beam, length_penalty=length_penalty, max_decoding_length=limit, min_decoding_length=1,
+                max_input_length=0)
+
+
+def translate_batches(translator, batches, **options):
+    """Each batch's best hypotheses (token lists), in order. The batches are all submitted at once, so that a
+    translator with inter_threads > 1 decodes as many in parallel, one thread each or intra_threads each."""
+    pending = [translator.translate_batch(batch, asynchronous=True, **decoding_options(batch, **options))
+               if batch else [] for batch in batches]
+    for results in pending:
+        yield [result.result().hypotheses[0] for result in results]
 
 
 def main(argv=None) -> None:
@@ -87,38 +94,44 @@ def main(argv=None) -> None:
                         help="CTranslate2's computation type; default: the exported weights' (int8 is the fast one "
                              "on CPUs)")
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
-    parser.add_argument("--threads", type=int, default=0, help="CPU threads (CTranslate2's intra_threads; 0: its "
-                                                               "default)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="CPU threads of each batch (CTranslate2's intra_threads; 0: its default)")
+    parser.add_argument("--parallel-batches", type=int, default=1,
+                        help="batches translated at once, each on its own --threads (CTranslate2's inter_threads; "
+                             "default 1). On 2 cores, --threads 1 --parallel-batches 2 was the fastest (docs/results.md)")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
     run_command(parser, translate_command, argv)
 
 
 def translate_command(args) -> None:
-    if args.beam < 1 or args.batch_size < 1:
-        raise VaswaniConfigError("--beam and --batch-size must be at least 1")
+    if min(args.beam, args.batch_size, args.parallel_batches) < 1:
+        raise VaswaniConfigError("--beam, --batch-size and --parallel-batches must be at least 1")
     if not Path(args.model, "model.bin").is_file():
         raise VaswaniConfigError(f"--model {args.model}: no CTranslate2 model there (write one with "
                                  "python -m vaswani_plugin.export_ctranslate2)")
     pipeline = TextPipeline(args.source_lang, args.target_lang, args.bpe_codes, args.sentencepiece_model)
     translator = ctranslate2.Translator(args.model, device=args.device, compute_type=args.compute_type,
-                                       intra_threads=args.threads, inter_threads=1)
+                                       intra_threads=args.threads, inter_threads=args.parallel_batches)
+    start = reported = time.perf_counter()
     lines = sys.stdin.read().splitlines()
-    start, reported = time.perf_counter(), time.perf_counter()
-    for first in range(0, len(lines), args.batch_size):
-        batch = [pipeline.encode(line) for line in lines[first:first + args.batch_size]]
-        sources = [tokens for tokens in batch if tokens]
+    batches = [[pipeline.encode(line) for line in lines[first:first + args.batch_size]]
+               for first in range(0, len(lines), args.batch_size)]
+    translations = translate_batches(translator, [[tokens for tokens in batch if tokens] for batch in batches],
+                                     beam=args.beam, length_penalty=args.length_penalty, max_len_a=args.max_len_a,
+                                     max_len_b=args.max_len_b)
+    done = 0
+    for batch in batches:
         try:
-            translations = iter(translate_tokens(translator, sources, beam=args.beam,
-                                                 length_penalty=args.length_penalty, max_len_a=args.max_len_a,
-                                                 max_len_b=args.max_len_b) if sources else [])
+            hypotheses = iter(next(translations))
         except RuntimeError as error:  # CTranslate2's, e.g. a length beyond the exported position table
-            raise VaswaniConfigError(f"lines {first + 1}-{first + len(batch)}: {error}") from None
+            raise VaswaniConfigError(f"lines {done + 1}-{done + len(batch)}: {error}") from None
         for tokens in batch:
-            print(pipeline.decode(next(translations)) if tokens else "")
+            print(pipeline.decode(next(hypotheses)) if tokens else "")
         sys.stdout.flush()
+        done += len(batch)
         if time.perf_counter() - reported > 10:
             reported = time.perf_counter()
-            print(f"translated {first + len(batch)}/{len(lines)} lines", file=sys.stderr, flush=True)
+            print(f"translated {done}/{len(lines)} lines", file=sys.stderr, flush=True)
     seconds = time.perf_counter() - start
     print(f"translated {len(lines)} lines in {seconds:.1f} s ({len(lines) / max(seconds, 1e-9):.1f} lines/s; "
           f"beam {args.beam}, compute type {translator.compute_type})", file=sys.stderr)
