@@ -17,10 +17,11 @@ Then, each implementation in its own process (so that peak memory is its own):
   fairseq`, whose hypotheses must be fairseq's (checked, printed), and `--search paper` (§6.1: GNMT α = 0.6,
   early stop, each sentence's own limit; other hypotheses, their mean GNMT score printed).
 - CTranslate2 (vaswani_plugin.export_ctranslate2) on the plugin's model, exported with float32 and with int8
-  weights, at 1 and 2 threads: the same batches, beam 4 and greedy, length penalty 1 (fairseq-generate's --lenpen
-  1) and the same limit; how many of its hypotheses are the plugin's, and BLEU of the plugin's beam 4 and of
-  both exports (sacrebleu, tokenize none: on the data's Moses tokens with the BPE joined, against the test
-  references so written).
+  weights, on 1 thread, 2 threads a batch and 2 batches at once (a thread each), in a process of its own: the same
+  batches, beam 4 and greedy, length penalty 1 (fairseq-generate's --lenpen 1) and the same limit; how many of
+  its hypotheses are the plugin's; BLEU of the plugin's beam 4 and of both exports (sacrebleu, tokenize none: on
+  the data's Moses tokens with the BPE joined, against the test references so written); and how often each
+  length_penalty finds the hypothesis of the plugin's --search paper (GNMT alpha 0.6).
 On GPU (--device cuda) with --amp, fp16 autocast; the model FLOP utilisation (model FLOPs per second / the
 GPU's peak) is printed for training. With --bf16-autocast on (or auto, on a CPU that multiplies bfloat16
 natively: vaswani_plugin.precision decides, as for the task's option), the plugin's training steps run under
@@ -223,7 +224,6 @@ def worker(spec) -> dict:
             result[f"{key}_mean_gnmt_score"] = score / len(indices)
     if spec["impl"] == "vaswani_transformer":
         result["beam4_split"] = decoding_split(model, dictionary, batches, synchronize)
-        result["ctranslate2"] = ctranslate2_figures(spec)
     return result
 
 
@@ -351,7 +351,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.worker:
         spec = json.loads(args.worker)
-        print(json.dumps(pretrain(spec) if spec.get("pretrain_to") else worker(spec)))
+        print(json.dumps(pretrain(spec) if spec.get("pretrain_to") else
+                         ctranslate2_worker(spec) if spec["impl"] == "ctranslate2" else worker(spec)))
         return
     if args.smoke:
         args.sizes, args.data, args.checkpoint = ["tiny"], None, None
@@ -420,7 +421,8 @@ def main(argv=None):
                   f"{ours['loss_chunks']:.1f} chunks per training batch")
             print_generators(size, results)
             print_split(size, results)
-            print_ctranslate2(size, results)
+            ctranslate2 = measure(dict(common, impl="ctranslate2", checkpoint=checkpoint, sentences=args.sentences))
+            print_ctranslate2(size, results, ctranslate2)
 
 
 def print_generators(size, results):
@@ -460,25 +462,27 @@ def print_split(size, results):
 
 
 CT2_WEIGHTS = ("float32", "int8")
-CT2_THREADS = (1, 2)
+# (intra_threads, inter_threads): one thread; two threads on each batch; two batches at once, one thread each.
+CT2_THREADS = ((1, 1), (2, 1), (1, 2))
 CT2_LENGTH_PENALTIES = (0.2, 0.4, 0.5, 0.6, 0.8, 1.0)
 
 
-def ctranslate2_figures(spec) -> dict:
-    """CTranslate2 on the plugin's model (built again from the same weights, in the plugin's worker process after
-    its own figures; CTranslate2's memory is not measured), exported
+def ctranslate2_worker(spec) -> dict:
+    """CTranslate2 on the plugin's model (built as the plugin's worker builds it, from the same weights), exported
     by vaswani_plugin.export_ctranslate2 with float32 and int8 weights: beam 4 and greedy over the generators'
-    batches (length penalty 1 as theirs, at most input + 50, at least one token), at 1 and 2 threads (CPU; one
-    run on a GPU). Each hypothesis is compared with the plugin's own search's (--search fairseq, untimed here);
-    BLEU of the plugin's beam 4 and each export's, from the 2-thread runs; and how many of float32's hypotheses
-    with each of CT2_LENGTH_PENALTIES are those of the plugin's --search paper (GNMT alpha 0.6)."""
-    import ctranslate2
+    batches (length penalty 1 as theirs, at most input + 50, at least one token), at each of CT2_THREADS (CPU;
+    one run on a GPU). Torch keeps to one thread in this process: a torch thread pool that has run beside
+    CTranslate2's slowed its 2-thread decoding by a third. Each hypothesis is compared with the plugin's own
+    search's (--search fairseq, untimed here); BLEU of the plugin's beam 4 and each export's; and how many of
+    float32's hypotheses with each of CT2_LENGTH_PENALTIES are those of the plugin's --search paper (GNMT 0.6)."""
     import torch
+    torch.set_num_threads(1)
+    import ctranslate2
     from sacrebleu.metrics import BLEU
     import vaswani_plugin  # noqa: F401
     from vaswani_plugin.export_ctranslate2 import export
     from vaswani_plugin.tasks.beam_search import BeamSearchGenerator
-    from vaswani_plugin.translate_ctranslate2 import translate_tokens
+    from vaswani_plugin.translate_ctranslate2 import translate_batches
 
     dictionary, _, test = load_data(spec)
     model = build_model(dict(spec, impl="vaswani_transformer"), dictionary)[0].eval()
@@ -498,6 +502,14 @@ def ctranslate2_figures(spec) -> dict:
     def text(tokens):
         return dictionary.string(torch.tensor(tokens), "subword_nmt")
 
+    def translate(translator, beam, length_penalty=1.0):
+        """Every batch's best hypotheses as the generators give them: ids and </s> (fairseq ends a hypothesis at
+        the limit with it)."""
+        batches = translate_batches(translator, sources, beam=beam, length_penalty=length_penalty, max_len_a=1,
+                                    max_len_b=50)
+        return [[dictionary.index(token) for token in tokens] + [dictionary.eos()]
+                for hypotheses in batches for tokens in hypotheses]
+
     references = [text(row) for sample in samples for row in sample["target"].tolist()]
     bleu = BLEU(tokenize="none")
     result = {"sentences": len(indices), "bleu_plugin_beam4": bleu.corpus_score(
@@ -506,19 +518,16 @@ def ctranslate2_figures(spec) -> dict:
     with tempfile.TemporaryDirectory() as scratch:
         for weights in CT2_WEIGHTS:
             path = export(model, dictionary, dictionary, Path(scratch) / weights, quantization=weights)
-            for threads in CT2_THREADS if device == "cpu" else CT2_THREADS[:1]:
+            for intra, inter in CT2_THREADS if device == "cpu" else CT2_THREADS[:1]:
                 translator = ctranslate2.Translator(path, device=device, compute_type=weights,
-                                                   intra_threads=threads, inter_threads=1)
+                                                   intra_threads=intra, inter_threads=inter)
                 for name, beam in (("beam4", 4), ("greedy", 1)):
-                    options = dict(beam=beam, length_penalty=1.0, max_len_a=1, max_len_b=50)
-                    translate_tokens(translator, sources[0][:8], **options)  # warm-up
+                    list(translate_batches(translator, [sources[0][:8]], beam=beam, length_penalty=1.0,
+                                           max_len_a=1, max_len_b=50))  # warm-up
                     start = time.perf_counter()
-                    outputs = [hypothesis for batch in sources for hypothesis in
-                               translate_tokens(translator, batch, **options)]
+                    outputs = translate(translator, beam)
                     seconds = time.perf_counter() - start
-                    # as the generators' hypotheses: ids and </s> (fairseq ends a hypothesis at the limit with it)
-                    outputs = [[dictionary.index(token) for token in tokens] + [dictionary.eos()] for tokens in outputs]
-                    key = f"ct2_{weights}_{threads}_{name}"
+                    key = f"ct2_{weights}_{intra}x{inter}_{name}"
                     result[f"{key}_sentences_per_s"] = len(indices) / seconds
                     result[f"{key}_tokens_per_s"] = sum(map(len, outputs)) / seconds
                     result[f"{key}_same_as_plugin"] = sum(a == b for a, b in zip(outputs, plugin[name]))
@@ -528,22 +537,20 @@ def ctranslate2_figures(spec) -> dict:
             if weights == "float32":
                 # Which length_penalty p (scores log P / |Y|^p) comes closest to GNMT's ((5+|Y|)/6)^0.6 (§6.1)?
                 for penalty in CT2_LENGTH_PENALTIES:
-                    outputs = [[dictionary.index(token) for token in tokens] + [dictionary.eos()]
-                               for batch in sources for tokens in translate_tokens(
-                                   translator, batch, beam=4, length_penalty=penalty, max_len_a=1, max_len_b=50)]
+                    outputs = translate(translator, 4, penalty)
                     result[f"paper_same_at_{penalty}"] = sum(a == b for a, b in zip(outputs, plugin["paper"]))
     return result
 
 
-def print_ctranslate2(size, results):
+def print_ctranslate2(size, results, ct2):
     """CTranslate2's sentences/s and its ratio to fairseq-generate (fairseq's generator on fairseq's model, at
     torch's threads), its hypotheses that are the plugin's, and BLEU."""
-    reference, ct2 = results["transformer"], results["vaswani_transformer"]["ctranslate2"]
+    reference = results["transformer"]
     print(f"{size:6} {'CTranslate2 (same batches, length penalty 1)':50}{'beam4 sent/s':>14}{'ratio':>7}"
           f"{'greedy sent/s':>15}{'ratio':>7}{'same hyps beam4/greedy':>24}")
     for weights in CT2_WEIGHTS:
-        for threads in CT2_THREADS:
-            key = f"ct2_{weights}_{threads}"
+        for intra, inter in CT2_THREADS:
+            key = f"ct2_{weights}_{intra}x{inter}"
             if f"{key}_beam4_sentences_per_s" not in ct2:
                 continue
             figures = ""
@@ -552,8 +559,9 @@ def print_ctranslate2(size, results):
                 figures += f"{speed:{14 if name == 'beam4' else 15}.1f}"
                 figures += f"{speed / reference[f'fairseq_generator_{name}_sentences_per_s']:7.2f}"
             same = f"{ct2[f'{key}_beam4_same_as_plugin']}/{ct2[f'{key}_greedy_same_as_plugin']} of {ct2['sentences']}"
-            title = f"{weights} weights, {threads} thread{'s' if threads > 1 else ''}"
-            print(f"{size:6} {title:50}{figures}{same:>24}")
+            threads = "1 thread" if intra * inter == 1 else f"{intra} threads a batch" if inter == 1 else \
+                f"{inter} batches at once, {intra} thread each"
+            print(f"{size:6} {f'{weights} weights, {threads}':50}{figures}{same:>24}")
     print(f"{size:6} BLEU, beam 4 (sacrebleu, tokenize none: Moses tokens, BPE joined): the plugin "
           f"{ct2['bleu_plugin_beam4']:.2f}, CTranslate2 float32 {ct2['bleu_float32_beam4']:.2f}, int8 "
           f"{ct2['bleu_int8_beam4']:.2f}")
