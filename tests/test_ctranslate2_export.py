@@ -232,6 +232,14 @@ def test_command_writes_int8_and_refuses_to_overwrite(trained, exported, tmp_pat
         export_ctranslate2.main(command)
     assert exit.value.code == f"vaswani_plugin.export_ctranslate2: error: {tmp_path / 'int8'} exists; choose " \
                               "another --output, or --force to replace it"
+    fairseq_checkpoint = tmp_path / "fairseq.pt"
+    torch.save({"cfg": {"model": {"_name": "transformer"}}, "model": {}}, fairseq_checkpoint)
+    with pytest.raises(SystemExit) as exit:
+        export_ctranslate2.main(["--checkpoint", str(fairseq_checkpoint), "--data", str(data), "--output",
+                                 str(tmp_path / "other")])
+    assert exit.value.code == "vaswani_plugin.export_ctranslate2: error: not a vaswani_transformer checkpoint (its " \
+                              "model is 'transformer'); a fairseq transformer: convert it first with python -m " \
+                              "vaswani_plugin.checkpoints.convert_fairseq"
 
 
 def test_translate_command_reads_and_writes_raw_text_as_fairseq_interactive(trained, exported, tmp_path,
@@ -274,6 +282,20 @@ def test_only_the_ctranslate2_commands_import_it():
     assert importers["ctranslate2"] == {"export_ctranslate2.py", "translate_ctranslate2.py"}
     assert "vaswani_plugin.export_ctranslate2" not in importers
     assert "vaswani_plugin.translate_ctranslate2" not in importers
+
+
+def test_input_beyond_the_position_table_is_a_one_line_error(tmp_path, monkeypatch):
+    dictionary = make_dictionary(20)
+    model = build_model(dictionary, max_source_positions=POSITIONS, max_target_positions=POSITIONS).eval()
+    export_ctranslate2.export(model, dictionary, dictionary, tmp_path / "model")
+    codes = tmp_path / "codes"
+    codes.write_text(BPE_CODES)
+    monkeypatch.setattr("sys.stdin", io.StringIO("w1 w2\n" + " ".join(["w3"] * POSITIONS) + "\n"))
+    with pytest.raises(SystemExit) as exit:
+        translate_ctranslate2.main(["--model", str(tmp_path / "model"), "--source-lang", "src", "--target-lang",
+                                    "tgt", "--bpe-codes", str(codes), "--threads", "1"])
+    assert re.fullmatch(r"vaswani_plugin.translate_ctranslate2: error: lines 1-2: No position encodings are defined "
+                        rf"for positions >= {POSITIONS}, but got position {POSITIONS}", exit.value.code)
 
 
 def test_text_pipeline_is_moses_and_subwords_both_ways(tmp_path):

@@ -210,6 +210,7 @@ def load(checkpoint_path, data, source_lang: str = None, target_lang: str = None
         raise VaswaniConfigError(f"{checkpoint_path}: not a fairseq checkpoint (it has no 'cfg' and 'model')")
     config = model_config(checkpoint["cfg"]["model"])
     task = checkpoint["cfg"].get("task") or {}
+    task = vars(task) if isinstance(task, argparse.Namespace) else task
     source_lang = source_lang or task.get("source_lang")
     target_lang = target_lang or task.get("target_lang")
     if source_lang is None or target_lang is None:
