@@ -78,4 +78,5 @@ cat >&2 <<EOF
   BLEU:                                    $TRANSLATIONS.bleu
   attention pictures:                      $PICTURES
   translate your own sentences:            see README.md, "Quickstart"
+  serve it with CTranslate2:               see README.md, "Serve with CTranslate2" (export, translate)
 EOF
