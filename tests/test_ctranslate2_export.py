@@ -12,9 +12,11 @@ checked token by token.
 """
 
 import ast
+import importlib
 import io
 import math
 import re
+import sys
 from pathlib import Path
 
 import ctranslate2
@@ -322,3 +324,15 @@ def test_length_limit_is_fairseqs():
                                                      max_len_a=1.5, max_len_b=2)
     assert options["max_decoding_length"] == int(1.5 * 6 + 2)
     assert options["min_decoding_length"] == 1 and options["max_input_length"] == 0
+
+
+@pytest.mark.parametrize("module", ["export_ctranslate2", "translate_ctranslate2"])
+def test_without_ctranslate2_the_commands_say_how_to_install_it(module, monkeypatch):
+    """An ImportError to code that imports them; from `python -m`, the plugin's error hook prints it in one line
+    (a VaswaniConfigError)."""
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)
+    monkeypatch.delitem(sys.modules, f"vaswani_plugin.{module}")
+    with pytest.raises(ImportError, match=r'^this needs the package ctranslate2: pip install -e "\.\[ctranslate2\]"') \
+            as error:
+        importlib.import_module(f"vaswani_plugin.{module}")
+    assert isinstance(error.value, VaswaniConfigError)

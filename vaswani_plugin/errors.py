@@ -10,7 +10,11 @@ class VaswaniConfigError(ValueError):
     """A user's mistake (a bad combination of options, a malformed input file); the message says what to change."""
 
 
-# The commands that run on CTranslate2 say so in one line where the optional extra is not installed.
+class MissingExtra(VaswaniConfigError, ImportError):
+    """An optional package is not installed: an ImportError to code that imports the module needing it, one line
+    (install_error_hook) from a `python -m` command."""
+
+
 CTRANSLATE2_MISSING = 'this needs the package ctranslate2: pip install -e ".[ctranslate2]" (or pip install ctranslate2)'
 
 

@@ -13,21 +13,18 @@ details and what differs from fairseq-generate's options.
 """
 
 import argparse
-import sys
 from dataclasses import fields
 from pathlib import Path
 from types import SimpleNamespace
 
-from vaswani_plugin.errors import CTRANSLATE2_MISSING, VaswaniConfigError
+from vaswani_plugin.errors import CTRANSLATE2_MISSING, MissingExtra, VaswaniConfigError
 
 try:
     import ctranslate2
     from ctranslate2.converters.converter import Converter
     from ctranslate2.specs import common_spec, transformer_spec
 except ImportError:
-    if __name__ == "__main__":
-        sys.exit(f"vaswani_plugin.export_ctranslate2: error: {CTRANSLATE2_MISSING}")
-    raise ImportError(CTRANSLATE2_MISSING) from None
+    raise MissingExtra(CTRANSLATE2_MISSING) from None
 
 import numpy
 import torch

@@ -16,14 +16,12 @@ import sys
 import time
 from pathlib import Path
 
-from vaswani_plugin.errors import CTRANSLATE2_MISSING, VaswaniConfigError
+from vaswani_plugin.errors import CTRANSLATE2_MISSING, MissingExtra, VaswaniConfigError
 
 try:
     import ctranslate2
 except ImportError:
-    if __name__ == "__main__":
-        sys.exit(f"vaswani_plugin.translate_ctranslate2: error: {CTRANSLATE2_MISSING}")
-    raise ImportError(CTRANSLATE2_MISSING) from None
+    raise MissingExtra(CTRANSLATE2_MISSING) from None
 
 from fairseq.data.encoders.moses_tokenizer import MosesTokenizer, MosesTokenizerConfig
 from fairseq.data.encoders.sentencepiece_bpe import SentencepieceBPE, SentencepieceConfig
