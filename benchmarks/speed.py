@@ -510,7 +510,9 @@ def ctranslate2_worker(spec) -> dict:
         return [[dictionary.index(token) for token in tokens] + [dictionary.eos()]
                 for hypotheses in batches for tokens in hypotheses]
 
-    references = [text(row) for sample in samples for row in sample["target"].tolist()]
+    # The collater pads targets; Dictionary.string keeps <pad>, which would lengthen every reference.
+    references = [text([token for token in row if token != dictionary.pad()])
+                  for sample in samples for row in sample["target"].tolist()]
     bleu = BLEU(tokenize="none")
     result = {"sentences": len(indices), "bleu_plugin_beam4": bleu.corpus_score(
         [text(tokens) for tokens in plugin["beam4"]], [references]).score}
