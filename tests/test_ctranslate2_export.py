@@ -296,8 +296,9 @@ def test_input_beyond_the_position_table_is_a_one_line_error(tmp_path, monkeypat
     with pytest.raises(SystemExit) as exit:
         translate_ctranslate2.main(["--model", str(tmp_path / "model"), "--source-lang", "src", "--target-lang",
                                     "tgt", "--bpe-codes", str(codes), "--threads", "1"])
-    assert re.fullmatch(r"vaswani_plugin.translate_ctranslate2: error: lines 1-2: No position encodings are defined "
-                        rf"for positions >= {POSITIONS}, but got position {POSITIONS}", exit.value.code)
+    assert re.fullmatch(rf"vaswani_plugin.translate_ctranslate2: error: line 2 \({POSITIONS} subwords, the longest of "
+                        rf"its batch of 2\): No position encodings are defined for positions >= {POSITIONS}, but got "
+                        rf"position {POSITIONS}", exit.value.code)
 
 
 def test_text_pipeline_is_moses_and_subwords_both_ways(tmp_path):

@@ -6,9 +6,10 @@
 One sentence a line, as fairseq-interactive `--tokenizer moses --moses-no-escape --bpe subword_nmt` (or
 `--bpe sentencepiece` with --sentencepiece-model, the En-Fr recipe's) reads and writes it, through fairseq's
 own encoders: Moses-tokenised without escaping, split into subwords, translated, the subwords joined and the
-result Moses-detokenised. An empty line gives an empty line. The length limit is fairseq's, max-len-a x the
-longest source of a batch of --batch-size lines (its subwords and </s>) + max-len-b; --length-penalty is
-CTranslate2's: scores divided by |Y|^p, |Y| counting </s>, as fairseq-generate's --lenpen (docs/reference.md).
+result Moses-detokenised. An empty line gives an empty line. Batches hold --batch-size lines of similar length
+and the output keeps the input's order, as fairseq-generate's. The length limit is fairseq's, max-len-a x the
+longest source of a batch (its subwords and </s>) + max-len-b; --length-penalty is CTranslate2's: scores
+divided by |Y|^p, |Y| counting </s>, as fairseq-generate's --lenpen (docs/reference.md).
 """
 
 import argparse
@@ -112,24 +113,29 @@ def translate_command(args) -> None:
                                        intra_threads=args.threads, inter_threads=args.parallel_batches)
     start = reported = time.perf_counter()
     lines = sys.stdin.read().splitlines()
-    batches = [[pipeline.encode(line) for line in lines[first:first + args.batch_size]]
-               for first in range(0, len(lines), args.batch_size)]
-    translations = translate_batches(translator, [[tokens for tokens in batch if tokens] for batch in batches],
+    sources = [pipeline.encode(line) for line in lines]
+    # As fairseq-generate batches: sources of similar length together (less padding), output in input order.
+    order = sorted((number for number, tokens in enumerate(sources) if tokens), key=lambda n: len(sources[n]))
+    batches = [order[first:first + args.batch_size] for first in range(0, len(order), args.batch_size)]
+    translations = translate_batches(translator, [[sources[number] for number in batch] for batch in batches],
                                      beam=args.beam, length_penalty=args.length_penalty, max_len_a=args.max_len_a,
                                      max_len_b=args.max_len_b)
+    outputs = [""] * len(lines)  # an empty line stays empty
     done = 0
     for batch in batches:
         try:
-            hypotheses = iter(next(translations))
+            hypotheses = next(translations)
         except RuntimeError as error:  # CTranslate2's, e.g. a length beyond the exported position table
-            raise VaswaniConfigError(f"lines {done + 1}-{done + len(batch)}: {error}") from None
-        for tokens in batch:
-            print(pipeline.decode(next(hypotheses)) if tokens else "")
-        sys.stdout.flush()
+            longest = batch[-1]
+            raise VaswaniConfigError(f"line {longest + 1} ({len(sources[longest])} subwords, the longest of its "
+                                     f"batch of {len(batch)}): {error}") from None
+        for number, tokens in zip(batch, hypotheses):
+            outputs[number] = pipeline.decode(tokens)
         done += len(batch)
         if time.perf_counter() - reported > 10:
             reported = time.perf_counter()
-            print(f"translated {done}/{len(lines)} lines", file=sys.stderr, flush=True)
+            print(f"translated {done}/{len(order)} lines", file=sys.stderr, flush=True)
+    sys.stdout.write("".join(output + "\n" for output in outputs))
     seconds = time.perf_counter() - start
     print(f"translated {len(lines)} lines in {seconds:.1f} s ({len(lines) / max(seconds, 1e-9):.1f} lines/s; "
           f"beam {args.beam}, compute type {translator.compute_type})", file=sys.stderr)
