@@ -500,7 +500,8 @@ def ctranslate2_worker(spec) -> dict:
                             for hypotheses in generator.generate([model], sample)]
 
     def text(tokens):
-        return dictionary.string(torch.tensor(tokens), "subword_nmt")
+        # The collater pads targets, and Dictionary.string would keep their <pad>s.
+        return dictionary.string(torch.tensor(tokens), "subword_nmt", extra_symbols_to_ignore={dictionary.pad()})
 
     def translate(translator, beam, length_penalty=1.0):
         """Every batch's best hypotheses as the generators give them: ids and </s> (fairseq ends a hypothesis at
@@ -510,9 +511,7 @@ def ctranslate2_worker(spec) -> dict:
         return [[dictionary.index(token) for token in tokens] + [dictionary.eos()]
                 for hypotheses in batches for tokens in hypotheses]
 
-    # The collater pads targets; Dictionary.string keeps <pad>, which would lengthen every reference.
-    references = [text([token for token in row if token != dictionary.pad()])
-                  for sample in samples for row in sample["target"].tolist()]
+    references = [text(row) for sample in samples for row in sample["target"].tolist()]
     bleu = BLEU(tokenize="none")
     result = {"sentences": len(indices), "bleu_plugin_beam4": bleu.corpus_score(
         [text(tokens) for tokens in plugin["beam4"]], [references]).score}
