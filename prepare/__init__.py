@@ -11,6 +11,7 @@ it also serves your own data:
     prepare.bpe        joint BPE (subword-nmt): learn merges, apply them
     prepare.spm        sentencepiece: train a model, encode, write its fairseq dictionary
     prepare.binarize   fairseq-preprocess --joined-dictionary, then check sentence counts
+    prepare.longest    the longest binarised example, which a batch budget (--max-tokens) must hold
     prepare.wmt14      all of the above for WMT14 En-De (BPE) or En-Fr (sentencepiece), idempotently
     prepare.multi30k   Multi30k task 1 En-De, the quickstart's data: the same stages as prepare.wmt14
 

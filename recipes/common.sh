@@ -21,23 +21,28 @@
 #   EXTRA_TRAIN_ARGS     more fairseq-train arguments, appended last (so they override)
 #   EXTRA_PREPARE_ARGS   more `python -m prepare.wmt14` (or prepare.multi30k) arguments (e.g. --train-lines 100000)
 #   EXTRA_GENERATE_ARGS  more fairseq-generate arguments, appended last (e.g. --batch-size 32)
-#   STOP_AFTER           a stage (e.g. train) after which the recipe stops; a re-run without it goes on from there
+#   STOP_AFTER           a stage (prepare, train, ...: the recipe's `stages` line) after which the recipe stops; a
+#                        re-run without it goes on from there
 #   CPU=1                allow running without a GPU (slow: for trying the pipeline out)
 #   PEAK_TFLOPS          per-GPU peak for the training-cost line (default: looked up by GPU name)
 #
-# Several nodes (NUM_NODES > 1): start the recipe once on every node, all with the same WORK_DIR and DATA_DIR on a
+# SLURM: run the recipe as the tasks of an srun step, one task per GPU or one per node; each finds its rank, the
+# world size, its GPU and the master (scontrol) from SLURM's variables (docs/recipes.md, "SLURM"). torchrun:
+# `torchrun --nproc_per_node 8 --no-python bash RECIPE`, one process per GPU.
+# Several nodes by hand (NUM_NODES > 1): start the recipe once on every node, all with the same WORK_DIR and DATA_DIR on a
 # shared file system (fairseq's rank 0 writes the checkpoints, every rank reads checkpoint_last.pt to resume).
 # The first node to reach the data preparation prepares; the others wait for its lock (DATA_DIR/.lock, taken by
 # prepare.wmt14 and prepare.multi30k) and then find every step done. Node 0 logs training to
-# checkpoints/train.log, node N to checkpoints/train.nodeN.log, and writes the .done.* stamps. After training
-# only node 0 averages, translates and scores; the others say so and exit 0.
+# checkpoints/train.log, node N to checkpoints/train.nodeN.log (SLURM's task N: train.taskN.log; torchrun's rank N:
+# train.rankN.log), and writes the .done.* stamps. After training only node 0 (task 0, rank 0) averages, translates
+# and scores; the others say so and exit 0.
 # On CPU (CPU=1) a node is one training process (torch already spreads it over every core), so NUM_GPUS is 1
 # there and NUM_NODES counts processes; two on one machine, in two shells:
 #   CPU=1 NUM_NODES=2 NODE_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 bash recipes/wmt14_en_de_base.sh
 #   CPU=1 NUM_NODES=2 NODE_RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 bash recipes/wmt14_en_de_base.sh
-# fairseq's own start of CPU processes fails (torchrun: rank % torch.cuda.device_count(); pytorch_ddp asks for
-# device_ids), so each process gets its rank and the TCP address itself and joins over gloo with legacy_ddp
-# (detect_devices); fairseq is not changed.
+# fairseq's own start of CPU processes fails (its inference from torchrun's variables: rank %
+# torch.cuda.device_count(); pytorch_ddp asks for device_ids), so each process gets its rank and the master's
+# address outright and joins over gloo with legacy_ddp (detect_devices); fairseq is not changed.
 
 set -euo pipefail
 
@@ -52,6 +57,24 @@ export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 say() { echo "[$RECIPE $(date +%H:%M:%S)] $*" >&2; }
 die() { echo "$RECIPE: error: $*" >&2; exit 1; }
 
+# stages NAME...: the stages this recipe runs, in order, which STOP_AFTER may name; a STOP_AFTER naming none of them
+# is an error before anything runs (a typo would otherwise go on to a full training run).
+STAGES=()
+stages() {
+    STAGES=("$@")
+    [ -z "${STOP_AFTER:-}" ] || [[ " ${STAGES[*]} " == *" $STOP_AFTER "* ]] ||
+        die "STOP_AFTER=$STOP_AFTER is not a stage of $RECIPE; its stages: ${STAGES[*]}"
+}
+
+# stop_if_asked NAME: end the recipe here when STOP_AFTER names this stage.
+stop_if_asked() {
+    [[ " ${STAGES[*]} " == *" $1 "* ]] || die "internal: stage $1 is not among the declared stages (${STAGES[*]})"
+    if [ "${STOP_AFTER:-}" = "$1" ]; then
+        say "STOP_AFTER=$1: stopping here; run again without it for the later stages"
+        exit 0
+    fi
+}
+
 # stage NAME COMMAND...: run COMMAND unless NAME finished after the stage before it. A stage that runs again
 # (say, training resumed with a larger MAX_UPDATE) thereby makes every later stage run again too.
 PREVIOUS_STAMP=
@@ -64,40 +87,113 @@ stage() {
     else
         say "stage $name: starting"
         "$@"
-        # Node 0's stamps only: another node's clock, or its finishing a moment later, would date its stamp
-        # after node 0's next stages and make them run again.
-        [ "${NODE_RANK:-0}" != 0 ] || touch "$stamp"
+        # Run 0's stamps only: another run's clock, or its finishing a moment later, would date its stamp after
+        # run 0's next stages and make them run again.
+        [ "${RUN_RANK:-0}" != 0 ] || touch "$stamp"
         say "stage $name: finished"
     fi
     PREVIOUS_STAMP=$stamp
-    if [ "${STOP_AFTER:-}" = "$name" ]; then
-        say "STOP_AFTER=$name: stopping here; run again without it for the later stages"
-        exit 0
+    stop_if_asked "$name"
+}
+
+# How this run of the recipe was started, and so which runs train together. Sets LAUNCH and RUN_NAME; where the
+# launcher starts one run per worker (several SLURM tasks a node, torchrun), also TASK_WORKERS, TASK_RANK,
+# TASK_LOCAL (its place on the node), TASKS_PER_NODE and INIT_METHOD. An srun step of one task a node is the
+# NUM_NODES way with NUM_NODES, NODE_RANK and MASTER_ADDR read from SLURM.
+#   nodes:    one run, or one per node by hand (NUM_NODES, NODE_RANK, MASTER_ADDR, MASTER_PORT);
+#   slurm:    a task of an srun step (SLURM_STEP_NUM_TASKS is set) — fairseq's own SLURM inference is bypassed, as
+#             it runs one process per task silently when scontrol is missing;
+#   torchrun: a process of `torchrun --no-python bash RECIPE` (RANK, WORLD_SIZE and LOCAL_RANK are set).
+launcher() {
+    LAUNCH=nodes
+    if [ -n "${SLURM_STEP_NUM_TASKS:-}" ]; then
+        slurm_task
+    elif [ -n "${RANK:-}" ] && [ -n "${WORLD_SIZE:-}" ] && [ -n "${LOCAL_RANK:-}" ]; then
+        torchrun_process
+    elif [ "${SLURM_JOB_NUM_NODES:-${SLURM_NNODES:-1}}" != 1 ]; then
+        die "this SLURM job has ${SLURM_JOB_NUM_NODES:-$SLURM_NNODES} nodes but the recipe is not a task of an srun" \
+            "step: start it with srun (docs/recipes.md, \"SLURM\")"
+    fi
+    if [ "$LAUNCH" = nodes ]; then
+        NUM_NODES=${NUM_NODES:-1}
+        [[ "$NUM_NODES" =~ ^[1-9][0-9]*$ ]] || die "NUM_NODES=$NUM_NODES: use a number of nodes, 1 or more"
+        if [ "$NUM_NODES" -gt 1 ]; then
+            # fairseq's multi-node start: one run of the recipe per node, all reaching node 0 over TCP.
+            [ -n "${MASTER_ADDR:-}" ] && [ -n "${MASTER_PORT:-}" ] && [ -n "${NODE_RANK:-}" ] ||
+                die "NUM_NODES=$NUM_NODES needs MASTER_ADDR, MASTER_PORT (node 0's address and a free port) and" \
+                    "NODE_RANK (0 .. NUM_NODES-1) on every node"
+            [[ "$NODE_RANK" =~ ^[0-9]+$ ]] && [ "$NODE_RANK" -lt "$NUM_NODES" ] ||
+                die "NODE_RANK=$NODE_RANK: use 0 .. $((NUM_NODES - 1)) (NUM_NODES=$NUM_NODES)"
+        else
+            NODE_RANK=0
+        fi
+        RUN_RANK=$NODE_RANK RUN_NAME="node $NODE_RANK"
     fi
 }
 
-# Sets WORKERS (processes that train in parallel), DEVICE_ARGS (training), EVAL_DEVICE_ARGS and NODE_RANK (0 on
-# a single node).
+# slurm_task: this run is task SLURM_PROCID of an srun step; the tasks agree on the master through scontrol.
+slurm_task() {
+    local tasks=$SLURM_STEP_NUM_TASKS nodes=${SLURM_STEP_NUM_NODES:-${SLURM_NNODES:-}} procid=${SLURM_PROCID:-}
+    local job="SLURM step of $tasks task(s) on ${nodes:-?} node(s)"
+    [[ "$tasks${nodes:-x}${procid:-x}${SLURM_LOCALID:-x}${SLURM_NODEID:-x}" =~ ^[0-9]+$ ]] ||
+        die "$job: SLURM_STEP_NUM_TASKS, SLURM_STEP_NUM_NODES, SLURM_PROCID, SLURM_LOCALID and SLURM_NODEID must" \
+            "all be set, as srun sets them"
+    [ -z "${NUM_NODES:-}${NODE_RANK:-}" ] ||
+        die "$job: SLURM gives the tasks their ranks; unset NUM_NODES and NODE_RANK"
+    [ "$nodes" -gt 0 ] && [ $((tasks % nodes)) = 0 ] ||
+        die "$job: the nodes hold different numbers of tasks; give each the same (--ntasks-per-node)"
+    [ "$procid" -lt "$tasks" ] || die "$job: SLURM_PROCID=$procid is not one of its tasks"
+    [ "$tasks" -gt 1 ] || return 0  # a step of one task (srun --pty bash, say) is a single node: nothing to agree on
+    if [ -z "${MASTER_ADDR:-}" ]; then
+        command -v scontrol > /dev/null ||
+            die "$job: scontrol is not on PATH, so the tasks cannot agree on a master; put SLURM's scontrol on" \
+                "PATH or set MASTER_ADDR to the first node's address"
+        local nodelist=${SLURM_STEP_NODELIST:-${SLURM_JOB_NODELIST:-}}
+        MASTER_ADDR=$(scontrol show hostnames "$nodelist" | head -n 1)
+        [ -n "$MASTER_ADDR" ] || die "$job: 'scontrol show hostnames $nodelist' named no node"
+    fi
+    # One port for every task of the step, from the job's numbers unless MASTER_PORT is given.
+    MASTER_PORT=${MASTER_PORT:-$((20000 + (${SLURM_JOB_ID:-0} * 16 + ${SLURM_STEP_ID:-0}) % 40000))}
+    LAUNCH=slurm TASKS_PER_NODE=$((tasks / nodes))
+    if [ "$TASKS_PER_NODE" = 1 ]; then  # one task a node: it starts the node's workers, as NUM_NODES does
+        LAUNCH=nodes NUM_NODES=$nodes NODE_RANK=$SLURM_NODEID
+    else
+        TASK_WORKERS=$tasks TASK_RANK=$procid TASK_LOCAL=$SLURM_LOCALID RUN_RANK=$procid RUN_NAME="task $procid"
+        INIT_METHOD="tcp://$MASTER_ADDR:$MASTER_PORT"
+    fi
+    say "$job: this is task $procid; master $MASTER_ADDR:$MASTER_PORT"
+}
+
+# torchrun_process: this run is one of torchrun's workers; they meet through torchrun's own store (env://).
+torchrun_process() {
+    [[ "$RANK$WORLD_SIZE$LOCAL_RANK${LOCAL_WORLD_SIZE:-x}" =~ ^[0-9]+$ ]] && [ "$RANK" -lt "$WORLD_SIZE" ] ||
+        die "torchrun: RANK=$RANK, WORLD_SIZE=$WORLD_SIZE, LOCAL_RANK=$LOCAL_RANK, LOCAL_WORLD_SIZE=${LOCAL_WORLD_SIZE:-}" \
+            "do not describe a worker; start the recipe as 'torchrun --nproc_per_node N --no-python bash RECIPE'"
+    [ -z "${NUM_NODES:-}${NODE_RANK:-}" ] || die "torchrun gives the workers their ranks; unset NUM_NODES and NODE_RANK"
+    LAUNCH=torchrun TASK_WORKERS=$WORLD_SIZE TASK_RANK=$RANK TASK_LOCAL=$LOCAL_RANK TASKS_PER_NODE=$LOCAL_WORLD_SIZE
+    RUN_RANK=$RANK RUN_NAME="rank $RANK" INIT_METHOD=env://
+}
+
+# worker_args WORLD_SIZE RANK INIT_METHOD DEVICE: fairseq-train's arguments for one worker process whose rank is
+# given outright (no spawning, no inference from the environment).
+worker_args() {
+    DEVICE_ARGS+=(--distributed-world-size "$1" --distributed-rank "$2" --distributed-init-method "$3"
+                  --distributed-no-spawn --device-id "$4")
+}
+
+# Sets WORKERS (processes that train in parallel), DEVICE_ARGS (training), EVAL_DEVICE_ARGS, RUN_RANK (0 for the
+# run that averages, translates and scores after training; the others stop) and RUN_NAME (node N, task N or rank
+# N, in messages and log names).
 detect_devices() {
     local visible
     visible=$("$PYTHON" -c "import torch; print(torch.cuda.device_count())") || die "python with torch not found"
-    NUM_NODES=${NUM_NODES:-1}
-    [[ "$NUM_NODES" =~ ^[1-9][0-9]*$ ]] || die "NUM_NODES=$NUM_NODES: use a number of nodes, 1 or more"
-    if [ "$NUM_NODES" -gt 1 ]; then
-        # fairseq's multi-node start: one run of the recipe per node, all reaching node 0 over TCP.
-        [ -n "${MASTER_ADDR:-}" ] && [ -n "${MASTER_PORT:-}" ] && [ -n "${NODE_RANK:-}" ] ||
-            die "NUM_NODES=$NUM_NODES needs MASTER_ADDR, MASTER_PORT (node 0's address and a free port) and" \
-                "NODE_RANK (0 .. NUM_NODES-1) on every node"
-        [[ "$NODE_RANK" =~ ^[0-9]+$ ]] && [ "$NODE_RANK" -lt "$NUM_NODES" ] ||
-            die "NODE_RANK=$NODE_RANK: use 0 .. $((NUM_NODES - 1)) (NUM_NODES=$NUM_NODES)"
-    else
-        NODE_RANK=0
-    fi
+    launcher
+    DEVICE_ARGS=()
     if [ "$visible" -eq 0 ]; then
         [ "${CPU:-0}" = 1 ] || die "no GPU visible. The paper trains on 8 GPUs; to try the pipeline on CPU" \
             "(very slow, for testing only) set CPU=1"
-        # One process per node: torch already spreads its products over every core, and fairseq cannot start
-        # several CPU processes itself (its spawn counts GPUs).
+        # One process per node or task: torch already spreads its products over every core, and fairseq cannot
+        # start several CPU processes itself (its spawn counts GPUs).
         [ "${NUM_GPUS:-1}" = 1 ] || die "NUM_GPUS=$NUM_GPUS: on CPU a node trains in one process, which uses" \
             "every core; for more processes start more nodes (NUM_NODES, NODE_RANK)"
         NUM_GPUS=1
@@ -108,43 +204,77 @@ detect_devices() {
         # variables.
         export MALLOC_MMAP_THRESHOLD_=${MALLOC_MMAP_THRESHOLD_:-4294967296}
         export MALLOC_TRIM_THRESHOLD_=${MALLOC_TRIM_THRESHOLD_:-4294967296}
-        WORKERS=$NUM_NODES
-        DEVICE_ARGS=(--cpu)
         EVAL_DEVICE_ARGS=(--cpu)
-        if [ "$NUM_NODES" -gt 1 ]; then
-            # What fairseq's GPU start would infer, given outright: this process's rank, no spawning, and
-            # --device-id 0 (fairseq reads LOCAL_RANK otherwise); gloo, as NCCL is GPU-only, and legacy_ddp's
-            # all-reduce of the gradients, as pytorch_ddp on CPU fails on device_ids=[0].
-            DEVICE_ARGS+=(--distributed-world-size "$WORKERS" --distributed-rank "$NODE_RANK"
-                          --distributed-init-method "tcp://$MASTER_ADDR:$MASTER_PORT" --distributed-no-spawn
-                          --device-id 0 --distributed-backend gloo --ddp-backend legacy_ddp)
+        if [ -n "${TASK_RANK:-}" ]; then
+            WORKERS=$TASK_WORKERS
+            worker_args "$WORKERS" "$TASK_RANK" "$INIT_METHOD" 0
+        else
+            WORKERS=$NUM_NODES
+            [ "$NUM_NODES" = 1 ] || worker_args "$WORKERS" "$NODE_RANK" "tcp://$MASTER_ADDR:$MASTER_PORT" 0
         fi
-        return
+        # Each process gets its rank and node 0's address outright (fairseq's start of CPU processes fails at
+        # rank % torch.cuda.device_count()); gloo, as NCCL is GPU-only, and legacy_ddp's all-reduce of the
+        # gradients, as pytorch_ddp on CPU fails on device_ids=[0].
+        [ "$WORKERS" = 1 ] || DEVICE_ARGS+=(--distributed-backend gloo --ddp-backend legacy_ddp)
+        DEVICE_ARGS+=(--cpu)
+    elif [ -n "${TASK_RANK:-}" ]; then
+        # One process a GPU: it sees all of the node's GPUs (and takes the one of its place) or one alone.
+        [ -z "${NUM_GPUS:-}" ] || [ "$NUM_GPUS" = "$TASKS_PER_NODE" ] ||
+            die "NUM_GPUS=$NUM_GPUS but $LAUNCH starts $TASKS_PER_NODE processes a node, one per GPU: unset NUM_GPUS"
+        local device=0
+        if [ "$visible" = "$TASKS_PER_NODE" ]; then
+            device=$TASK_LOCAL
+        elif [ "$visible" != 1 ]; then
+            die "$RUN_NAME sees $visible GPUs, but $LAUNCH starts $TASKS_PER_NODE processes a node: give each" \
+                "process one GPU (srun --gpus-per-task 1) or each all $TASKS_PER_NODE"
+        fi
+        NUM_GPUS=$TASKS_PER_NODE WORKERS=$TASK_WORKERS
+        worker_args "$WORKERS" "$TASK_RANK" "$INIT_METHOD" "$device"
+    else
+        NUM_GPUS=${NUM_GPUS:-$visible}
+        [ "$NUM_GPUS" -le "$visible" ] || die "NUM_GPUS=$NUM_GPUS but only $visible GPUs are visible"
+        WORKERS=$((NUM_GPUS * NUM_NODES))
+        DEVICE_ARGS=(--distributed-world-size "$WORKERS")
+        if [ "$NUM_NODES" -gt 1 ]; then
+            DEVICE_ARGS+=(--distributed-init-method "tcp://$MASTER_ADDR:$MASTER_PORT"
+                          --distributed-rank $((NODE_RANK * NUM_GPUS)))
+        fi
     fi
-    NUM_GPUS=${NUM_GPUS:-$visible}
-    [ "$NUM_GPUS" -le "$visible" ] || die "NUM_GPUS=$NUM_GPUS but only $visible GPUs are visible"
-    WORKERS=$((NUM_GPUS * NUM_NODES))
-    DEVICE_ARGS=(--distributed-world-size "$WORKERS")
-    EVAL_DEVICE_ARGS=()  # translation and validation run on one GPU
-    if [ "$NUM_NODES" -gt 1 ]; then
-        DEVICE_ARGS+=(--distributed-init-method "tcp://$MASTER_ADDR:$MASTER_PORT"
-                      --distributed-rank $((NODE_RANK * NUM_GPUS)))
+    if [ "$visible" -gt 0 ]; then
+        EVAL_DEVICE_ARGS=()  # translation and validation run on one GPU (their default world size is 1)
+        local precision=fp32
+        if [ "${FP16:-0}" = 1 ]; then
+            DEVICE_ARGS+=(--fp16)
+            precision=fp16
+        fi
+        say "training on $NUM_GPUS GPU(s) x $((WORKERS / NUM_GPUS)) node(s), $precision"
     fi
-    local precision=fp32
-    if [ "${FP16:-0}" = 1 ]; then
-        DEVICE_ARGS+=(--fp16)
-        precision=fp16
-    fi
-    say "training on $NUM_GPUS GPU(s) x $NUM_NODES node(s), $precision"
+    [ "$WORKERS" = 1 ] || say "$RUN_NAME: world size $WORKERS (started as $LAUNCH)"
 }
 
 # Sets UPDATE_FREQ and MAX_TOKENS so that one step holds TOKENS_PER_STEP tokens (§5.1: about 25,000 source
 # and 25,000 target tokens), however many workers there are.
 batch_size_for_workers() {
     local tokens=${TOKENS_PER_STEP:-25000} per_gpu=${MAX_TOKENS_PER_GPU:-4096}
+    [[ "$tokens$per_gpu" =~ ^[0-9]+$ ]] && [ "$tokens" -gt 0 ] && [ "$per_gpu" -gt 0 ] ||
+        die "TOKENS_PER_STEP=$tokens, MAX_TOKENS_PER_GPU=$per_gpu: use positive numbers of tokens"
     UPDATE_FREQ=$(( (tokens + WORKERS * per_gpu - 1) / (WORKERS * per_gpu) ))
     MAX_TOKENS=$(( (tokens + WORKERS * UPDATE_FREQ - 1) / (WORKERS * UPDATE_FREQ) ))
     say "batch: $WORKERS worker(s) x $MAX_TOKENS tokens x update-freq $UPDATE_FREQ ~ $tokens tokens per step"
+    # fairseq asserts that a batch holds its longest example (train, and valid at the same --max-tokens).
+    local longest split
+    read -r longest split < <("$PYTHON" -m prepare.longest "$DATA_BIN") && [[ "$longest" =~ ^[0-9]+$ ]] ||
+        die "cannot read the longest sentence of $DATA_BIN"
+    if [ "$per_gpu" -lt "$longest" ]; then
+        die "MAX_TOKENS_PER_GPU=$per_gpu is below the longest $split sentence ($longest tokens): set" \
+            "MAX_TOKENS_PER_GPU to at least $longest"
+    elif [ "$MAX_TOKENS" -lt "$longest" ] && [ "$UPDATE_FREQ" = 1 ]; then
+        die "TOKENS_PER_STEP=$tokens over $WORKERS worker(s) gives each a batch of $MAX_TOKENS tokens, below the" \
+            "longest $split sentence ($longest tokens): set TOKENS_PER_STEP to at least $((longest * WORKERS))"
+    elif [ "$MAX_TOKENS" -lt "$longest" ]; then  # the step's even split rounded below it: the GPU holds it
+        say "batch: $longest tokens a worker instead, to hold the longest $split sentence"
+        MAX_TOKENS=$longest
+    fi
 }
 
 # prepare_data MODULE ARGS...: download, tokenise, segment and binarise with prepare.MODULE; sets PREPARED_DIR
@@ -161,6 +291,7 @@ prepare_data() {
     PREPARED_DIR=$data_dir
     DATA_BIN="$data_dir/data-bin"
     TEXT_DIR="$data_dir/text"
+    stop_if_asked prepare
 }
 
 # prepare_wmt14 PAIR ARGS...: prepare_data for WMT14; also sets SUBWORDS (how fairseq-generate joins subwords
@@ -182,11 +313,11 @@ EMBEDDING_SHARING=(--share-all-embeddings)
 
 # resume_checkpoint SAVE_DIR: a job killed while fairseq copied its newest checkpoint to checkpoint_last.pt leaves
 # that file cut off; make the newest intact checkpoint checkpoint_last.pt (vaswani_plugin/checkpoints/resume.py).
-# Node 0 only: fairseq's rank 0 reads checkpoint_last.pt and sends it to the other ranks, which start training only
-# once node 0's fairseq-train, run after this, has joined them.
+# Run 0 only: fairseq's rank 0 reads checkpoint_last.pt and sends it to the other ranks, which start training only
+# once run 0's fairseq-train, run after this, has joined them.
 resume_checkpoint() {
     # A first run has nothing to check, and saves the command's start-up (importing fairseq, 3.5 s).
-    [ "${NODE_RANK:-0}" = 0 ] && [ -e "$1/checkpoint_last.pt" ] || return 0
+    [ "${RUN_RANK:-0}" = 0 ] && [ -e "$1/checkpoint_last.pt" ] || return 0
     "$PYTHON" -m vaswani_plugin.checkpoints.resume "$1" 2>&1 | tee -a "$1/train.log" >&2
 }
 
@@ -200,13 +331,15 @@ train() {
     shift
     mkdir -p "$save_dir"
     resume_checkpoint "$save_dir"
-    # One log per node, so that theirs never interleave; fairseq's other ranks log warnings only.
+    # One log per run of the recipe (train.node1.log, train.task1.log, ...), so that theirs never interleave;
+    # fairseq's other ranks log warnings only.
     local log=train.log
-    [ "$NODE_RANK" = 0 ] || log=train.node$NODE_RANK.log
+    [ "$RUN_RANK" = 0 ] || log="train.${RUN_NAME// /}.log"
     # Adam's β and ε (§5.3) differ from fairseq's defaults; noam's warmup_steps = 4000 (eq. 3) and the plugin
     # criterion's ε_ls = 0.1 (§5.4) are their defaults, but fairseq's own label_smoothed_cross_entropy, which
     # benchmarks/quickstart_vs_fairseq.sh trains with, has 0.
     # shellcheck disable=SC2086
+    { [ "$WORKERS" = 1 ] || echo "[$RECIPE] $RUN_NAME: world size $WORKERS (started as $LAUNCH)"
     "$PYTHON" -m fairseq_cli.train "$DATA_BIN" --user-dir "$PLUGIN" \
         --task vaswani_translation --bf16-autocast "${BF16:-0}" \
         "${EMBEDDING_SHARING[@]}" \
@@ -216,14 +349,14 @@ train() {
         --max-tokens "$MAX_TOKENS" --update-freq "$UPDATE_FREQ" --required-batch-size-multiple 1 \
         --save-dir "$save_dir" --no-epoch-checkpoints \
         --log-format simple --log-interval 100 \
-        "${DEVICE_ARGS[@]}" "$@" ${EXTRA_TRAIN_ARGS:-} 2>&1 | tee -a "$save_dir/$log"
+        "${DEVICE_ARGS[@]}" "$@" ${EXTRA_TRAIN_ARGS:-}; } 2>&1 | tee -a "$save_dir/$log"
 }
 
-# leave_the_rest_to_node_zero: every node but node 0 stops after training, so that one node alone writes the
-# averaged checkpoint, the translations and the scores in the shared WORK_DIR.
-leave_the_rest_to_node_zero() {
-    if [ "$NODE_RANK" != 0 ]; then
-        say "node $NODE_RANK: training finished; node 0 averages, translates and scores"
+# leave_the_rest_to_run_zero: every run of the recipe but run 0 (node 0, task 0, rank 0) stops after training, so
+# that one alone writes the averaged checkpoint, the translations and the scores in the shared WORK_DIR.
+leave_the_rest_to_run_zero() {
+    if [ "$RUN_RANK" != 0 ]; then
+        say "$RUN_NAME: training finished; ${RUN_NAME% *} 0 averages, translates and scores"
         exit 0
     fi
 }
@@ -307,7 +440,7 @@ train_average_translate() {
     local average_last=${AVERAGE_LAST:-$average}
     stage train train "$checkpoints" --arch "$arch" ${DROPOUT:+--dropout "$DROPOUT"} \
         --max-update "${MAX_UPDATE:-$steps}" --save-interval-updates "$every" --keep-interval-updates "$average_last"
-    leave_the_rest_to_node_zero
+    leave_the_rest_to_run_zero
     stage average average "$checkpoints" "$average_last"
     # §6.1: beam 4, α = 0.6, at most input + 50 tokens; 128 sentences a batch; the subwords joined back.
     stage translate translate "$checkpoints/checkpoint_average.pt" test "$WORK_DIR/newstest2014.generate.txt" \

@@ -15,6 +15,7 @@
 #   and those of every recipe (DATA_DIR, NUM_GPUS, FP16, EXTRA_TRAIN_ARGS, ...): see recipes/common.sh.
 RECIPE=${RECIPE:-quickstart}
 source "$(dirname "$0")/common.sh"
+stages prepare train average translate  # what STOP_AFTER may name
 CPU=${CPU:-1}  # no GPU is this recipe's normal case; one is used when present
 detect_devices
 
@@ -51,7 +52,7 @@ stage train train "$CHECKPOINTS" --arch "$ARCH" "${MODEL_ARGS[@]}" --warmup-upda
     --save-interval-updates "${SAVE_INTERVAL_UPDATES:-50}" --keep-interval-updates "${AVERAGE_LAST:-5}" \
     --log-interval 10
 
-leave_the_rest_to_node_zero
+leave_the_rest_to_run_zero
 stage average average_available "$CHECKPOINTS" "${AVERAGE_LAST:-5}"
 
 # §6.1 decoding: beam 4, length penalty α = 0.6, at most input + 50 tokens; every one of the 1,000 sentences,

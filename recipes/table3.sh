@@ -40,6 +40,10 @@ big) VARIANTS=(
 *) die "usage: bash recipes/table3.sh A|B|C|D|E|big (a row of Table 3)" ;;
 esac
 
+STAGE_NAMES=(prepare)
+for index in "${!VARIANTS[@]}"; do STAGE_NAMES+=("train-$ROW-$((index + 1))" "translate-$ROW-$((index + 1))"); done
+stages "${STAGE_NAMES[@]}"  # what STOP_AFTER may name
+
 # §5.1 data as the base recipe: WMT 2014 English-German, shared BPE vocabulary of about 37000 tokens.
 detect_devices
 prepare_wmt14 en-de --bpe-merges "${BPE_MERGES:-32000}"
@@ -58,7 +62,7 @@ for index in "${!VARIANTS[@]}"; do
     # shellcheck disable=SC2086
     stage "train-$run" train "$WORK_DIR/$run" --arch vaswani_transformer \
         --max-update "${MAX_UPDATE:-$steps}" --save-interval-updates 0 $variant_args
-    [ "$NODE_RANK" = 0 ] || continue  # node 0 alone validates, translates and scores
+    [ "$RUN_RANK" = 0 ] || continue  # run 0 alone validates, translates and scores
     # Dev perplexity per word-piece on all of newstest2013, and BLEU with beam 4, α = 0.6, no averaging.
     ppl=$("$PYTHON" -m fairseq_cli.validate "$DATA_BIN" --user-dir "$PLUGIN" --task translation \
         --path "$WORK_DIR/$run/checkpoint_last.pt" --valid-subset valid --max-tokens "$MAX_TOKENS" \
@@ -72,7 +76,7 @@ for index in "${!VARIANTS[@]}"; do
         "$(awk "BEGIN { print $params / 1e6 }")" "${paper_params:--}")")
 done
 
-leave_the_rest_to_node_zero
+leave_the_rest_to_run_zero
 echo "Table 3 row ($ROW), dev = newstest2013, no checkpoint averaging; ours (paper's)"
 printf '%-22s %16s %16s %15s\n' variant "PPL (dev)" "BLEU (dev)" "params"
 printf '%s\n' "${results[@]}"

@@ -4,6 +4,7 @@
 # Variables (WORK_DIR, DATA_DIR, RAW_DIR, NUM_GPUS, MAX_UPDATE, FP16, BF16, DROPOUT, EXTRA_TRAIN_ARGS, CPU, ...):
 # recipes/common.sh.
 source "$(dirname "$0")/common.sh"
+stages prepare train average translate  # what STOP_AFTER may name
 detect_devices  # before the downloads: no GPU is an error unless CPU=1
 
 # §5.1: WMT 2014 English-German, about 4.5 million sentence pairs; byte-pair encoding with a shared

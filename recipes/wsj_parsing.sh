@@ -27,6 +27,11 @@ elif [ -n "${SAMPLE_DIR:-}" ]; then
 else
     die "set WSJ_DIR (the LDC Penn Treebank's parsed/mrg/wsj) or SAMPLE_DIR (e.g. ../shared/data/ptb_sample)"
 fi
+DECODINGS=(constrained)
+if [ "${UNCONSTRAINED:-0}" = 1 ]; then DECODINGS+=(unconstrained); fi
+STAGE_NAMES=(prepare train average)
+for split in valid test; do for decoding in "${DECODINGS[@]}"; do STAGE_NAMES+=("${decoding}_$split"); done; done
+stages "${STAGE_NAMES[@]}"  # what STOP_AFTER may name
 detect_devices
 
 # Words in, linearised trees out (Vinyals & Kaiser 2015): "(S (NP The cat )NP (VP sat )VP . )S", or with XX
@@ -38,6 +43,7 @@ say "stage prepare: python -m prepare.wsj_parsing --work-dir $DATA_DIR ${TREEBAN
 DATA_BIN=$("$PYTHON" -m prepare.wsj_parsing --work-dir "$DATA_DIR" "${TREEBANK[@]}" --leaves "$LEAVES" \
     --source-vocabulary "${SOURCE_VOCABULARY:-16000}" ${EXTRA_TRAIN_TREES:+--extra-train $EXTRA_TRAIN_TREES}) ||
     die "data preparation failed"
+stop_if_asked prepare
 # Word leaves: one dictionary, so one embedding for the input, the decoder's input and its output (§3.4).
 EMBEDDING_SHARING=(--share-all-embeddings)
 [ "$LEAVES" = words ] || EMBEDDING_SHARING=(--share-decoder-input-output-embed)
@@ -69,7 +75,7 @@ else
     batch_size_for_workers
 fi
 stage train train "$CHECKPOINTS" "${MODEL_ARGS[@]}" --log-interval 10
-leave_the_rest_to_node_zero
+leave_the_rest_to_run_zero
 stage average average_available "$CHECKPOINTS" "${AVERAGE_LAST:-5}"
 
 # §6.3 decoding: beam 21, length penalty α = 0.3, at most input + 300 tokens (32 sentences a batch; the tree
@@ -77,8 +83,6 @@ stage average average_available "$CHECKPOINTS" "${AVERAGE_LAST:-5}"
 # (--parse-constrained); with UNCONSTRAINED=1 also without the constraint, the outputs repaired into trees. Every
 # output becomes a tree over its words and is scored with EVALB's COLLINS.prm. Section 22 (valid) for tuning,
 # section 23 (test).
-DECODINGS=(constrained)
-if [ "${UNCONSTRAINED:-0}" = 1 ]; then DECODINGS+=(unconstrained); fi
 SCORES=()
 for split in valid test; do
     for decoding in "${DECODINGS[@]}"; do

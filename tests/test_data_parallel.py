@@ -1,12 +1,17 @@
-"""Data-parallel training on CPU through the recipes' multi-node variables: two processes on one machine.
+"""Data-parallel training on CPU through the recipes, started the three ways users start it: as the tasks of a SLURM
+step, under torchrun, and by hand on every node (NUM_NODES, NODE_RANK).
 
-recipes/wmt14_en_de_base.sh runs twice at once on the tiny offline WMT14 mirror (tests/wmt_mirror.py), as
-NODE_RANK 0 and 1 of NUM_NODES=2 sharing one WORK_DIR and DATA_DIR, as nodes share a file system. A third,
-one-process run (NUM_NODES unset) on the same prepared data is the reference: with TOKENS_PER_STEP fixed it
-takes --update-freq 2 where each of the two processes takes 1, so a step of either holds the same batches
-(fairseq deals an epoch's batches out to the ranks in turn), and with dropout off every update must log the
-same loss. The epoch has an odd number of batches, so its last step holds one batch: the one process's group
-of one, and rank 0's batch beside rank 1's empty one.
+recipes/wmt14_en_de_base.sh runs on the tiny offline WMT14 mirror (tests/wmt_mirror.py), all runs of a job
+sharing one WORK_DIR and DATA_DIR, as nodes share a file system:
+- a simulated srun step of two tasks on one node (SLURM_* variables as srun sets them, a stub `scontrol` on PATH
+  that names 127.0.0.1, MASTER_PORT given) prepares the data from nothing and trains;
+- `torchrun --nproc_per_node 2 --no-python bash RECIPE` trains on the same data;
+- a one-process run (no launcher) is the reference: with TOKENS_PER_STEP fixed it takes --update-freq 2 where each
+  of two workers takes 1, so a step of either holds the same batches (fairseq deals an epoch's batches out to the
+  ranks in turn), and with dropout off every update must log the same loss. The epoch has an odd number of
+  batches, so its last step holds one batch: the one process's group of one, and rank 0's batch beside rank 1's
+  empty one;
+- eight workers (NUM_NODES=8) train, then node 0 averages, translates every newstest2014 sentence and scores.
 """
 
 import json
@@ -30,8 +35,10 @@ from wmt_mirror import build_mirror
 
 # Batches of at most 4,000 tokens: the mirror's 735 training pairs make 5 of them, 3 updates of 2 batches (the
 # last of one) an epoch, so MAX_UPDATE=4 also starts the second epoch. No validation on the 3,000 dev sentences.
-SETTINGS = dict(MAX_UPDATE=4, TOKENS_PER_STEP=8000, MAX_TOKENS_PER_GPU=4000,
+SETTINGS = dict(MAX_UPDATE=4, TOKENS_PER_STEP=8000, MAX_TOKENS_PER_GPU=4000, STOP_AFTER="train",
                 EXTRA_TRAIN_ARGS=f"{TINY} --dropout 0 --log-format json --log-interval 1 --disable-validation")
+# Eight workers of 1,000 tokens: two updates an epoch, so that interval checkpoints are written and averaged.
+EIGHT = dict(MAX_UPDATE=4, TOKENS_PER_STEP=8000, EXTRA_TRAIN_ARGS=f"{TINY} --disable-validation")
 
 
 def free_port() -> int:
@@ -40,46 +47,82 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def start_node(rank: int, port: int, root: Path) -> subprocess.Popen:
-    """One "node" of the recipe in the background, as run_recipe runs it, its output in root/node{rank}.*."""
-    settings = tiny_env(root / "work", root / "raw", root / "data", NUM_NODES=2, NODE_RANK=rank, NUM_GPUS=1,
-                        MASTER_ADDR="127.0.0.1", MASTER_PORT=port, **SETTINGS)
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", PYTHON=sys.executable,
-               OMP_NUM_THREADS="1", **settings)
-    with open(root / f"node{rank}.out", "w") as out, open(root / f"node{rank}.err", "w") as err:
-        return subprocess.Popen(["bash", str(REPO / "recipes" / "wmt14_en_de_base.sh")], env=env, stdout=out,
-                                stderr=err, cwd=REPO, start_new_session=True)
+def slurm_task(rank: int, tasks: int, port: int, stub_dir: Path) -> dict:
+    """What srun sets for task RANK of a step of TASKS tasks on one node (job 4242), with scontrol's stub on PATH."""
+    return dict(SLURM_JOB_ID=4242, SLURM_STEP_ID=0, SLURM_JOB_NODELIST="gpu01", SLURM_STEP_NODELIST="gpu01",
+                SLURM_NNODES=1, SLURM_JOB_NUM_NODES=1, SLURM_STEP_NUM_NODES=1, SLURM_NTASKS=tasks,
+                SLURM_STEP_NUM_TASKS=tasks, SLURM_STEP_TASKS_PER_NODE=tasks, SLURM_PROCID=rank, SLURM_LOCALID=rank,
+                SLURM_NODEID=0, MASTER_PORT=port, PATH=f"{stub_dir}:{os.environ['PATH']}")
 
 
-def wait_for(nodes, timeout=600):
-    """Wait for every node; once one fails (or time is up), stop the others, which would otherwise wait for it
-    until gloo's 30-minute timeout. Returns the exit codes."""
+def stub_scontrol(root: Path) -> Path:
+    """A folder holding an `scontrol` that answers `scontrol show hostnames LIST` with 127.0.0.1."""
+    stub = root / "bin"
+    stub.mkdir(exist_ok=True)
+    (stub / "scontrol").write_text('#!/bin/sh\n[ "$1 $2" = "show hostnames" ] && echo 127.0.0.1\n')
+    (stub / "scontrol").chmod(0o755)
+    return stub
+
+
+def start(root: Path, name: str, settings: dict, command=()) -> subprocess.Popen:
+    """The base recipe in the background (behind COMMAND, a launcher), as run_recipe runs it, its output in
+    root/NAME.out and root/NAME.err."""
+    env = dict(os.environ, PYTHON=sys.executable, OMP_NUM_THREADS="1")
+    env.update({key: str(value) for key, value in settings.items()})  # PATH too, with scontrol's stub
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+    with open(root / f"{name}.out", "w") as out, open(root / f"{name}.err", "w") as err:
+        return subprocess.Popen([*command, "bash", str(REPO / "recipes" / "wmt14_en_de_base.sh")], env=env,
+                                stdout=out, stderr=err, cwd=REPO, start_new_session=True)
+
+
+def wait_for(root: Path, runs: dict, timeout=600):
+    """Wait for every run (name -> process); once one fails (or time is up), stop the others, which would otherwise
+    wait for it until gloo's 30-minute timeout. Returns name -> (stdout, stderr), after asserting exit status 0."""
     deadline = time.monotonic() + timeout
-    while any(node.poll() is None for node in nodes):
-        if time.monotonic() > deadline or any(node.returncode for node in nodes):
-            for node in nodes:
-                if node.poll() is None:
-                    os.killpg(node.pid, signal.SIGKILL)  # the recipe's bash and its python children
-                    node.wait()
+    while any(run.poll() is None for run in runs.values()):
+        if time.monotonic() > deadline or any(run.returncode for run in runs.values()):
+            for run in runs.values():
+                if run.poll() is None:
+                    os.killpg(run.pid, signal.SIGKILL)  # the recipe's bash and its python children
+                    run.wait()
             break
         time.sleep(0.5)
-    return [node.returncode for node in nodes]
+    outputs = {name: ((root / f"{name}.out").read_text(), (root / f"{name}.err").read_text()) for name in runs}
+    for name, run in runs.items():
+        assert run.returncode == 0, f"{name} failed ({run.returncode}):\n{outputs[name][1][-4000:]}"
+    return outputs
 
 
 @lane_job
 def data_parallel_runs(tmp_path_factory, lane):
-    """Two nodes from nothing, then the one-process reference on the data they prepared (its training only).
-    Returns (root, [node 0's and node 1's (stdout, stderr)], the reference's result)."""
+    """Two SLURM tasks from nothing, then torchrun's two workers and the one-process reference on the data they
+    prepared (training only). Returns (root, {run name: (stdout, stderr)})."""
     root = tmp_path_factory.mktemp("data_parallel")
     build_mirror(root / "raw", "en-de")
+    stub, port = stub_scontrol(root), free_port()
+    runs = {f"task{rank}": start(root, f"task{rank}", {**tiny_env(root / "slurm", root / "raw", root / "data",
+                                                                   **SETTINGS), **slurm_task(rank, 2, port, stub)})
+            for rank in (0, 1)}
+    outputs = wait_for(root, runs)
+    torchrun = [str(Path(sys.executable).parent / "torchrun"), "--nproc_per_node", "2", "--master_port",
+                str(free_port()), "--no-python"]
+    outputs.update(wait_for(root, {"torchrun": start(root, "torchrun", tiny_env(
+        root / "torchrun", root / "raw", root / "data", **SETTINGS), torchrun)}))
+    one = run_recipe("wmt14_en_de_base.sh", tiny_env(root / "one", root / "raw", root / "data", **SETTINGS))
+    outputs["one"] = (one.stdout, one.stderr)
+    return root, outputs
+
+
+@lane_job
+def eight_workers_run(tmp_path_factory, lane):
+    """Eight nodes of one process each on the data data_parallel_runs prepared, the whole recipe."""
+    data = lane["data_parallel_runs"].result()[0]
+    root = tmp_path_factory.mktemp("eight_workers")
     port = free_port()
-    codes = wait_for([start_node(rank, port, root) for rank in (0, 1)])
-    nodes = [((root / f"node{rank}.out").read_text(), (root / f"node{rank}.err").read_text()) for rank in (0, 1)]
-    for rank, code in enumerate(codes):
-        assert code == 0, f"node {rank} failed ({code}):\n{nodes[rank][1][-4000:]}"
-    one = run_recipe("wmt14_en_de_base.sh", tiny_env(root / "one", root / "raw", root / "data", STOP_AFTER="train",
-                                                     **SETTINGS))
-    return root, nodes, one
+    runs = {f"node{rank}": start(root, f"node{rank}", tiny_env(
+        root / "work", data / "raw", data / "data", NUM_NODES=8, NODE_RANK=rank, MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=port, **EIGHT)) for rank in range(8)}
+    return root, wait_for(root, runs)
 
 
 def updates(train_log: Path):
@@ -91,35 +134,44 @@ def updates(train_log: Path):
 @pytest.mark.e2e
 @NEEDS_CPU_PATH
 @pytest.mark.lane("data_parallel_runs")
-def test_two_cpu_processes_train_then_node_0_averages_translates_and_scores(lane):
-    root, ((out0, err0), (out1, err1)), _ = lane["data_parallel_runs"].result()
-    work = root / "work"
+def test_two_slurm_tasks_find_rank_world_size_and_master_from_slurm(lane):
+    root, outputs = lane["data_parallel_runs"].result()
+    (_, err0), (_, err1) = outputs["task0"], outputs["task1"]
+    port = re.search(r"master 127\.0\.0\.1:(\d+)$", err0, re.M).group(1)
+    for rank, err in enumerate((err0, err1)):
+        assert f"SLURM step of 2 task(s) on 1 node(s): this is task {rank}; master 127.0.0.1:{port}" in err
+        assert "batch: 2 worker(s) x 4000 tokens x update-freq 1 ~ 8000 tokens per step" in err
+        assert "STOP_AFTER=train: stopping here" in err
 
-    # One node prepared the shared DATA_DIR; the other waited for its lock, then found every step done.
+    # One task prepared the shared DATA_DIR; the other waited for its lock, then found every step done.
     prepared, waited = sorted((err0, err1), key=lambda err: "another run is using" in err)
     assert "prepare: another run is using" in waited, (err0, err1)
     assert not re.search(r"^\[\d+/\d+\] .*: done before, skipping", prepared, re.M), prepared
     skipped = re.findall(r"^\[\d+/(\d+)\] .*: done before, skipping", waited, re.M)
     assert skipped and len(skipped) == int(skipped[0]), waited
 
-    # Both trained, in one process each, joined over TCP; one log per node, never interleaved.
-    for err in (err0, err1):
-        assert "batch: 2 worker(s) x 4000 tokens x update-freq 1 ~ 8000 tokens per step" in err
-    train_log = (work / "checkpoints" / "train.log").read_text()
-    assert "'distributed_world_size': 2" in train_log and "'distributed_backend': 'gloo'" in train_log
-    assert "initialized host" in train_log and "as rank 0" in train_log
-    assert len(updates(work / "checkpoints" / "train.log")) == 4
-    assert "train_inner" not in (work / "checkpoints" / "train.node1.log").read_text()
+    # Both trained in one process each, joined over TCP at scontrol's first host and MASTER_PORT; one log a task.
+    checkpoints = root / "slurm" / "checkpoints"
+    task0, task1 = (checkpoints / "train.log").read_text(), (checkpoints / "train.task1.log").read_text()
+    for rank, log in enumerate((task0, task1)):
+        assert f"[wmt14_en_de_base] task {rank}: world size 2 (started as slurm)" in log
+        assert f"distributed init (rank {rank}): tcp://127.0.0.1:{port}" in log
+        assert re.search(rf"initialized host \S+ as rank {rank}$", log, re.M), log[-3000:]
+    assert "'distributed_world_size': 2" in task0 and "'distributed_backend': 'gloo'" in task0
+    assert "train_inner" not in task1
 
-    # Node 0 alone goes on: both BLEU lines, every newstest2014 sentence, the cost of 2 processes.
-    assert "node 1: training finished; node 0 averages, translates and scores" in err1
-    assert "stage average" not in err1 and "BLEU" not in out1 and "Training cost" not in out1
-    assert (work / "checkpoints" / "checkpoint_average.pt").exists()
-    assert len(hypotheses(work / "newstest2014.generate.txt")) == 3003
-    assert re.search(r"^BLEU \(tokenised, compound-split\) = \d+\.\d+ ", out0, re.M), out0
-    assert re.search(r"^sacreBLEU = \d+\.\d+ .*nrefs:1\|case:mixed", out0, re.M), out0
-    assert re.search(r"^sentences = 3003$", out0, re.M), out0
-    assert re.search(r"^Training cost: \d+ s x 2 GPUs;", out0, re.M), out0
+
+@pytest.mark.e2e
+@NEEDS_CPU_PATH
+@pytest.mark.lane("data_parallel_runs")
+def test_torchrun_workers_take_their_ranks_from_torchrun(lane):
+    root, outputs = lane["data_parallel_runs"].result()
+    checkpoints = root / "torchrun" / "checkpoints"
+    rank0, rank1 = (checkpoints / "train.log").read_text(), (checkpoints / "train.rank1.log").read_text()
+    for rank, log in enumerate((rank0, rank1)):
+        assert f"[wmt14_en_de_base] rank {rank}: world size 2 (started as torchrun)" in log
+        assert f"distributed init (rank {rank}): env://" in log
+    assert outputs["torchrun"][1].count("STOP_AFTER=train: stopping here") == 2
 
 
 def epoch_batches(data_bin: Path, max_tokens: int) -> int:
@@ -133,13 +185,14 @@ def epoch_batches(data_bin: Path, max_tokens: int) -> int:
 @pytest.mark.e2e
 @NEEDS_CPU_PATH
 @pytest.mark.lane("data_parallel_runs")
-def test_two_processes_update_as_one_with_twice_the_update_freq(lane):
-    root, ((_, err0), _), one = lane["data_parallel_runs"].result()
-    assert "batch: 2 worker(s) x 4000 tokens x update-freq 1 ~ 8000 tokens per step" in err0
-    assert "batch: 1 worker(s) x 4000 tokens x update-freq 2 ~ 8000 tokens per step" in one.stderr
-    assert "STOP_AFTER=train: stopping here" in one.stderr and not (root / "one" / "checkpoints" /
-                                                                     "checkpoint_average.pt").exists()
-    two_log, one_log = root / "work" / "checkpoints" / "train.log", root / "one" / "checkpoints" / "train.log"
+@pytest.mark.parametrize("launch", ["slurm", "torchrun"])
+def test_two_workers_update_as_one_with_twice_the_update_freq(lane, launch):
+    root, outputs = lane["data_parallel_runs"].result()
+    one_err = outputs["one"][1]
+    assert "batch: 1 worker(s) x 4000 tokens x update-freq 2 ~ 8000 tokens per step" in one_err
+    assert "STOP_AFTER=train: stopping here" in one_err and not (root / "one" / "checkpoints" /
+                                                                 "checkpoint_average.pt").exists()
+    two_log, one_log = root / launch / "checkpoints" / "train.log", root / "one" / "checkpoints" / "train.log"
     assert "'update_freq': [1]" in two_log.read_text() and "'update_freq': [2]" in one_log.read_text()
 
     # The epoch ends on a step of one batch, and the run goes on into the next epoch.
@@ -159,6 +212,37 @@ def test_two_processes_update_as_one_with_twice_the_update_freq(lane):
         assert (two_update["bsz"], two_update["wpb"]) == (one_update["bsz"], one_update["wpb"])
         for key in ("loss", "nll_loss", "gnorm"):
             assert two_update[key] == pytest.approx(one_update[key], abs=1.001e-3), (key, two_update, one_update)
+
+
+@pytest.mark.e2e
+@NEEDS_CPU_PATH
+@pytest.mark.lane("data_parallel_runs", "eight_workers_run")
+def test_eight_workers_train_then_node_0_averages_translates_and_scores(lane):
+    root, outputs = lane["eight_workers_run"].result()
+    checkpoints = root / "work" / "checkpoints"
+    for rank in range(8):
+        out, err = outputs[f"node{rank}"]
+        assert "batch: 8 worker(s) x 1000 tokens x update-freq 1 ~ 8000 tokens per step" in err
+        log = (checkpoints / ("train.log" if rank == 0 else f"train.node{rank}.log")).read_text()
+        assert f"[wmt14_en_de_base] node {rank}: world size 8 (started as nodes)" in log
+        assert re.search(rf"initialized host \S+ as rank {rank}$", log, re.M), log[-3000:]
+        if rank:
+            assert f"node {rank}: training finished; node 0 averages, translates and scores" in err
+            assert "stage average" not in err and "BLEU" not in out and "Training cost" not in out
+            assert "train_inner" not in log
+    train_log = (checkpoints / "train.log").read_text()
+    assert "'distributed_world_size': 8" in train_log and "'max_tokens': 1000" in train_log
+    assert re.findall(r"\| train \| epoch \d+ \|.*\| num_updates (\d+) \|", train_log)[-1] == str(EIGHT["MAX_UPDATE"])
+
+    # Node 0 alone goes on: the average of the last two checkpoints, every newstest2014 sentence, both BLEU
+    # lines, the cost of 8 workers.
+    out0 = outputs["node0"][0]
+    assert (checkpoints / "checkpoint_average.pt").exists()
+    assert len(hypotheses(root / "work" / "newstest2014.generate.txt")) == 3003
+    assert re.search(r"^BLEU \(tokenised, compound-split\) = \d+\.\d+ ", out0, re.M), out0
+    assert re.search(r"^sacreBLEU = \d+\.\d+ .*nrefs:1\|case:mixed", out0, re.M), out0
+    assert re.search(r"^sentences = 3003$", out0, re.M), out0
+    assert re.search(r"^Training cost: \d+ s x 8 GPUs;", out0, re.M), out0
 
 
 NODES = dict(NUM_NODES="2", NODE_RANK="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
@@ -187,8 +271,90 @@ def test_bf16_auto_chooses_autocast_for_every_cpu_process(tmp_path):
     for settings, workers in (({}, "1"), (NODES, "2")):
         result = run_common(tmp_path, command, gpus=0, CPU="1", BF16="auto", **settings)
         assert result.returncode == 0, result.stderr
-        count, fairseq_train = result.stdout.splitlines()
+        count, *world, fairseq_train = result.stdout.splitlines()
         assert count == workers
+        assert world == ([] if workers == "1" else ["[test] node 1: world size 2 (started as nodes)"])
         assert " --task vaswani_translation --bf16-autocast auto " in fairseq_train and " --cpu" in fairseq_train
     assert bf16_autocast_enabled("auto", "cpu", flags=frozenset({"avx2", "avx512_bf16"})) == \
         (True, "--bf16-autocast auto: this CPU has avx512_bf16")
+
+
+def slurm_step(tasks: int, nodes: int, rank: int, tmp_path: Path, **more) -> dict:
+    """srun's variables for task RANK of TASKS on NODES nodes (tasks spread evenly), scontrol's stub on PATH."""
+    per_node = tasks // nodes if tasks % nodes == 0 else 1
+    settings = slurm_task(rank, tasks, 29500, stub_scontrol(tmp_path))
+    settings.update(SLURM_NNODES=nodes, SLURM_JOB_NUM_NODES=nodes, SLURM_STEP_NUM_NODES=nodes,
+                    SLURM_LOCALID=rank % per_node, SLURM_NODEID=rank // per_node, **more)
+    return {key: str(value) for key, value in settings.items()}
+
+
+TORCHRUN = dict(RANK="5", WORLD_SIZE="8", LOCAL_RANK="5", LOCAL_WORLD_SIZE="8", MASTER_ADDR="127.0.0.1",
+                MASTER_PORT="29400")
+
+
+@pytest.mark.parametrize("gpus,job,expected", [
+    # One task per GPU, each seeing all of its node's GPUs: task 11 is node 1's fourth, on its GPU 3.
+    (8, dict(tasks=16, nodes=2, rank=11), "workers=16 args=--distributed-world-size 16 --distributed-rank 11 "
+     "--distributed-init-method tcp://127.0.0.1:29500 --distributed-no-spawn --device-id 3 update_freq=1 "
+     "max_tokens=1563 run=task 11"),
+    # One GPU bound to each task (srun --gpus-per-task 1): it is the task's GPU 0.
+    (1, dict(tasks=16, nodes=2, rank=11), "workers=16 args=--distributed-world-size 16 --distributed-rank 11 "
+     "--distributed-init-method tcp://127.0.0.1:29500 --distributed-no-spawn --device-id 0 update_freq=1 "
+     "max_tokens=1563 run=task 11"),
+    # One task per node: it starts its node's 8 workers, as NUM_NODES does.
+    (8, dict(tasks=2, nodes=2, rank=1), "workers=16 args=--distributed-world-size 16 --distributed-init-method "
+     "tcp://127.0.0.1:29500 --distributed-rank 8 update_freq=1 max_tokens=1563 run=node 1"),
+    # No MASTER_PORT: every task of the step derives the same one from the job's numbers (job 4242, step 0).
+    (8, dict(tasks=8, nodes=1, rank=0, MASTER_PORT=""), "workers=8 args=--distributed-world-size 8 "
+     "--distributed-rank 0 --distributed-init-method tcp://127.0.0.1:47872 --distributed-no-spawn --device-id 0 "
+     "update_freq=1 max_tokens=3125 run=task 0"),
+    # A step of one task (srun --pty bash, say) is one node, with no master to agree on (no scontrol needed).
+    (8, dict(tasks=1, nodes=1, rank=0, PATH="/usr/bin:/bin"), "workers=8 args=--distributed-world-size 8 "
+     "update_freq=1 max_tokens=3125 run=node 0"),
+    # torchrun's worker 5 of 8 meets the others through torchrun's store.
+    (8, "torchrun", "workers=8 args=--distributed-world-size 8 --distributed-rank 5 --distributed-init-method env:// "
+     "--distributed-no-spawn --device-id 5 update_freq=1 max_tokens=3125 run=rank 5"),
+    # On CPU a task is one process, over gloo.
+    (0, dict(tasks=2, nodes=1, rank=1, CPU=1), "workers=2 args=--distributed-world-size 2 --distributed-rank 1 "
+     "--distributed-init-method tcp://127.0.0.1:29500 --distributed-no-spawn --device-id 0 --distributed-backend "
+     "gloo --ddp-backend legacy_ddp --cpu update_freq=4 max_tokens=3125 run=task 1"),
+])
+def test_launchers_give_each_worker_its_rank_device_and_master(gpus, job, expected, tmp_path):
+    settings = TORCHRUN if job == "torchrun" else slurm_step(tmp_path=tmp_path, **job)
+    if settings.get("MASTER_PORT") == "":
+        del settings["MASTER_PORT"]
+    result = run_common(tmp_path, 'DATA_BIN=d; detect_devices; batch_size_for_workers; echo "workers=$WORKERS '
+                        'args=${DEVICE_ARGS[*]} update_freq=$UPDATE_FREQ max_tokens=$MAX_TOKENS run=$RUN_NAME"',
+                        gpus=gpus, **settings)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == expected
+
+
+@pytest.mark.parametrize("gpus,job,message", [
+    (8, dict(tasks=2, nodes=1, rank=0, PATH="/usr/bin:/bin"),
+     "SLURM step of 2 task(s) on 1 node(s): scontrol is not on PATH, so the tasks cannot agree on a master; put "
+     "SLURM's scontrol on PATH or set MASTER_ADDR to the first node's address"),
+    (8, dict(tasks=3, nodes=2, rank=0), "SLURM step of 3 task(s) on 2 node(s): the nodes hold different numbers of "
+                                        "tasks; give each the same (--ntasks-per-node)"),
+    (8, dict(tasks=2, nodes=1, rank=2), "SLURM step of 2 task(s) on 1 node(s): SLURM_PROCID=2 is not one of its tasks"),
+    (8, dict(tasks=2, nodes=1, rank=1, NUM_NODES=2), "SLURM step of 2 task(s) on 1 node(s): SLURM gives the tasks "
+                                                     "their ranks; unset NUM_NODES and NODE_RANK"),
+    (4, dict(tasks=8, nodes=1, rank=1), "task 1 sees 4 GPUs, but slurm starts 8 processes a node: give each process "
+                                        "one GPU (srun --gpus-per-task 1) or each all 8"),
+    (8, dict(tasks=8, nodes=1, rank=1, NUM_GPUS=4), "NUM_GPUS=4 but slurm starts 8 processes a node, one per GPU: "
+                                                    "unset NUM_GPUS"),
+    (8, "batch", 'this SLURM job has 2 nodes but the recipe is not a task of an srun step: start it with srun '
+                 '(docs/recipes.md, "SLURM")'),
+    (8, "torchrun", "torchrun gives the workers their ranks; unset NUM_NODES and NODE_RANK"),
+])
+def test_a_job_whose_workers_cannot_agree_is_a_one_line_error(gpus, job, message, tmp_path):
+    if job == "batch":  # the sbatch script itself, on the first of the job's 2 nodes
+        settings = dict(SLURM_JOB_ID="4242", SLURM_JOB_NUM_NODES="2", SLURM_NNODES="2", SLURM_NTASKS="16",
+                        SLURM_PROCID="0")
+    elif job == "torchrun":
+        settings = dict(TORCHRUN, NUM_NODES="2")
+    else:
+        settings = slurm_step(tmp_path=tmp_path, **job)
+    result = run_common(tmp_path, "detect_devices", gpus=gpus, **settings)
+    assert result.returncode == 1 and result.stderr.strip().splitlines()[-1] == f"test: error: {message}"
+    assert "world size" not in result.stderr

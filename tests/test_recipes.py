@@ -208,10 +208,12 @@ def test_table3_needs_a_row():
 
 
 def run_common(tmp_path, commands, gpus=8, **settings):
-    """Source recipes/common.sh and run COMMANDS, with a stand-in python that reports GPUS visible GPUs and prints
-    any other command it is given (`python ARGS...`) instead of running it."""
+    """Source recipes/common.sh and run COMMANDS, with a stand-in python that reports GPUS visible GPUs, a longest
+    training sentence of 100 tokens (prepare.longest), and prints any other command it is given (`python ARGS...`)
+    instead of running it."""
     fake_python = tmp_path / "python"
-    fake_python.write_text(f'#!/bin/sh\nif [ "$1" = -c ]; then echo {gpus}; else echo "python $*"; fi\n')
+    fake_python.write_text(f'#!/bin/sh\nif [ "$1" = -c ]; then echo {gpus}; elif [ "$2" = prepare.longest ]; then '
+                           f'echo 100 train; else echo "python $*"; fi\n')
     fake_python.chmod(0o755)
     env = dict(os.environ, PYTHON=str(fake_python), RECIPE="test", WORK_DIR=str(tmp_path), **settings)
     return subprocess.run(["bash", "-c", f"source {REPO}/recipes/common.sh; {commands}"], env=env,
@@ -231,7 +233,7 @@ def run_common(tmp_path, commands, gpus=8, **settings):
 ])
 def test_gpu_batch_arithmetic(settings, expected, tmp_path):
     """The GPU path of recipes/common.sh (this machine has none)."""
-    result = run_common(tmp_path, "detect_devices; batch_size_for_workers; echo \"workers=$WORKERS "
+    result = run_common(tmp_path, "DATA_BIN=d; detect_devices; batch_size_for_workers; echo \"workers=$WORKERS "
                         "args=${DEVICE_ARGS[*]} update_freq=$UPDATE_FREQ max_tokens=$MAX_TOKENS\"", **settings)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == expected
@@ -240,7 +242,8 @@ def test_gpu_batch_arithmetic(settings, expected, tmp_path):
 def test_a_stage_that_runs_again_runs_every_later_stage_again(tmp_path):
     """A re-run skips finished stages; once one runs again (training resumed with a larger MAX_UPDATE after its
     stamp was removed), every later stage runs again, on its new output."""
-    recipe = "stage train echo train; stage average echo average; stage translate echo translate"
+    recipe = "stages train average translate; stage train echo train; stage average echo average; " \
+             "stage translate echo translate"
     assert run_common(tmp_path, recipe).stdout.split() == ["train", "average", "translate"]
     assert run_common(tmp_path, recipe).stdout.split() == []
     (tmp_path / ".done.train").unlink()
@@ -325,7 +328,7 @@ def test_train_average_translate_takes_the_papers_values_as_arguments(settings, 
     unless DROPOUT is set."""
     stub = 'stage() { shift; "$@"; }; train() { echo "train $*"; }; average() { echo "average $*"; }; ' \
            'translate() { echo "translate $*"; }; score() { :; }; training_cost() { echo "cost $*"; }; '
-    run = stub + 'detect_devices; SUBWORDS=subword_nmt; ' \
+    run = stub + 'detect_devices; SUBWORDS=subword_nmt DATA_BIN=data-bin; ' \
                  'train_average_translate vaswani_transformer_big 300000 600 20 big'
     result = run_common(tmp_path, run, **settings)
     assert result.returncode == 0, result.stderr
@@ -340,3 +343,64 @@ def test_train_average_translate_takes_the_papers_values_as_arguments(settings, 
     overridden = run_common(tmp_path, run, MAX_UPDATE="8", SAVE_INTERVAL_UPDATES="2", AVERAGE_LAST="3")
     assert overridden.stdout.splitlines()[0] == f"train {checkpoints} --arch vaswani_transformer_big " \
         "--max-update 8 --save-interval-updates 2 --keep-interval-updates 3"
+
+
+@pytest.mark.parametrize("script,args,settings,stages", [
+    ("wmt14_en_de_base.sh", (), {}, "prepare train average translate"),
+    ("wmt14_en_de_big.sh", (), {}, "prepare train average translate"),
+    ("wmt14_en_fr_big.sh", (), {}, "prepare train average translate"),
+    ("quickstart.sh", (), {}, "prepare train average translate"),
+    ("table3.sh", ("B",), {}, "prepare train-B-1 translate-B-1 train-B-2 translate-B-2"),
+    ("wsj_parsing.sh", (), {"SAMPLE_DIR": "x"}, "prepare train average constrained_valid constrained_test"),
+    ("wsj_parsing.sh", (), {"SAMPLE_DIR": "x", "UNCONSTRAINED": "1"},
+     "prepare train average constrained_valid unconstrained_valid constrained_test unconstrained_test"),
+])
+def test_stop_after_naming_no_stage_is_an_error_before_anything_runs(script, args, settings, stages, tmp_path):
+    result = run_recipe(script, dict(WORK_DIR=str(tmp_path), STOP_AFTER="trian", **settings), *args, check=False)
+    recipe = Path(script).stem
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"{recipe}: error: STOP_AFTER=trian is not a stage of {recipe}; its stages: {stages}"
+    assert list(tmp_path.iterdir()) == []  # nothing prepared, nothing trained
+
+
+def test_stop_after_prepare_stops_once_the_data_is_prepared(tmp_path):
+    recipe = "stages prepare train; prepare_data multi30k --bpe-merges 10; echo trained"
+    result = run_common(tmp_path, recipe, STOP_AFTER="prepare")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("python -m prepare.multi30k --work-dir ") and "trained" not in result.stdout
+    assert result.stderr.strip().endswith("STOP_AFTER=prepare: stopping here; run again without it for the later "
+                                          "stages")
+
+
+def batch_for(data_bin: Path, workers: int, **settings):
+    """batch_size_for_workers on DATA_BIN for WORKERS workers, with this environment's python."""
+    env = dict(os.environ, PYTHON=sys.executable, RECIPE="test", **settings)
+    command = f'WORKERS={workers} DATA_BIN={data_bin}; batch_size_for_workers; echo "$MAX_TOKENS $UPDATE_FREQ"'
+    return subprocess.run(["bash", "-c", f"source {REPO}/recipes/common.sh; {command}"], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_a_batch_below_the_longest_sentence_is_a_one_line_error(reversal_data):
+    """fairseq asserts `Sentences lengths should not exceed max_tokens` at its first batch; the recipe says so before
+    training, with the numbers and what to set. The longest example, read here through fairseq's own dataset."""
+    data_bin = reversal_data / "joined"
+    sides = {(split, lang): MMapIndexedDataset(str(data_bin / f"{split}.src-tgt.{lang}"))
+             for split in ("train", "valid") for lang in ("src", "tgt")}  # kept open while their sizes are read
+    longest, split = max((int(dataset.sizes.max()), split) for (split, _), dataset in sides.items())
+    short = batch_for(data_bin, 8, TOKENS_PER_STEP=str(8 * (longest - 1)))
+    assert short.returncode == 1 and short.stderr.strip().splitlines()[-1] == (
+        f"test: error: TOKENS_PER_STEP={8 * (longest - 1)} over 8 worker(s) gives each a batch of {longest - 1} "
+        f"tokens, below the longest {split} sentence ({longest} tokens): set TOKENS_PER_STEP to at least {8 * longest}")
+    enough = batch_for(data_bin, 8, TOKENS_PER_STEP=str(8 * longest))
+    assert enough.returncode == 0 and enough.stdout.split() == [str(longest), "1"], enough.stderr
+
+    small = batch_for(data_bin, 8, MAX_TOKENS_PER_GPU=str(longest - 1))
+    assert small.returncode == 1 and small.stderr.strip().splitlines()[-1] == (
+        f"test: error: MAX_TOKENS_PER_GPU={longest - 1} is below the longest {split} sentence ({longest} tokens): "
+        f"set MAX_TOKENS_PER_GPU to at least {longest}")
+    # A GPU that holds it, where the step's even split would round below it: batches of the longest sentence.
+    tokens = 2 * (longest + 1) + 1  # 3 batches of at most longest + 1 tokens; split evenly, fewer than longest
+    assert -(-tokens // 3) < longest
+    rounded = batch_for(data_bin, 1, TOKENS_PER_STEP=str(tokens), MAX_TOKENS_PER_GPU=str(longest + 1))
+    assert rounded.returncode == 0 and rounded.stdout.split() == [str(longest), "3"], rounded.stderr
+    assert f"batch: {longest} tokens a worker instead, to hold the longest" in rounded.stderr
