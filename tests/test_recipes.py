@@ -404,3 +404,10 @@ def test_a_batch_below_the_longest_sentence_is_a_one_line_error(reversal_data):
     rounded = batch_for(data_bin, 1, TOKENS_PER_STEP=str(tokens), MAX_TOKENS_PER_GPU=str(longest + 1))
     assert rounded.returncode == 0 and rounded.stdout.split() == [str(longest), "3"], rounded.stderr
     assert f"batch: {longest} tokens a worker instead, to hold the longest" in rounded.stderr
+
+
+def test_longest_of_a_folder_without_the_split_is_a_one_line_error(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "prepare.longest", str(tmp_path)], cwd=REPO, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 1 and result.stderr.strip() == (
+        f"prepare: error: {tmp_path} holds no binarised train split (train.SRC-TGT.LANG.idx)")
