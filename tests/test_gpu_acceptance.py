@@ -1,10 +1,9 @@
 """benchmarks/gpu_acceptance.py without a GPU: its parsing and report on log lines written by fairseq's own json
-progress bar, the whole pipeline as its CPU stand-in (a tiny model in fp32 and bfloat16 autocast, on the second
-lane, from Multi30k's six files holding a tiny corpus) with both stages' report checked against the logs and files
+progress bar, the whole pipeline as its CPU stand-in (a tiny model in fp32 and bfloat16 autocast, run through the GPU
+kit's command on the second lane: tests/gpu_kit_jobs.py) with both stages' report checked against the logs and files
 it came from, the worker's recovery from a dead run and its stage deadline, the one-line skip without a GPU and the
 one-line errors. With a GPU (the device tool) the tiny pipeline also runs in fp16 and amp."""
 
-import gzip
 import io
 import json
 import logging
@@ -20,8 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from cli_helpers import REPO, TEST_SENTENCES, write_reversal_corpus
-from conftest import lane_job
+from cli_helpers import REPO, TEST_SENTENCES
+import gpu_kit_jobs  # noqa: F401  (the second lane's jobs read below)
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 import gpu_acceptance  # noqa: E402
@@ -258,32 +257,8 @@ def run_acceptance(data, work, *options):
                           env=dict(os.environ, OMP_NUM_THREADS="1"))
 
 
-def tiny_multi30k(folder):
-    """Multi30k's six raw files, under their names, holding the reversal corpus (English: the source words)."""
-    folder.mkdir()
-    write_reversal_corpus(folder, {"train": 300, "val": 101, "test_2016_flickr": TEST_SENTENCES})
-    for split in ("train", "val", "test_2016_flickr"):
-        for side, lang in (("src", "en"), ("tgt", "de")):
-            text = folder / f"{split}.{side}"
-            (folder / f"{split}.{lang}.gz").write_bytes(gzip.compress(text.read_bytes()))
-            text.unlink()
-    return folder
-
-
-@lane_job
-def gpu_acceptance_stand_in(tmp_path_factory, lane):
-    """The CPU stand-in (GPU_ACCEPTANCE_STAND_IN=1) on the tiny Multi30k, its report in a folder of its own:
-    (work folder, report folder, the command, its CompletedProcess)."""
-    root = tmp_path_factory.mktemp("gpu_acceptance")
-    command = [sys.executable, str(SCRIPT), "--raw-dir", str(tiny_multi30k(root / "raw")), "--work-dir",
-               str(root / "work"), "--report-dir", str(root / "out")]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, GPU_ACCEPTANCE_STAND_IN="1"))
-    return root / "work", root / "out", command, done
-
-
 def stand_in(lane):
-    """The stand-in run: (work folder, report folder, its CompletedProcess, the report)."""
+    """The stand-in run through the GPU kit's command: (work folder, $OUT, its CompletedProcess, the report)."""
     work, out, _, result = lane["gpu_acceptance_stand_in"].result()
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     return work, out, result, (out / "gpu_acceptance_report.md").read_text()
@@ -306,21 +281,22 @@ def log_windows(path):
             if " | train_inner | " in line]
 
 
-STAND_IN = ("gpu_acceptance_stand_in",)
+STAND_IN = ("gpu_kit", "gpu_acceptance_stand_in")
 
 
 @pytest.mark.lane(*STAND_IN)
 def test_stand_in_reports_the_machine_and_passes_every_check(lane):
     work, out, result, report = stand_in(lane)
+    kit = lane["gpu_kit"].result()[0]
     assert result.stdout.splitlines()[0] == f"gpu_acceptance: report written to {out / 'gpu_acceptance_report.md'}"
     assert "gpu_acceptance: 11 of 11 checks passed" in result.stdout
     assert table_row(report, "Machine", "torch") == ["torch", torch.__version__]
     cpu = re.search(r"^model name\s*: (.*)$", Path("/proc/cpuinfo").read_text(), re.M)[1]
     assert table_row(report, "Machine", "CPU") == ["CPU", f"{cpu}, {os.cpu_count()} cores"]
     assert re.search(r"^- date: \d{4}-\d\d-\d\d \d\d:\d\d UTC$", report, re.M)
-    assert f"- command: `GPU_ACCEPTANCE_STAND_IN=1 python benchmarks/gpu_acceptance.py --raw-dir " \
-        f"{work.parent / 'raw'} --work-dir {work} --report-dir {out}`" in report
-    assert f"- data: {work / 'data' / 'data-bin'}" in report  # Multi30k's files, prepared there
+    assert f"- command: `GPU_ACCEPTANCE_STAND_IN=1 python benchmarks/gpu_acceptance.py --kit {kit} --raw-dir " \
+        f"{kit}/multi30k --work-dir {work} --report-dir {out}`" in report
+    assert f"- data: {work / 'data' / 'data-bin'}" in report  # the kit's Multi30k, prepared there
     assert report.count("- pass: ") == 11 and "FAIL" not in report
 
 
