@@ -13,7 +13,8 @@ at most 50 MiB in all:
   python3 there has the plugin and fairseq as after the README's set-up; the acceptance itself runs the working
   tree's vaswani_plugin/ (the repository first on its path), which travels with the tree;
 - Multi30k's six raw files, in multi30k/: from ../shared/data/multi30k (or --raw-dir), else downloaded and checked
-  as prepare.download does. The kit folder is git-ignored: the data's licence forbids committing it;
+  as prepare.download does. The kit folder is git-ignored (a folder in the repository that git would take in is
+  refused): the data's licence forbids committing it;
 - kit.json: the Python version, the packages' versions, the date and the commit it was built from.
 The command installs the wheels with pip --no-index --target under $TMPDIR (default /tmp), puts that on
 PYTHONPATH and runs the acceptance with the kit's Multi30k, its work under $TMPDIR and its report, with an archive of
@@ -183,6 +184,15 @@ def commit():
     return f"git {done.stdout.strip()}" if done.returncode == 0 else "not a git checkout"
 
 
+def git_ignored(path):
+    """Whether git leaves the path out; True where there is no git or no checkout (nothing to guard then)."""
+    try:
+        done = subprocess.run(["git", "-C", str(REPO), "check-ignore", "-q", str(path)], capture_output=True)
+    except OSError:
+        return True
+    return done.returncode != 1
+
+
 def command(kit):
     """The command that installs the kit and runs the acceptance, from the repository root of the GPU machine."""
     where = os.path.relpath(kit, REPO) if kit.is_relative_to(REPO) else str(kit)
@@ -197,6 +207,9 @@ def build(kit, python_version, raw_dir):
     """Build the kit in `kit` (replacing an earlier kit there); returns its size in bytes."""
     if kit.exists() and any(kit.iterdir()) and not (kit / "kit.json").is_file():
         raise KitError(f"{kit} is neither empty nor a kit (no kit.json): name another folder")
+    if kit.is_relative_to(REPO) and not git_ignored(kit):
+        raise KitError(f"{kit} is not git-ignored: the kit holds Multi30k, whose licence forbids committing it "
+                       "(use .gpu_kit/, or ignore the folder)")
     shutil.rmtree(kit, ignore_errors=True)
     kit.mkdir(parents=True)
     (kit / "kit.json").write_text(json.dumps({"complete": False}))  # marks the folder as a kit to replace

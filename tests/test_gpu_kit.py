@@ -180,6 +180,11 @@ def test_builder_errors_are_one_line(tmp_path, capsys):
     assert capsys.readouterr().err == (f"gpu_kit: error: {tmp_path} is neither empty nor a kit (no kit.json): "
                                        "name another folder\n")
     assert (tmp_path / "notes.txt").read_text() == "mine"  # nothing touched
+    assert gpu_kit.main([str(REPO / "benchmarks" / "kit")]) == 1  # a folder git would take in
+    assert capsys.readouterr().err == (f"gpu_kit: error: {REPO / 'benchmarks' / 'kit'} is not git-ignored: the kit "
+                                       "holds Multi30k, whose licence forbids committing it (use .gpu_kit/, or ignore "
+                                       "the folder)\n")
+    assert not (REPO / "benchmarks" / "kit").exists()
     with open(tmp_path / "big.whl", "wb") as big:  # sparse: 51 MiB that take no disk
         big.truncate(51 * 2**20)
     with pytest.raises(gpu_kit.KitError, match=rf"^the kit is 51.0 MiB, over 50 MiB: {re.escape(str(tmp_path))}$"):
