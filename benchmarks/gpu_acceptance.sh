@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# GPU acceptance in one command, on one GPU (about 8 minutes on an H100, estimated: no GPU has run it yet): the
-# base model trained on Multi30k in fp16, amp and bf16 autocast, against fairseq's own `transformer`; MFU of base
-# and big; fp16 beam search.
-# Writes a markdown report and prints where; without a GPU, prints one line and exits 0.
-#   bash benchmarks/gpu_acceptance.sh
+# GPU acceptance in one command, on one GPU, in two stages (at most 3 and 6 minutes on an H100, estimated: no GPU
+# has run it yet): (a) the plugin's base model trained on Multi30k in fp16, amp and bf16 autocast, its beam search on
+# the GPU against the CPU's; (b) its speed, memory and MFU (base and big) against fairseq's own `transformer`.
+# Writes a markdown report as each stage ends and prints where; without a GPU, prints one line and exits 0.
+# On a GPU machine without a package index: benchmarks/gpu_kit.sh builds the wheels and prints the command.
+#   bash benchmarks/gpu_acceptance.sh [--report-dir D]
 # Variables (all optional):
 #   WORK_DIR   data, logs, checkpoints and the report  (default ./work/gpu_acceptance, the report then in
 #              benchmarks/gpu_acceptance_report.md)

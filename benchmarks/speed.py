@@ -16,12 +16,12 @@ Then, each implementation in its own process (so that peak memory is its own):
   beam search (vaswani_plugin.tasks.beam_search) on the plugin's model under both of its rules: `--search
   fairseq`, whose hypotheses must be fairseq's (checked, printed), and `--search paper` (§6.1: GNMT α = 0.6,
   early stop, each sentence's own limit; other hypotheses, their mean GNMT score printed).
-- CTranslate2 (vaswani_plugin.export_ctranslate2) on the plugin's model, exported with float32 and with int8
-  weights, on 1 thread, 2 threads a batch and 2 batches at once (a thread each), in a process of its own: the same
-  batches, beam 4 and greedy, length penalty 1 (fairseq-generate's --lenpen 1) and the same limit; how many of
-  its hypotheses are the plugin's; BLEU of the plugin's beam 4 and of both exports (sacrebleu, tokenize none: on
-  the data's Moses tokens with the BPE joined, against the test references so written); and how often each
-  length_penalty finds the hypothesis of the plugin's --search paper (GNMT alpha 0.6).
+- CTranslate2 (vaswani_plugin.export_ctranslate2; not with --no-ctranslate2) on the plugin's model, exported with
+  float32 and with int8 weights, on 1 thread, 2 threads a batch and 2 batches at once (a thread each), in a process
+  of its own: the same batches, beam 4 and greedy, length penalty 1 (fairseq-generate's --lenpen 1) and the same
+  limit; how many of its hypotheses are the plugin's; BLEU of the plugin's beam 4 and of both exports (sacrebleu,
+  tokenize none: on the data's Moses tokens with the BPE joined, against the test references so written); and how
+  often each length_penalty finds the hypothesis of the plugin's --search paper (GNMT alpha 0.6).
 On GPU (--device cuda) with --amp, fp16 autocast; the model FLOP utilisation (model FLOPs per second / the
 GPU's peak) is printed for training. With --bf16-autocast on (or auto, on a CPU that multiplies bfloat16
 natively: vaswani_plugin.precision decides, as for the task's option), the plugin's training steps run under
@@ -29,6 +29,7 @@ bfloat16 autocast. Ratios are plugin / fairseq.
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import resource
@@ -346,6 +347,8 @@ def main(argv=None):
     parser.add_argument("--pretrain-steps", type=int, default=300,
                         help="without --checkpoint: train fairseq's model this many updates first (batches of "
                              "--max-tokens), so that generation runs on trained weights")
+    parser.add_argument("--ctranslate2", action=argparse.BooleanOptionalAction, default=True,
+                        help="CTranslate2's rows (default); --no-ctranslate2 leaves them out (GPU kit: no ctranslate2)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes and counts, synthetic data: seconds")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -365,6 +368,8 @@ def main(argv=None):
         parser.error("--checkpoint fixes the model: give the one --sizes it has")
     if args.amp and args.device != "cuda":
         parser.error("--amp is for GPUs (--device cuda)")
+    if args.ctranslate2 and importlib.util.find_spec("ctranslate2") is None:
+        parser.error("ctranslate2 is not installed (the [ctranslate2] extra): install it, or pass --no-ctranslate2")
     from vaswani_plugin import VaswaniConfigError
     from vaswani_plugin.precision import bf16_autocast_enabled, precision_line
     amp = "--amp" if args.amp else None
@@ -421,8 +426,9 @@ def main(argv=None):
                   f"{ours['loss_chunks']:.1f} chunks per training batch")
             print_generators(size, results)
             print_split(size, results)
-            ctranslate2 = measure(dict(common, impl="ctranslate2", checkpoint=checkpoint, sentences=args.sentences))
-            print_ctranslate2(size, results, ctranslate2)
+            if args.ctranslate2:
+                ctranslate2 = measure(dict(common, impl="ctranslate2", checkpoint=checkpoint, sentences=args.sentences))
+                print_ctranslate2(size, results, ctranslate2)
 
 
 def print_generators(size, results):

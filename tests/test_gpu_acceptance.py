@@ -1,8 +1,8 @@
 """benchmarks/gpu_acceptance.py without a GPU: its parsing and report on log lines written by fairseq's own json
-progress bar, the whole pipeline as its CPU stand-in (a tiny model in fp32 and bfloat16 autocast, on the second
-lane) with the report checked against the logs and files it came from, the worker's recovery from a dead run,
-the one-line skip without a GPU and the one-line errors. With a GPU (the device tool) the tiny pipeline also runs
-in fp16 and amp."""
+progress bar, the whole pipeline as its CPU stand-in (a tiny model in fp32 and bfloat16 autocast, run through the GPU
+kit's command on the second lane: tests/gpu_kit_jobs.py) with both stages' report checked against the logs and files
+it came from, the worker's recovery from a dead run and its stage deadline, the one-line skip without a GPU and the
+one-line errors. With a GPU (the device tool) the tiny pipeline also runs in fp16 and amp."""
 
 import io
 import json
@@ -13,13 +13,14 @@ import re
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from cli_helpers import REPO, TEST_SENTENCES, run, write_reversal_corpus
-from conftest import lane_job
+from cli_helpers import REPO, TEST_SENTENCES
+import gpu_kit_jobs  # noqa: F401  (the second lane's jobs read below)
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 import gpu_acceptance  # noqa: E402
@@ -88,9 +89,8 @@ def test_a_loss_that_is_not_finite_or_does_not_fall_fails_the_check(losses, fini
     assert all(math.isnan(a) and math.isnan(b) or a == b for a, b in
                zip((summary["first_loss"], summary["last_loss"]), (losses[0], losses[-1])))
     training = {("fp32", impl): summary for impl in gpu_acceptance.CRITERIA}
-    decoding = {name: {"sentences": 1} for name in ("fp32", "fp16")}
-    checks = gpu_acceptance.verdicts(["fp32"], training, decoding, {"error": None, "rows": {}}, "cpu")
-    assert [ok for _, ok in checks] == [False, False, True, True, True]
+    checks = gpu_acceptance.training_checks(training, ["fp32"], gpu_acceptance.CRITERIA)
+    assert [ok for _, ok in checks] == [False, False]
 
 
 def test_generate_timing_and_hypotheses():
@@ -98,12 +98,12 @@ def test_generate_timing_and_hypotheses():
            "(400.00 sentences/s, 4938.00 tokens/s)\n")
     ours = "S-0\ta b\nH-0\t-0.5\tx y\nP-0\t-0.1 -0.2\nH-1\t-0.7\tx\nH-2\t-0.1\tz z z\n"
     theirs = "H-1\t-0.6\tx\nH-0\t-0.4\tx y z\nH-3\t-0.1\tw\n"
-    timing, hypotheses = gpu_acceptance.parse_generate(log, ours)
+    timing, hypotheses, scores = gpu_acceptance.parse_generate(log, ours)
     assert timing == dict(sentences=1000, tokens=12345, seconds=2.5, sentences_per_s=400.0, tokens_per_s=4938.0)
-    assert hypotheses == {0: "x y", 1: "x", 2: "z z z"}
+    assert hypotheses == {0: "x y", 1: "x", 2: "z z z"} and scores == {0: -0.5, 1: -0.7, 2: -0.1}
     reference = gpu_acceptance.parse_generate(log, theirs)[1]
     # Brute force: 0 differs, 1 is the same, 2 and 3 each lack the other's.
-    assert gpu_acceptance.differing(hypotheses, reference) == 3
+    assert gpu_acceptance.differing(hypotheses, reference) == [0, 2, 3]
     assert gpu_acceptance.parse_generate("no timing", ours)[0] is None
 
 
@@ -119,50 +119,76 @@ big    transformer                   70000.0         5000.0          100.0      
 
 def test_speed_table_rows():
     rows = gpu_acceptance.parse_speed_table(SPEED_OUTPUT)
-    assert rows == {("base", "transformer"): dict(tokens_per_s=150000.0, peak_memory_mb=2000.5, mfu=0.213),
-                    ("base", "vaswani_transformer"): dict(tokens_per_s=180000.0, peak_memory_mb=1500.0, mfu=0.256),
-                    ("big", "transformer"): dict(tokens_per_s=70000.0, peak_memory_mb=5000.0, mfu=None)}
+    assert rows == {("base", "transformer"): dict(tokens_per_s=150000.0, peak_memory_mb=2000.5,
+                                                  beam4_sentences_per_s=300.0, mfu=0.213),
+                    ("base", "vaswani_transformer"): dict(tokens_per_s=180000.0, peak_memory_mb=1500.0,
+                                                          beam4_sentences_per_s=330.0, mfu=0.256),
+                    ("big", "transformer"): dict(tokens_per_s=70000.0, peak_memory_mb=5000.0,
+                                                 beam4_sentences_per_s=100.0, mfu=None)}
 
 
 def test_report_of_a_gpu_run_from_synthetic_logs():
-    """What the CPU stand-in cannot show: fp16/amp rows with loss scales, MFU in %, a failed run, a failed check."""
+    """What the CPU stand-in cannot show: fp16/amp rows with loss scales, MFU in %, a failed run, a failed check,
+    GPU hypotheses that are not the CPU's; and the report as stage (a) leaves it, before stage (b) has run."""
     fp16 = gpu_acceptance.summarize_training(*gpu_acceptance.parse_train_log(
         fairseq_json_log(FP16_LOG, notes=[OVERFLOW_NOTE])))
     slower = [dict(w, wps=w["wps"] / 2) for w in FP16_LOG]
     fairseq_fp16 = gpu_acceptance.summarize_training(*gpu_acceptance.parse_train_log(fairseq_json_log(slower)))
-    training = {("fp16", "vaswani_transformer"): dict(fp16, peak_memory_mb=1000.0),
-                ("fp16", "transformer"): dict(fairseq_fp16, peak_memory_mb=1600.0),
-                ("amp", "vaswani_transformer"): dict(fp16, peak_memory_mb=1200.0),
-                ("amp", "transformer"): {"error": "FloatingPointError: Minimum loss scale reached (0.0001)."},
-                ("bf16-autocast", "vaswani_transformer"): dict(fp16, loss_scales=[], peak_memory_mb=900.0),
-                ("bf16-autocast", "transformer"): dict(fp16, loss_scales=[], peak_memory_mb=None)}
-    decoding = {"checkpoint": "the fp16 vaswani_transformer run", "differing": 2,
-                "fp32": dict(sentences=1000, tokens=12000, seconds=4.0, sentences_per_s=250.0, tokens_per_s=3000.0),
-                "fp16": dict(sentences=1000, tokens=12010, seconds=2.0, sentences_per_s=500.0, tokens_per_s=6005.0)}
-    speed = dict(command="python benchmarks/speed.py --amp", output=SPEED_OUTPUT, error=None,
-                 rows=gpu_acceptance.parse_speed_table(SPEED_OUTPUT))
     precisions = ["fp16", "amp", "bf16-autocast"]
-    checks = gpu_acceptance.verdicts(precisions, training, decoding, speed, "cuda")
-    facts = dict(mode=gpu_acceptance.BASE, precisions=precisions, training=training, decoding=decoding, speed=speed,
-                 checks=checks, device="cuda", machine={"GPU": "NVIDIA H100 80GB HBM3"}, work=Path("/w"),
-                 data=Path("/d"), date="2026-11-23 12:00 UTC", command="python benchmarks/gpu_acceptance.py",
-                 wall_minutes=8.0, commands=[("fairseq-train /d --fp16", {"seconds": 30.0})])
+    plugin = {("fp16", "vaswani_transformer"): dict(fp16, peak_memory_mb=1000.0),
+              ("amp", "vaswani_transformer"): {"error": "not run: stage (a)'s 3 minutes were spent"},
+              ("bf16-autocast", "vaswani_transformer"): dict(fp16, loss_scales=[], peak_memory_mb=900.0)}
+    training_a = {**{(p, "transformer"): {"note": "needs a GPU"} for p in precisions}, **plugin}
+    timing = dict(sentences=100, tokens=1200, seconds=4.0, sentences_per_s=25.0, tokens_per_s=300.0)
+    decoding = {"checkpoint": "the fp16 run's", "sentences": 100, "compared": 100, "not_cpu": [7],
+                "fp16_differing": [3, 7], "cpu": timing, "fp32": dict(timing, sentences_per_s=250.0),
+                "fp16": dict(timing, sentences_per_s=500.0),
+                "hypotheses": {"cpu": {7: "a b"}, "fp32": {7: "a c"}}, "scores": {"cpu": {7: -1.5}, "fp32": {7: -1.25}}}
+    checks_a = gpu_acceptance.training_checks(training_a, precisions, gpu_acceptance.PLUGIN_ONLY)
+    checks_a.append(("beam 4 in float32: the GPU's hypotheses are the CPU's (99 of 100)", False))
+    facts = dict(mode=gpu_acceptance.BASE, precisions=precisions, device="cuda",
+                 machine={"GPU": "NVIDIA H100 80GB HBM3"}, work=Path("/w"), data=Path("/d"),
+                 date="2026-11-23 12:00 UTC", command="python benchmarks/gpu_acceptance.py", wall_minutes=2.0,
+                 commands=[("fairseq-train /d --fp16", {"seconds": 30.0})],
+                 a=dict(training=training_a, decoding=decoding, checks=checks_a, minutes=1.5))
     report = gpu_acceptance.render_report(facts)
-
     tokens = statistics.median(w["wps"] for w in FP16_LOG[1:])
     assert f"| fp16 | vaswani_transformer | 100 | 13.100 → 7.750 | yes | {tokens:.0f} | 1000 | 128 → 64, min 64 " \
         "| 1 |" in report
-    assert "| amp | transformer | FAILED: FloatingPointError: Minimum loss scale reached (0.0001). |" in report
+    assert "| amp | vaswani_transformer | FAILED: not run: stage (a)'s 3 minutes were spent |" in report
     assert "- fp16, vaswani_transformer: 25: 128, 50: 128, 75: 64, 100: 64" in report
+    assert "| GPU, float32 | 100 | 250.0 | 300.0 | 4.0 |" in report and "| CPU, float32 | 100 | 25.0 |" in report
+    assert "GPU float32 against the CPU: 99 of 100 hypotheses identical.\n- sentence 7: CPU (-1.5000) `a b`; " \
+        "GPU (-1.2500) `a c`" in report
+    assert "fp16 / float32 sentences/s: 2.00; hypotheses that differ: 2 of 100" in report
+    assert "- FAIL: beam 4 in float32: the GPU's hypotheses are the CPU's (99 of 100)" in report
+    assert "- wall time: 2.0 minutes (stage (a) 1.5 of at most 3)" in report
+    assert report.index("## (a) Checks") < report.index("## (b) Speed\n\nNot written yet: stage (b) is running, "
+                                                        "or the run was cut short before it ended.")
+    assert "## (b) Training" not in report
+
+    training_b = {**plugin, ("fp16", "transformer"): dict(fairseq_fp16, peak_memory_mb=1600.0),
+                  ("amp", "vaswani_transformer"): dict(fp16, peak_memory_mb=1200.0),
+                  ("amp", "transformer"): {"error": "FloatingPointError: Minimum loss scale reached (0.0001)."},
+                  ("bf16-autocast", "transformer"): dict(fp16, loss_scales=[], peak_memory_mb=None)}
+    speed = dict(command="python benchmarks/speed.py --amp", output=SPEED_OUTPUT, error=None,
+                 rows=gpu_acceptance.parse_speed_table(SPEED_OUTPUT))
+    checks_b = gpu_acceptance.training_checks(training_b, precisions, gpu_acceptance.CRITERIA)
+    checks_b += [(f"MFU measured: {size} {impl}", row["mfu"] is not None)
+                 for (size, impl), row in speed["rows"].items()]
+    facts.update(wall_minutes=8.0, b=dict(training=training_b, speed=speed, checks=checks_b, minutes=6.0))
+    report = gpu_acceptance.render_report(facts)
+    assert "Not written yet" not in report and "- wall time: 8.0 minutes (stage (a) 1.5 of at most 3, stage (b) " \
+        "6.0 of at most 6)" in report
+    assert "| amp | transformer | FAILED: FloatingPointError: Minimum loss scale reached (0.0001). |" in report
     assert f"| bf16-autocast | vaswani_transformer | 100 | 13.100 → 7.750 | yes | {tokens:.0f} | 900 | - | 1 |" \
         in report
     # The plugin against fairseq (half its tokens/s): the ratios of their rows.
     assert f"| fp16 | {tokens:.0f} | {tokens / 2:.0f} | 2.00 | 1000 | 1600 | {1000 / 1600:.2f} |" in report
     assert f"| bf16-autocast | {tokens:.0f} | {tokens:.0f} | 1.00 | 900 | - | - |" in report
     assert "| amp | a run failed |" in report
-    assert "| base | vaswani_transformer | 180000.0 | 1500.0 | 25.6% |" in report
-    assert "| big | transformer | 70000.0 | 5000.0 | - |" in report
-    assert "fp16 / fp32 sentences/s: 2.00; hypotheses that differ: 2 of 1000" in report
+    assert "| base | vaswani_transformer | 180000.0 | 1500.0 | 330.0 | 25.6% |" in report
+    assert "| big | transformer | 70000.0 | 5000.0 | 100.0 | - |" in report
     assert "- FAIL: amp transformer trained (FloatingPointError: Minimum loss scale reached (0.0001).)" in report
     assert "- pass: fp16 transformer: trained 100 steps, loss finite and falling" in report
     assert "- FAIL: MFU measured: big transformer" in report and "- pass: MFU measured: base transformer" in report
@@ -173,11 +199,19 @@ def test_a_run_that_kills_the_worker_fails_alone_and_the_rest_still_run(tmp_path
     """Each of these jobs kills the worker (its log cannot be opened): one worker per job, each job failed."""
     jobs = [dict(name=f"job{i}", tool="train", argv=[], log=str(tmp_path / "missing" / f"job{i}.log"),
                  result=str(tmp_path / f"job{i}.json")) for i in range(2)]
-    results = gpu_acceptance.run_jobs(jobs, tmp_path)
+    results = gpu_acceptance.run_jobs(jobs, tmp_path, tmp_path / "worker.log")
     assert list(results) == ["job0", "job1"]
     for result in results.values():
         assert result["error"].startswith("the worker died (exit status 1) in this run")
     assert (tmp_path / "worker.log").read_text().count("FileNotFoundError") == 2
+
+
+def test_no_job_starts_after_its_stage_deadline(tmp_path):
+    """Jobs past the deadline are not run (these would kill the worker): their results say why."""
+    jobs = [dict(name=f"job{i}", tool="train", argv=[], log=str(tmp_path / "missing" / f"job{i}.log"),
+                 result=str(tmp_path / f"job{i}.json")) for i in range(2)]
+    results = gpu_acceptance.run_jobs(jobs, tmp_path, tmp_path / "worker.log", time.time() - 1, "not run: late")
+    assert results == {"job0": {"error": "not run: late"}, "job1": {"error": "not run: late"}}
 
 
 def test_without_a_gpu_one_line_and_exit_0(tmp_path):
@@ -201,19 +235,21 @@ def test_user_errors_are_one_line(tmp_path):
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr == (f"gpu_acceptance: error: --data {tmp_path}: no binarised train and test splits there "
                              "(fairseq-preprocess output)\n")
+    (tmp_path / "unfinished").mkdir()
+    (tmp_path / "unfinished" / "kit.json").write_text('{"complete": false}')
+    for argv, env, message in [(["--kit", str(tmp_path)], {}, f"--kit {tmp_path}: no kit.json there (made by "
+                                                                "benchmarks/gpu_kit.sh)"),
+                               (["--kit", str(tmp_path / "unfinished")], {}, f"--kit {tmp_path / 'unfinished'}: its "
+                                "build did not finish: run benchmarks/gpu_kit.sh again"),
+                               ([], {"GPU_ACCEPTANCE_STAND_IN": "yes"},
+                                "GPU_ACCEPTANCE_STAND_IN=yes: 1 (the CPU stand-in) or 0")]:
+        result = subprocess.run([sys.executable, str(SCRIPT), *argv], capture_output=True, text=True, timeout=120,
+                                env=dict(os.environ, **env))
+        assert result.returncode == 2 and result.stderr.splitlines()[-1] == f"gpu_acceptance: error: {message}"
 
 
 # ---------------------------------------------------------------------------------------------------------
 # The CPU stand-in, end to end.
-
-def tiny_data(root):
-    """The reversal corpus binarised with a joined dictionary: train and a test split of TEST_SENTENCES."""
-    write_reversal_corpus(root, {"train": 300, "test": TEST_SENTENCES})
-    run("preprocess", "--source-lang", "src", "--target-lang", "tgt", "--trainpref", root / "train",
-        "--testpref", root / "test", "--joined-dictionary", "--destdir", root / "data-bin", "--workers", "1",
-        cwd=root)
-    return root / "data-bin"
-
 
 def run_acceptance(data, work, *options):
     return subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--data", str(data), "--work-dir", str(work),
@@ -221,16 +257,11 @@ def run_acceptance(data, work, *options):
                           env=dict(os.environ, OMP_NUM_THREADS="1"))
 
 
-@lane_job
-def gpu_acceptance_stand_in(tmp_path_factory, lane):
-    root = tmp_path_factory.mktemp("gpu_acceptance")
-    return root / "work", run_acceptance(tiny_data(root), root / "work", "--device", "cpu")
-
-
 def stand_in(lane):
-    work, result = lane["gpu_acceptance_stand_in"].result()
+    """The stand-in run through the GPU kit's command: (work folder, $OUT, its CompletedProcess, the report)."""
+    work, out, _, result = lane["gpu_acceptance_stand_in"].result()
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-    return work, result, (work / "gpu_acceptance_report.md").read_text()
+    return work, out, result, (out / "gpu_acceptance_report.md").read_text()
 
 
 def table_row(report, section, *first_cells):
@@ -250,80 +281,108 @@ def log_windows(path):
             if " | train_inner | " in line]
 
 
-@pytest.mark.lane("gpu_acceptance_stand_in")
+STAND_IN = ("gpu_kit", "gpu_acceptance_stand_in")
+
+
+@pytest.mark.lane(*STAND_IN)
 def test_stand_in_reports_the_machine_and_passes_every_check(lane):
-    work, result, report = stand_in(lane)
-    assert result.stdout.splitlines()[0] == f"gpu_acceptance: report written to {work / 'gpu_acceptance_report.md'}"
-    assert "gpu_acceptance: 7 of 7 checks passed" in result.stdout
+    work, out, result, report = stand_in(lane)
+    kit = lane["gpu_kit"].result()[0]
+    assert result.stdout.splitlines()[0] == f"gpu_acceptance: report written to {out / 'gpu_acceptance_report.md'}"
+    assert "gpu_acceptance: 11 of 11 checks passed" in result.stdout
     assert table_row(report, "Machine", "torch") == ["torch", torch.__version__]
     cpu = re.search(r"^model name\s*: (.*)$", Path("/proc/cpuinfo").read_text(), re.M)[1]
     assert table_row(report, "Machine", "CPU") == ["CPU", f"{cpu}, {os.cpu_count()} cores"]
     assert re.search(r"^- date: \d{4}-\d\d-\d\d \d\d:\d\d UTC$", report, re.M)
-    assert f"--tiny --data {work.parent / 'data-bin'} --work-dir {work} --device cpu`" in report
-    assert report.count("- pass: ") == 7 and "FAIL" not in report
+    assert f"- command: `GPU_ACCEPTANCE_STAND_IN=1 python benchmarks/gpu_acceptance.py --kit {kit} --raw-dir " \
+        f"{kit}/multi30k --work-dir {work} --report-dir {out}`" in report
+    assert f"- data: {work / 'data' / 'data-bin'}" in report  # the kit's Multi30k, prepared there
+    assert report.count("- pass: ") == 11 and "FAIL" not in report
 
 
-@pytest.mark.lane("gpu_acceptance_stand_in")
-def test_stand_in_training_rows_are_those_of_the_logs(lane):
-    work, _, report = stand_in(lane)
-    tokens_per_s = {}
+def stand_in_runs():
+    """(report section, log and result name, implementation) of each training run of the stand-in."""
     for precision in ("fp32", "bf16-autocast"):
-        for impl, criterion in gpu_acceptance.CRITERIA.items():
-            log = work / "logs" / f"train-{precision}-{impl}.log"
-            windows = log_windows(log)
-            assert len(windows) == 4  # 20 steps, a window every 5
-            losses = [float(w["loss"]) for w in windows]
-            tokens_per_s[precision, impl] = statistics.median(float(w["wps"]) for w in windows[1:])
-            peak = json.loads((work / "results" / f"train-{precision}-{impl}.json").read_text())["peak_memory_mb"]
-            cells = table_row(report, "Training", precision, impl)
-            assert cells[2:6] == ["20", f"{losses[0]:.3f} → {losses[-1]:.3f}", "yes",
-                                  f"{tokens_per_s[precision, impl]:.0f}"]
-            assert losses[-1] < losses[0] and all(map(math.isfinite, losses))
-            assert cells[6:] == [f"{peak:.0f}", "-", "0"]
-            # What fairseq ran, from its own config dump: the implementation, its criterion, the precision.
-            text = log.read_text()
-            assert re.search(rf"'model': (\{{'_name': '{impl}'|Namespace\(.*\barch='{impl}')", text)
-            assert f"'criterion': {{'_name': '{criterion}'" in text
-            assert ("'bf16_autocast': 'on'" in text) == (precision == "bf16-autocast")
-            assert ("| precision: bfloat16 autocast (--bf16-autocast on)" in text) == (precision == "bf16-autocast")
-            assert "'fp16': False" in text and "'amp': False" in text
-    for precision in ("fp16", "amp"):
+        yield "(a) Training", f"train-a-{precision}", precision, "vaswani_transformer"
         for impl in gpu_acceptance.CRITERIA:
-            assert table_row(report, "Training", precision, impl)[2] == "needs a GPU"
-        assert table_row(report, "The plugin against", precision)[1] == "needs a GPU"
+            yield "(b) Training", f"train-b-{precision}-{impl}", precision, impl
+
+
+@pytest.mark.lane(*STAND_IN)
+def test_stand_in_training_rows_are_those_of_the_logs(lane):
+    work, _, _, report = stand_in(lane)
+    tokens_per_s = {}
+    for section, name, precision, impl in stand_in_runs():
+        log = work / "logs" / f"{name}.log"
+        windows = log_windows(log)
+        assert len(windows) == 4  # 20 steps, a window every 5
+        losses = [float(w["loss"]) for w in windows]
+        tokens_per_s[section, precision, impl] = statistics.median(float(w["wps"]) for w in windows[1:])
+        peak = json.loads((work / "results" / f"{name}.json").read_text())["peak_memory_mb"]
+        cells = table_row(report, section, precision, impl)
+        assert cells[2:6] == ["20", f"{losses[0]:.3f} → {losses[-1]:.3f}", "yes",
+                              f"{tokens_per_s[section, precision, impl]:.0f}"]
+        assert losses[-1] < losses[0] and all(map(math.isfinite, losses))
+        assert cells[6:] == [f"{peak:.0f}", "-", "0"]
+        # What fairseq ran, from its own config dump: the implementation, its criterion, the precision.
+        text = log.read_text()
+        assert re.search(rf"'model': (\{{'_name': '{impl}'|Namespace\(.*\barch='{impl}')", text)
+        assert f"'criterion': {{'_name': '{gpu_acceptance.CRITERIA[impl]}'" in text
+        assert ("'bf16_autocast': 'on'" in text) == (precision == "bf16-autocast")
+        assert ("| precision: bfloat16 autocast (--bf16-autocast on)" in text) == (precision == "bf16-autocast")
+        assert "'fp16': False" in text and "'amp': False" in text
+        saved = f"'save_dir': '{work / 'checkpoints'}'" if name == "train-a-fp32" else "'no_save': True"
+        assert saved in text  # the first precision's checkpoint is decoded
+    for precision in ("fp16", "amp"):
+        assert table_row(report, "(a) Training", precision, "vaswani_transformer")[2] == "needs a GPU"
+        for impl in gpu_acceptance.CRITERIA:
+            assert table_row(report, "(b) Training", precision, impl)[2] == "needs a GPU"
+        assert table_row(report, "(b) The plugin against", precision)[1] == "needs a GPU"
+    with pytest.raises(AssertionError, match="no row"):  # stage (a) trains the plugin alone
+        table_row(report, "(a) Training", "fp32", "transformer")
     for precision in ("fp32", "bf16-autocast"):
-        ratio = tokens_per_s[precision, "vaswani_transformer"] / tokens_per_s[precision, "transformer"]
-        cells = table_row(report, "The plugin against", precision)
+        ratio = tokens_per_s["(b) Training", precision, "vaswani_transformer"] / \
+            tokens_per_s["(b) Training", precision, "transformer"]
+        cells = table_row(report, "(b) The plugin against", precision)
         assert float(cells[3]) == pytest.approx(ratio, abs=0.006)
         assert float(cells[6]) == pytest.approx(float(cells[4]) / float(cells[5]), abs=0.01)
 
 
-@pytest.mark.lane("gpu_acceptance_stand_in")
-def test_stand_in_decoding_counts_the_differing_hypotheses(lane):
-    work, _, report = stand_in(lane)
+@pytest.mark.lane(*STAND_IN)
+def test_stand_in_decodes_the_first_100_test_sentences_on_cpu_and_device_and_counts_the_differences(lane):
+    work, _, _, report = stand_in(lane)
+    sources = (work / "data" / "bpe" / "test.en").read_text().splitlines()
+    assert len(sources) == TEST_SENTENCES > 100
+    sources = sources[:100]
     hypotheses = {}
-    for name in ("fp32", "fp16"):
+    for name, title in (("cpu", "CPU, float32"), ("fp32", "stand-in device (the CPU), float32"),
+                        ("fp16", "stand-in device (the CPU), fp16")):
         text = (work / f"generate-{name}" / "generate-test.txt").read_text()
         hypotheses[name] = dict(line.split("\t")[::2] for line in text.splitlines() if line.startswith("H-"))
-        assert len(hypotheses[name]) == TEST_SENTENCES  # every test sentence, none dropped
-        timing = re.search(r"Translated (\d+) sentences .* \(([\d.]+) sentences/s, ([\d.]+) tokens/s\)",
-                           (work / "logs" / f"generate-{name}.log").read_text())
-        assert table_row(report, "Beam-4", name)[1:4] == [str(TEST_SENTENCES), f"{float(timing[2]):.1f}",
-                                                f"{float(timing[3]):.1f}"]
-    assert "'fp16': True" in (work / "logs" / "generate-fp16.log").read_text()
+        assert dict(line.split("\t") for line in text.splitlines() if line.startswith("S-")) == \
+            {f"S-{i}": source for i, source in enumerate(sources)}  # the first 100 of 103, each once
+        log = (work / "logs" / f"generate-{name}.log").read_text()
+        timing = re.search(r"Translated (\d+) sentences .* \(([\d.]+) sentences/s, ([\d.]+) tokens/s\)", log)
+        assert table_row(report, "(a) Beam-4", title)[1:4] == ["100", f"{float(timing[2]):.1f}",
+                                                             f"{float(timing[3]):.1f}"]
+        assert ("'fp16': True" in log) == (name == "fp16") and "'cpu': True" in log
+    same = sum(hypotheses["fp32"][i] == hypotheses["cpu"][i] for i in hypotheses["cpu"])
+    assert f"stand-in device (the CPU) float32 against the CPU: {same} of 100 hypotheses identical." in report
     changed = sum(hypotheses["fp16"][i] != hypotheses["fp32"][i] for i in hypotheses["fp32"])
-    assert f"hypotheses that differ: {changed} of {TEST_SENTENCES} " in report
+    assert f"hypotheses that differ: {changed} of 100 " in report
 
 
-@pytest.mark.lane("gpu_acceptance_stand_in")
+@pytest.mark.lane(*STAND_IN)
 def test_stand_in_speed_rows_are_speed_py_s(lane):
-    work, _, report = stand_in(lane)
+    work, _, _, report = stand_in(lane)
     printed = (work / "speed.txt").read_text()
     assert printed.rstrip() in report
     for impl in gpu_acceptance.CRITERIA:
-        tokens, memory = re.search(rf"^tiny +{impl} +([\d.]+) +([\d.]+) .* -$", printed, re.M).groups()
-        assert table_row(report, "MFU", "tiny", impl) == ["tiny", impl, tokens, memory, "-"]
+        tokens, memory, beam4 = re.search(rf"^tiny +{impl} +([\d.]+) +([\d.]+) +([\d.]+) .* -$", printed,
+                                          re.M).groups()
+        assert table_row(report, "(b) MFU", "tiny", impl) == ["tiny", impl, tokens, memory, beam4, "-"]
     assert "tiny   same hypotheses (beam 4 and greedy): yes" in printed
+    assert "CTranslate2" not in printed  # --no-ctranslate2: the GPU kit has none
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the device tool); CI has none")
@@ -332,7 +391,9 @@ def test_tiny_pipeline_on_a_gpu_in_fp16_amp_and_bf16(reversal_data, tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     report = (tmp_path / "gpu_acceptance_report.md").read_text()
     for precision in ("fp16", "amp", "bf16-autocast"):
-        for impl in gpu_acceptance.CRITERIA:
-            cells = table_row(report, "Training", precision, impl)
-            assert cells[4] == "yes" and (cells[7] != "-") == (precision != "bf16-autocast")
-    assert re.search(r"^\| tiny \| vaswani_transformer \| [\d.]+ \| [\d.]+ \| [\d.]+% \|$", report, re.M)
+        for section, impls in (("(a) Training", ["vaswani_transformer"]), ("(b) Training", gpu_acceptance.CRITERIA)):
+            for impl in impls:
+                cells = table_row(report, section, precision, impl)
+                assert cells[4] == "yes" and (cells[7] != "-") == (precision != "bf16-autocast")
+    assert re.search(r"^\| tiny \| vaswani_transformer \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+% \|$", report, re.M)
+    assert "- pass: beam 4 in float32: the GPU's hypotheses are the CPU's (" in report

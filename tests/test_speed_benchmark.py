@@ -123,3 +123,16 @@ def test_bad_combinations_are_one_line_errors(argv, message, tmp_path, capsys):
     stderr = capsys.readouterr().err
     (line,) = stderr.strip().splitlines()[-1:]
     assert exit.value.code == 2 and line.startswith("benchmarks/speed.py: error: ") and message in line
+
+
+def test_without_ctranslate2_one_line_unless_left_out(monkeypatch, capsys):
+    """The GPU kit has no ctranslate2: speed.py says so in one line, and --no-ctranslate2 is the way round."""
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: None if name == "ctranslate2" else find_spec(name, *args))
+    with pytest.raises(SystemExit) as exit:
+        speed_main("--smoke", "--device", "cpu")
+    assert exit.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "benchmarks/speed.py: error: ctranslate2 is not installed (the [ctranslate2] extra): install it, or pass "
+        "--no-ctranslate2")
