@@ -15,6 +15,7 @@ UnreadableCheckpoint naming it, not torch's traceback.
 import argparse
 import os
 import tempfile
+import traceback
 import zipfile
 from pathlib import Path
 from typing import BinaryIO, Callable, Optional
@@ -99,6 +100,28 @@ def load_checkpoint(path, load: Optional[Callable] = None):
             if problem is None:
                 raise
     raise UnreadableCheckpoint(f"{path}: {problem}")
+
+
+def unreadable_checkpoint_message(exc: BaseException) -> Optional[str]:
+    """The one line for an exception raised while fairseq's checkpoint_utils.load_checkpoint_to_cpu read a file
+    that is no intact torch checkpoint, naming the file; None otherwise (any other error keeps its traceback).
+
+    The file is read from that function's frame: fairseq's commands call it inside their own main(), which the
+    plugin does not wrap, so the frame is the only place the path is known.
+    """
+    for frame, _ in traceback.walk_tb(exc.__traceback__):
+        if frame.f_globals.get("__name__") == "fairseq.checkpoint_utils" and \
+                frame.f_code.co_name == "load_checkpoint_to_cpu":
+            path = frame.f_locals["path"]
+            problem = checkpoint_problem(frame.f_locals.get("local_path", path), exc)
+            if problem is None:
+                return None
+            hint = ""
+            if os.path.basename(path) == "checkpoint_last.pt":  # fairseq-train resuming
+                hint = (f"; `python -m vaswani_plugin.checkpoints.resume {os.path.dirname(path) or '.'}` "
+                        "resumes from the newest intact checkpoint there")
+            return f"{path}: {problem}{hint}"
+    return None
 
 
 def save_atomically(state: dict, output) -> None:
