@@ -1,4 +1,4 @@
-"""The plugin's beam search (vaswani_plugin.tasks.beam_search): §6.1's rule finds what an exhaustive search finds
+"""The plugin's beam search (vaswani_plugin.generation.beam_search): §6.1's rule finds what an exhaustive search finds
 where fairseq's early stop does not, limits each sentence by its own length, and under fairseq's rule gives
 fairseq's SequenceGenerator's hypotheses and scores; what it does not do goes to fairseq's generator, saying so."""
 
@@ -20,13 +20,11 @@ from conftest import build_model, make_dictionary, random_tokens
 from vaswani_plugin.checkpoints.convert_fairseq import convert_state, fairseq_options, vaswani_config
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerModel
-from vaswani_plugin.tasks.beam_search import BeamSearchGenerator, gnmt_length_penalty
-from vaswani_plugin.tasks.tree_constraint import constrain_to_trees
-from vaswani_plugin.tasks.vaswani_translation import (
-    GnmtSequenceGenerator,
-    VaswaniTranslationConfig,
-    VaswaniTranslationTask,
-)
+from vaswani_plugin.generation.beam_search import BeamSearchGenerator
+from vaswani_plugin.generation.generators import GnmtSequenceGenerator
+from vaswani_plugin.generation.length import gnmt_length_penalty
+from vaswani_plugin.generation.tree_constraint import constrain_to_trees
+from vaswani_plugin.tasks.vaswani_translation import VaswaniTranslationConfig, VaswaniTranslationTask
 
 # A model of next-token probabilities by prefix. Beam 2 at step 1 sees "a </s>" (0.51 · 0.54) and "b </s>"
 # (0.49 · 0.56) above "a a" (0.51 · 0.46): fairseq finishes both and stops, its best "a </s>" scoring

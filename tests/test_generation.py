@@ -13,14 +13,10 @@ from conftest import build_model, make_dictionary, random_tokens
 from cli_helpers import TEST_SENTENCES, plugin_dir, run
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.scoring.bleu import read_hypotheses, score_files
-from vaswani_plugin.tasks.beam_search import BeamSearchGenerator
-from vaswani_plugin.tasks.vaswani_translation import (
-    GnmtSequenceGenerator,
-    GnmtSequenceGeneratorWithAlignment,
-    VaswaniTranslationConfig,
-    VaswaniTranslationTask,
-    gnmt_length_penalty,
-)
+from vaswani_plugin.generation.beam_search import BeamSearchGenerator
+from vaswani_plugin.generation.generators import GnmtSequenceGenerator, GnmtSequenceGeneratorWithAlignment
+from vaswani_plugin.generation.length import gnmt_length_penalty
+from vaswani_plugin.tasks.vaswani_translation import VaswaniTranslationConfig, VaswaniTranslationTask
 
 
 def test_penalty_formula():

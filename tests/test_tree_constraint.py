@@ -14,8 +14,8 @@ from cli_helpers import SHARED_DATA
 from conftest import build_model, random_tokens
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.scoring.trees import Tree, clean, delinearise, linearise, read_trees, repair
-from vaswani_plugin.tasks.beam_search import BeamSearchGenerator
-from vaswani_plugin.tasks.tree_constraint import TreeConstrainedBeamSearch, TreeConstraint
+from vaswani_plugin.generation.beam_search import BeamSearchGenerator
+from vaswani_plugin.generation.tree_constraint import TreeConstrainedBeamSearch, TreeConstraint
 from vaswani_plugin.tasks.vaswani_translation import VaswaniTranslationConfig, VaswaniTranslationTask
 
 # Tree symbols, and some that must never come out: an opening without its closing symbol, a closing without its

@@ -29,6 +29,7 @@ from fairseq.data.encoders.sentencepiece_bpe import SentencepieceBPE, Sentencepi
 from fairseq.data.encoders.subword_nmt_bpe import SubwordNMTBPE, SubwordNMTBPEConfig
 
 from vaswani_plugin.cli import run_command
+from vaswani_plugin.generation.length import length_limit
 
 COMPUTE_TYPES = ("default", "auto", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float32",
                  "float16", "bfloat16")
@@ -59,7 +60,7 @@ def decoding_options(sources, *, beam: int, length_penalty: float, max_len_a: fl
     """CTranslate2's translate_batch options for one batch of sources (tokens, without </s>) that decode as
     fairseq-generate does: from </s> (the exported model's config), at least one token, never <pad> (the exported
     model's bias), at most max_len_a x (the longest source and its </s>) + max_len_b tokens."""
-    limit = int(max_len_a * (max(map(len, sources)) + 1) + max_len_b)
+    limit = length_limit(max_len_a, max_len_b, max(map(len, sources)) + 1)
     return dict(beam_size=beam, length_penalty=length_penalty, max_decoding_length=limit, min_decoding_length=1,
                 max_input_length=0)
 

@@ -40,14 +40,9 @@ from fairseq.search import BeamSearch
 from torch import Tensor, nn
 
 from vaswani_plugin.errors import VaswaniConfigError
+from vaswani_plugin.generation.length import PAPER_ALPHA, gnmt_length_penalty, length_limit
 
 SEARCH_RULES = ("fairseq", "paper")
-PAPER_ALPHA = 0.6  # §6.1
-
-
-def gnmt_length_penalty(length, alpha: float):
-    """§6.1 (Wu et al., 2016, eq. 14): lp(Y) = ((5 + |Y|) / 6)^α, |Y| counting </s>; an int or a tensor."""
-    return ((5 + length) / 6) ** alpha
 
 
 class BeamSearchGenerator(nn.Module):
@@ -122,11 +117,9 @@ class BeamSearchGenerator(nn.Module):
             return finalized
         if len(keep) < batch:
             src_tokens, src_lengths, ids = src_tokens[keep], src_lengths[keep], ids[keep]
-        if self.per_sentence_limits:
-            limits = (self.max_len_a * src_lengths.double() + self.max_len_b).floor().long()
-        else:  # fairseq: the batch's padded width
-            limits = torch.full_like(src_lengths, int(self.max_len_a * src_len + self.max_len_b))
-        limits = limits.clamp(max=self.max_len - 1)
+        # Each sentence's own limit (paper), or the batch's padded width for all (fairseq).
+        lengths = src_lengths if self.per_sentence_limits else torch.full_like(src_lengths, src_len)
+        limits = length_limit(self.max_len_a, self.max_len_b, lengths, self.max_len)
         if self.min_len > int(limits.min()):
             raise VaswaniConfigError(f"--min-len {self.min_len} is longer than the length limit "
                                      f"{int(limits.min())} (--max-len-a, --max-len-b)")

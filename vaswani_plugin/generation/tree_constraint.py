@@ -31,6 +31,7 @@ import torch
 from fairseq.search import BeamSearch
 
 from vaswani_plugin.errors import VaswaniConfigError
+from vaswani_plugin.generation.length import length_limit
 from vaswani_plugin.scoring.trees import PLACEHOLDER
 
 
@@ -143,13 +144,6 @@ class TreeConstraint:
         return allowed
 
 
-def max_len(max_len_a: float, max_len_b: int, model_max_len: int, source_lengths):
-    """fairseq's SequenceGenerator limit (§6.3: input + 300): </s> at step min(a * source length + b, model's positions - 1) at the
-    latest (the source length with its </s>; fairseq takes a batch's longest, padded)."""
-    return np.minimum(np.floor(max_len_a * np.asarray(source_lengths) + max_len_b).astype(np.int64),
-                      model_max_len - 1)
-
-
 class TreeConstrainedBeamSearch(BeamSearch):
     """fairseq's beam search, each step restricted to the tokens TreeConstraint allows (§6.3 parsing)."""
 
@@ -171,7 +165,7 @@ class TreeConstrainedBeamSearch(BeamSearch):
         """A one-line error if a sentence (its length with </s>) has more words than any tree can hold within
         the length limit; fairseq's limit grows with a batch's longest sentence, so this is the least it is."""
         lengths = np.asarray(source_lengths)
-        self.refuse(lengths, max_len(self.max_len_a, self.max_len_b, self.model_max_len, lengths), where)
+        self.refuse(lengths, length_limit(self.max_len_a, self.max_len_b, lengths, self.model_max_len), where)
 
     def refuse(self, lengths: np.ndarray, limits, where: str, ids: Optional[Sequence[int]] = None) -> None:
         """The error for the first sentence of `lengths` (their ids: `ids`, or their indices) over `limits`."""
@@ -211,9 +205,10 @@ class TreeConstrainedBeamSearch(BeamSearch):
         if self.per_sentence_limits or step == 0:
             lengths = self.src_lengths.cpu().numpy()
             if self.per_sentence_limits:  # each sentence's own (the live ones')
-                limits = max_len(self.max_len_a, self.max_len_b, self.model_max_len, lengths)
+                limits = length_limit(self.max_len_a, self.max_len_b, lengths, self.model_max_len)
             else:  # this batch's, as fairseq computes it from the longest source (at most that, if padded)
-                self.batch_max_len = int(max_len(self.max_len_a, self.max_len_b, self.model_max_len, lengths.max()))
+                self.batch_max_len = length_limit(self.max_len_a, self.max_len_b, int(lengths.max()),
+                                                  self.model_max_len)
                 limits = self.batch_max_len
             if step == 0:
                 ids = None if original_batch_idxs is None else original_batch_idxs.tolist()
