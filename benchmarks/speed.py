@@ -13,10 +13,10 @@ Then, each implementation in its own process (so that peak memory is its own):
   peak memory: max RSS of the process on CPU, torch.cuda.max_memory_allocated on GPU;
 - generation over the first --sentences test sentences, batches of 128, at most input + 50 tokens: beam 4 and
   greedy, sentences/s and generated tokens/s, by fairseq's SequenceGenerator on each model and by the plugin's
-  beam search (vaswani_plugin.tasks.beam_search) on the plugin's model under both of its rules: `--search
+  beam search (vaswani_plugin.generation.beam_search) on the plugin's model under both of its rules: `--search
   fairseq`, whose hypotheses must be fairseq's (checked, printed), and `--search paper` (§6.1: GNMT α = 0.6,
   early stop, each sentence's own limit; other hypotheses, their mean GNMT score printed).
-- CTranslate2 (vaswani_plugin.export_ctranslate2) on the plugin's model, exported with float32 and with int8
+- CTranslate2 (vaswani_plugin.serving.export_ctranslate2) on the plugin's model, exported with float32 and with int8
   weights, on 1 thread, 2 threads a batch and 2 batches at once (a thread each), in a process of its own: the same
   batches, beam 4 and greedy, length penalty 1 (fairseq-generate's --lenpen 1) and the same limit; how many of
   its hypotheses are the plugin's; BLEU of the plugin's beam 4 and of both exports (sacrebleu, tokenize none: on
@@ -232,7 +232,7 @@ def decoding_split(model, dictionary, batches, synchronize) -> dict:
     (the layers and the output projection) and to the output projection alone: what any search over this model
     must still spend. Measured in a run of its own, so that the timers do not touch the figures above."""
     import torch
-    from vaswani_plugin.tasks.beam_search import BeamSearchGenerator
+    from vaswani_plugin.generation.beam_search import BeamSearchGenerator
     seconds = {"decoder": 0.0, "projection": 0.0}
 
     def timed(name, function):
@@ -264,7 +264,7 @@ def decoding_split(model, dictionary, batches, synchronize) -> dict:
 def generators(impl):
     """(name, class, options) of the generators measured on an implementation's model."""
     from fairseq.sequence_generator import SequenceGenerator
-    from vaswani_plugin.tasks.beam_search import BeamSearchGenerator
+    from vaswani_plugin.generation.beam_search import BeamSearchGenerator
     if impl == "transformer":
         return [("fairseq_generator", SequenceGenerator, {})]
     return [("fairseq_generator", SequenceGenerator, {}),
@@ -277,7 +277,7 @@ PAPER_ALPHA = 0.6
 
 def gnmt_score(hypothesis, alpha: float) -> float:
     """The hypothesis's GNMT score log P / ((5+|Y|)/6)^alpha, whatever its generator ranked it by."""
-    from vaswani_plugin.tasks.beam_search import gnmt_length_penalty
+    from vaswani_plugin.generation.length import gnmt_length_penalty
     return float(hypothesis["positional_scores"].sum()) / gnmt_length_penalty(len(hypothesis["tokens"]), alpha)
 
 
@@ -469,7 +469,7 @@ CT2_LENGTH_PENALTIES = (0.2, 0.4, 0.5, 0.6, 0.8, 1.0)
 
 def ctranslate2_worker(spec) -> dict:
     """CTranslate2 on the plugin's model (built as the plugin's worker builds it, from the same weights), exported
-    by vaswani_plugin.export_ctranslate2 with float32 and int8 weights: beam 4 and greedy over the generators'
+    by vaswani_plugin.serving.export_ctranslate2 with float32 and int8 weights: beam 4 and greedy over the generators'
     batches (length penalty 1 as theirs, at most input + 50, at least one token), at each of CT2_THREADS (CPU;
     one run on a GPU). Torch keeps to one thread in this process: a torch thread pool that has run beside
     CTranslate2's slowed its 2-thread decoding by a third. Each hypothesis is compared with the plugin's own
@@ -480,9 +480,9 @@ def ctranslate2_worker(spec) -> dict:
     import ctranslate2
     from sacrebleu.metrics import BLEU
     import vaswani_plugin  # noqa: F401
-    from vaswani_plugin.export_ctranslate2 import export
-    from vaswani_plugin.tasks.beam_search import BeamSearchGenerator
-    from vaswani_plugin.translate_ctranslate2 import translate_batches
+    from vaswani_plugin.serving.export_ctranslate2 import export
+    from vaswani_plugin.generation.beam_search import BeamSearchGenerator
+    from vaswani_plugin.serving.translate_ctranslate2 import translate_batches
 
     dictionary, _, test = load_data(spec)
     model = build_model(dict(spec, impl="vaswani_transformer"), dictionary)[0].eval()

@@ -21,9 +21,10 @@ MISSING_INPUT = {
     "tools.training_cost": lambda missing, tmp: ["--checkpoint", missing, "--gpus", "1"],
     "tools.attention_pictures": lambda missing, tmp: ["--path", missing, "--data", tmp, "--source", "w1",
                                                       "--output-dir", tmp],
-    "export_ctranslate2": lambda missing, tmp: ["--checkpoint", missing, "--data", tmp, "--output", tmp / "o.pt"],
-    "translate_ctranslate2": lambda missing, tmp: ["--model", missing, "--source-lang", "en", "--target-lang", "de",
-                                                   "--bpe-codes", missing],
+    "serving.export_ctranslate2": lambda missing, tmp: ["--checkpoint", missing, "--data", tmp, "--output",
+                                                        tmp / "o.pt"],
+    "serving.translate_ctranslate2": lambda missing, tmp: ["--model", missing, "--source-lang", "en", "--target-lang",
+                                                           "de", "--bpe-codes", missing],
 }
 
 

@@ -19,7 +19,8 @@ PACKAGE = REPO / "vaswani_plugin"
 # numpy, the standard library and the [recipes] and [ctranslate2] extras of setup.py.
 ALLOWED = {"vaswani_plugin", "fairseq", "omegaconf", "torch", "numpy",
            "sacremoses", "subword_nmt", "sentencepiece", "sacrebleu", "matplotlib", "ctranslate2"}
-SUBPACKAGES = {"checkpoints", "scoring", "tools", "models", "criterions", "lr_scheduler", "tasks"}
+SUBPACKAGES = {"checkpoints", "scoring", "tools", "models", "criterions", "lr_scheduler", "tasks", "generation",
+               "serving"}
 # What the build needs of the repository; the rest (tests, recipes, work/, checkpoints) stays out of the copy.
 BUILD_INPUTS = ("setup.py", "setup.cfg", "pyproject.toml", "MANIFEST.in", "README.md", "vaswani_plugin", "prepare")
 
