@@ -1,15 +1,9 @@
-"""Safe checkpoint loading: allow-list exactly the classes that fairseq checkpoints hold besides tensors.
+"""Safe checkpoint loading, atomic writes, and recognising a checkpoint file that is cut short or no checkpoint.
 
-torch >= 2.6 loads with weights_only=True, which refuses any class it does not know. Safe loading stays on;
-only these classes are added (measured on fairseq 0.12.3 checkpoints, see tests/test_checkpoint_loading.py):
-- argparse.Namespace: cfg["model"] of fairseq's argparse-style architectures (e.g. `transformer`);
-- numpy's array reconstruction, ndarray, dtype and the int64 dtype class: the n-gram counts that
-  `--eval-bleu` keeps in extra_state["metrics"].
-Checkpoints of this plugin's own model hold none of them.
-
-load_checkpoint is how this package's commands read a checkpoint: a file that is missing, empty, cut short
-(a job killed while fairseq copied it to checkpoint_last.pt) or no torch file at all is a one-line
-UnreadableCheckpoint naming it, not torch's traceback.
+torch >= 2.6 loads with weights_only=True; exactly the classes fairseq checkpoints hold besides tensors are
+allow-listed (tests/test_checkpoint_loading.py): argparse.Namespace (cfg["model"] of argparse-style
+architectures) and numpy's array reconstruction, ndarray and dtypes (--eval-bleu's metrics). A missing, empty,
+cut-short or foreign file is a one-line UnreadableCheckpoint naming it, not torch's traceback.
 """
 
 import argparse

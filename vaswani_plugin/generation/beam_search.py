@@ -1,32 +1,10 @@
-"""Beam search as §6.1 decodes, and fairseq's, in one loop of tensor operations over the live sentences.
+"""Beam search as §6.1 decodes, and fairseq's rule, in one loop of tensor operations over the live sentences.
 
-§6.1: "we used beam search with a beam size of 4 and length penalty α = 0.6 [Wu et al., 2016] ... We set the
-maximum output length during inference to input length + 50, but terminate early when possible." The task's
---search chooses the rule:
-
-paper    Hypotheses are scored s(Y) = log P(Y|X) / lp(Y), lp(Y) = ((5 + |Y|) / 6)^α (GNMT, Wu et al. 2016,
-         eq. 14; |Y| counts </s>; α from --gnmt-alpha, 0.6 if unset). Each sentence x has its own limit
-         L(x) = min(⌊a·|x| + b⌋, the model's positions − 1), |x| its source tokens with </s> (--max-len-a,
-         --max-len-b): its hypotheses end with </s> after at most L(x) tokens. A sentence keeps the `beam` best
-         finished hypotheses seen so far (every </s> among the 2·beam candidates of a step may enter) and
-         ends after a step when
-             worst(x) ≥ best_alive(x) / lp(L(x) + 1)      or      it has reached L(x),
-         worst(x) being the lowest score of its finished set once that holds `beam` hypotheses (−∞ before)
-         and best_alive(x) the highest log P of its live hypotheses: log P only falls as a hypothesis grows
-         and lp is largest at the longest length allowed, L(x) + 1 with </s>, so no live hypothesis can then
-         still enter the finished set. This is tensor2tensor's early stop (utils/beam_search.py,
-         `_is_not_finished`: lower_bound_alive_scores = alive_log_probs[:, 0] / max_length_penalty against
-         lowest_score_of_finished_in_finished), the authors' own code, except that tensor2tensor already
-         stops with one finished hypothesis; waiting for `beam` of them makes every --nbest up to beam exact.
-fairseq  fairseq's SequenceGenerator, same hypotheses and scores: the first `beam` hypotheses
-         to end, found among the top `beam` of the 2·beam candidates, are the sentence's, scored by
-         log P / |Y|^lenpen (or by lp(Y) with --gnmt-alpha, vaswani_translation.GnmtLengthPenalty), and a
-         batch's limit is a·(its longest source, padded) + b.
-
-Per step: one decoder call for all live hypotheses, fairseq's candidate selection (its search object, so that
---parse-constrained's TreeConstrainedBeamSearch applies unchanged), finalisation by scatter/gather, and one host
-sync to learn which sentences ended; ended sentences leave the batch (the model's reorder_incremental_state).
-An empty source (only </s>) gets the empty output, score 0, without being decoded.
+paper: hypotheses scored log P(Y|X) / lp(Y) (GNMT's penalty), each sentence its own limit ⌊a·|x| + b⌋, and
+GNMT's early stop as tensor2tensor's `_is_not_finished`: a sentence ends when its worst of `beam` finished
+hypotheses scores at least its best live log P / lp(limit + 1). fairseq: SequenceGenerator's hypotheses and
+scores. The rules in full: docs/reference.md#vaswani_translation-61. Per step: one decoder call, fairseq's
+candidate selection (its search object, so the tree constraint applies), one host sync; ended sentences leave.
 """
 
 import math

@@ -1,8 +1,8 @@
 """Keys and values for step-by-step decoding that beam search reorders without copying them.
 
 fairseq's incremental-state protocol reorders every layer's cached keys/values at every step (index_select)
-and grows them by concatenation: O(length²) copying per sentence, which is over half of beam-4 decoding time
-on CPU (docs/results.md, Speed). Here each position's keys/values are written once, into a preallocated slab with one
+and grows them by concatenation: O(length²) copying per sentence, a large part of beam-4 decoding time on CPU
+(docs/results.md, Speed). Here each position's keys/values are written once, into a preallocated slab with one
 group of rows per sentence and one slot per beam. A hypothesis keeps, for each earlier position, the slot of
 the beam that wrote it (its ancestry); attention scores every slot of the sentence's group and keeps the
 hypothesis's own (§3.2.3: each position attends to all earlier positions of its own output).
@@ -68,8 +68,8 @@ class BeamCache:
         self.ancestry[:, self.length] = own_slot
         # Where each row writes this position: its group's slab group, its own slot.
         self.write_groups, self.write_slots = self.slab_group.repeat_interleave(k), own_slot
-        # May not attend (`allowed` is the rest): (slab groups, 1, k queries, positions · k slots), the other hypotheses' slots at each
-        # position, and padding. Shared by every layer of this step.
+        # May not attend (`allowed` is the rest): (slab groups, 1, k queries, positions · k slots), the other
+        # hypotheses' slots at each position, and padding. Shared by every layer of this step.
         positions = self.length + 1
         slots = self.to_slab(self.ancestry[:, :positions])
         blocked = None
@@ -155,7 +155,7 @@ class LayerCache:
         cache = self.cache
         shape = (cache.slab_groups, new.size(1), cache.capacity, cache.group_size, new.size(-1))
         if slab is None or slab.size(2) < cache.capacity:
-            # Not zeroed (page faults on fresh memory made zeroing 15% of base decoding): every slot of a live
+            # Not zeroed (page faults on fresh memory made zeroing costly, docs/results.md): every slot of a live
             # group is written at every position before it is read.
             grown = new.new_empty(shape)
             if slab is not None:

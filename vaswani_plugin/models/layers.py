@@ -105,7 +105,7 @@ class MultiHeadAttention(nn.Module):
         # The paper gives no initialisation; this is fairseq's (the same distributions, so a fairseq model and
         # this one start alike): Xavier-uniform with gain 1/√2 per W^Q, W^K, W^V block (also inside the fused
         # matrices) and their biases as nn.Linear's; W^O Xavier-uniform, bias 0. Gain 1 for W^Q, W^K, W^V
-        # (and Xavier FFNs) trained markedly slower: quickstart loss 7.51 against 6.94 over steps 201-300.
+        # (and Xavier FFNs) trained markedly slower (docs/results.md#initialisation).
         for linear, sizes in projections:
             for block in linear.weight.split(sizes, dim=0):
                 nn.init.xavier_uniform_(block, gain=2**-0.5)

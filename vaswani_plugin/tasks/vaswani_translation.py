@@ -28,32 +28,16 @@ class VaswaniTranslationConfig(TranslationConfig):
                                         "GNMT length penalty of §6.1 (0.6 in the paper); replaces --lenpen"})
     search: str = field(
         default="fairseq", metadata={
-            "help": "the beam search's rule, both run by the plugin's own generator "
-                    "(vaswani_plugin.generation.beam_search): fairseq (default): fairseq-generate's hypotheses and "
-                    "scores exactly (the first beam hypotheses to end are the sentence's; limit a x the batch's "
-                    "longest source + b); paper: §6.1, hypotheses scored log P / ((5+|Y|)/6)^alpha (--gnmt-alpha, "
-                    "0.6 if unset), a sentence ends when no live hypothesis can still beat its beam finished "
-                    "ones (tensor2tensor's early stop), limit a x its own source length + b. What the plugin's "
-                    "generator does not do (--sampling, --diverse-beam-groups, --prefix-size, --constraints, "
-                    "ensembles, ...) goes to fairseq's SequenceGenerator with a one-line notice under fairseq, "
-                    "and is an error under paper"})
+            "help": "the beam search's rule: fairseq (default), fairseq-generate's hypotheses; paper, §6.1's (GNMT "
+                    "penalty and early stop, each sentence's own limit); docs/reference.md#vaswani_translation-61"})
     parse_constrained: bool = field(
-        default=False, metadata={"help": "parsing (§6.3): beam search emits only well-formed tree sequences over "
-                                         "exactly the input's words: the next word (or XX) while words remain, "
-                                         "(LABEL while a word is left for it, )LABEL of the innermost open "
-                                         "constituent once it holds a child, </s> once every word is placed and "
-                                         "every bracket closed; the target dictionary holds (LABEL and )LABEL, and "
-                                         "XX or the words"})
+        default=False, metadata={"help": "parsing (§6.3): beam search emits only well-formed trees over exactly the "
+                                         "input's words (docs/reference.md)"})
     bf16_autocast: str = field(
         default="off", metadata={
             "argparse_const": "on",
-            "help": "auto, on or off (default off; a bare --bf16-autocast is on; 1 and 0 mean on and off): train under "
-                    "torch.autocast in bfloat16 on the model's device (CPU or GPU): matrix products in bfloat16; "
-                    "weights, loss, gradients and Adam in float32. Faster only where the hardware multiplies "
-                    "bfloat16 natively (AVX512-BF16 or AMX CPUs, Ampere or newer GPUs). auto: on only on a CPU "
-                    "with AVX512-BF16 or AMX, off on GPUs and beside fairseq's --fp16, --amp or --bf16. Not "
-                    "fairseq's --bf16, which assumes a TPU"})
-
+            "help": "auto, on or off (default off; bare: on): train under bfloat16 autocast, weights, loss and Adam "
+                    "in float32; auto: on only on a CPU with AVX512-BF16 or AMX. Not fairseq's --bf16 (TPUs)"})
 
 def fairseq_precision(optimizer, dtype: torch.dtype) -> Optional[str]:
     """fairseq's own mixed precision, told by its optimizer wrapper and the model's dtype; None for float32."""
