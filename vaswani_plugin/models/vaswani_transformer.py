@@ -92,7 +92,7 @@ class VaswaniTransformerModel(FairseqEncoderDecoderModel):
     """The Transformer of "Attention Is All You Need" (§3)."""
 
     # fairseq's SequenceGeneratorWithAlignment (--print-alignment) then takes the attention from one full pass
-    # over the finished hypotheses (the same values, tests/test_incremental.py) instead of every decoding step.
+    # over the finished hypotheses (the same values, tests/test_beam_cache.py) instead of every decoding step.
     full_context_alignment = True
     # vaswani_label_smoothed_cross_entropy passes its SmoothedLoss to forward (see forward).
     forward_computes_smoothed_loss = True
