@@ -12,10 +12,10 @@ Then, each implementation in its own process (so that peak memory is its own):
   with its own criterion: vaswani_label_smoothed_cross_entropy / fairseq's label_smoothed_cross_entropy);
   peak memory: max RSS of the process on CPU, torch.cuda.max_memory_allocated on GPU;
 - generation over the first --sentences test sentences, batches of 128, at most input + 50 tokens: beam 4 and
-  greedy, sentences/s and generated tokens/s, by fairseq's SequenceGenerator on each model and by the plugin's
-  beam search (vaswani_plugin.generation.beam_search) on the plugin's model under both of its rules: `--search
-  fairseq`, whose hypotheses must be fairseq's (checked, printed), and `--search paper` (§6.1: GNMT α = 0.6,
-  early stop, each sentence's own limit; other hypotheses, their mean GNMT score printed).
+  greedy, sentences/s and generated tokens/s, by fairseq's SequenceGenerator on each model and by the task's
+  two searches on the plugin's model: `--search fairseq` (fairseq's generator as the task builds it, whose
+  hypotheses must be fairseq's: checked, printed) and `--search paper` (vaswani_plugin.generation.beam_search,
+  §6.1: GNMT α = 0.6, early stop, each sentence's own limit; other hypotheses, their mean GNMT score printed).
 - CTranslate2 (vaswani_plugin.serving.export_ctranslate2) on the plugin's model, exported with float32 and with int8
   weights, on 1 thread, 2 threads a batch and 2 batches at once (a thread each), in a process of its own: the same
   batches, beam 4 and greedy, length penalty 1 (fairseq-generate's --lenpen 1) and the same limit; how many of
@@ -228,11 +228,11 @@ def worker(spec) -> dict:
 
 
 def decoding_split(model, dictionary, batches, synchronize) -> dict:
-    """Seconds of the plugin's beam-4 search (--search fairseq) over `batches`, and of its calls to the decoder
+    """Seconds of the task's beam-4 search (--search fairseq) over `batches`, and of its calls to the decoder
     (the layers and the output projection) and to the output projection alone: what any search over this model
     must still spend. Measured in a run of its own, so that the timers do not touch the figures above."""
     import torch
-    from vaswani_plugin.generation.beam_search import BeamSearchGenerator
+    from vaswani_plugin.generation.generators import PlainSequenceGenerator
     seconds = {"decoder": 0.0, "projection": 0.0}
 
     def timed(name, function):
@@ -247,7 +247,7 @@ def decoding_split(model, dictionary, batches, synchronize) -> dict:
 
     decoder, projection = model.decoder, model.decoder.output_projection
     decoder.forward, projection.forward = timed("decoder", decoder.forward), timed("projection", projection.forward)
-    generator = BeamSearchGenerator([model], dictionary, beam_size=4, max_len_a=1, max_len_b=50)
+    generator = PlainSequenceGenerator([model], dictionary, beam_size=4, max_len_a=1, max_len_b=50)
     try:
         with torch.no_grad():
             synchronize()
@@ -265,11 +265,12 @@ def generators(impl):
     """(name, class, options) of the generators measured on an implementation's model."""
     from fairseq.sequence_generator import SequenceGenerator
     from vaswani_plugin.generation.beam_search import BeamSearchGenerator
+    from vaswani_plugin.generation.generators import PlainSequenceGenerator
     if impl == "transformer":
         return [("fairseq_generator", SequenceGenerator, {})]
     return [("fairseq_generator", SequenceGenerator, {}),
-            ("search_fairseq", BeamSearchGenerator, {"rule": "fairseq"}),
-            ("search_paper", BeamSearchGenerator, {"rule": "paper", "gnmt_alpha": PAPER_ALPHA})]
+            ("search_fairseq", PlainSequenceGenerator, {}),
+            ("search_paper", BeamSearchGenerator, {"gnmt_alpha": PAPER_ALPHA})]
 
 
 PAPER_ALPHA = 0.6
@@ -384,13 +385,13 @@ def main(argv=None):
           f"of {chunk_logits:,} logits ({'--loss-chunk-logits' if args.loss_chunk_logits else 'by device'}); "
           f"generation of {args.sentences} sentences, batches of 128, max length input + 50")
     print(f"the plugin's training {precision_line(bf16_autocast, reason, amp)}")
-    print("generation by the plugin's model: its own beam search (--search fairseq, the task's default); below, "
+    print("generation by the plugin's model: the task's default (--search fairseq, fairseq's generator); below, "
           "every generator")
     columns = [("train_tokens_per_s", "train tok/s"), ("peak_memory_mb", "peak MB"),
                ("beam4_sentences_per_s", "beam4 sent/s"), ("beam4_tokens_per_s", "beam4 tok/s"),
                ("greedy_sentences_per_s", "greedy sent/s"), ("greedy_tokens_per_s", "greedy tok/s")]
     print(f"{'size':6} {'implementation':22}" + "".join(f"{title:>15}" for _, title in columns) + f"{'MFU':>8}")
-    # Each implementation's generation as a user gets it: fairseq's generator, the plugin's own search.
+    # Each implementation's generation as a user gets it: fairseq's generator, the task's default search.
     own = {"transformer": "fairseq_generator", "vaswani_transformer": "search_fairseq"}
     with tempfile.TemporaryDirectory() as scratch:
         for size in args.sizes:
@@ -482,6 +483,7 @@ def ctranslate2_worker(spec) -> dict:
     import vaswani_plugin  # noqa: F401
     from vaswani_plugin.serving.export_ctranslate2 import export
     from vaswani_plugin.generation.beam_search import BeamSearchGenerator
+    from vaswani_plugin.generation.generators import PlainSequenceGenerator
     from vaswani_plugin.serving.translate_ctranslate2 import translate_batches
 
     dictionary, _, test = load_data(spec)
@@ -492,9 +494,10 @@ def ctranslate2_worker(spec) -> dict:
     sources = [[[dictionary[i] for i in row if i not in special] for row in sample["net_input"]["src_tokens"].tolist()]
                for sample in samples]
     plugin = {}
-    for name, beam, options in (("beam4", 4, {}), ("greedy", 1, {}),
-                                ("paper", 4, {"rule": "paper", "gnmt_alpha": PAPER_ALPHA})):
-        generator = BeamSearchGenerator([model], dictionary, beam_size=beam, max_len_a=1, max_len_b=50, **options)
+    for name, beam, generator_class, options in (("beam4", 4, PlainSequenceGenerator, {}),
+                                                 ("greedy", 1, PlainSequenceGenerator, {}),
+                                                 ("paper", 4, BeamSearchGenerator, {"gnmt_alpha": PAPER_ALPHA})):
+        generator = generator_class([model], dictionary, beam_size=beam, max_len_a=1, max_len_b=50, **options)
         with torch.no_grad():
             plugin[name] = [hypotheses[0]["tokens"].tolist() for sample in samples
                             for hypotheses in generator.generate([model], sample)]

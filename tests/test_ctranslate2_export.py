@@ -36,7 +36,6 @@ from vaswani_plugin.serving import export_ctranslate2, translate_ctranslate2
 from vaswani_plugin.checkpoints.storage import load_checkpoint
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerModel
-from vaswani_plugin.generation.beam_search import BeamSearchGenerator
 
 
 def token_batch(dictionary, sentences):
@@ -189,7 +188,7 @@ def test_each_variant_computes_what_the_plugin_computes(variant, tmp_path):
     sources = [[source_dictionary[i] for i in row if i != source_dictionary.pad()][:-1] for row in src_tokens.tolist()]
     sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": src_tokens.ne(source_dictionary.pad()).sum(1)}}
     # The plugin's limit: the length limit, at most POSITIONS - 1 words and </s> (the whole target table).
-    generator = BeamSearchGenerator([model], target_dictionary, beam_size=1, max_len_b=POSITIONS)
+    generator = SequenceGenerator([model], target_dictionary, beam_size=1, max_len_b=POSITIONS)
     with torch.no_grad():
         hypotheses = [h[0]["tokens"].tolist() for h in generator.generate([model], sample)]
     words = [[target_dictionary[i] for i in tokens if i != target_dictionary.eos()] for tokens in hypotheses]

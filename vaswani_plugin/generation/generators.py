@@ -1,8 +1,9 @@
-"""Which generator decodes for the task (--search, §6.1): the plugin's beam search, or fairseq's SequenceGenerator
-ranked by the GNMT length penalty; either constrained to trees under --parse-constrained (§6.3)."""
+"""Which generator decodes for the task (--search, §6.1): the plugin's beam search (paper), or fairseq's
+SequenceGenerator ranked by the GNMT length penalty (fairseq); either constrained to trees (§6.3)."""
 
-import logging
 from typing import Optional
+
+import torch
 
 from fairseq.sequence_generator import SequenceGenerator, SequenceGeneratorWithAlignment
 
@@ -11,7 +12,33 @@ from vaswani_plugin.generation.beam_search import BeamSearchGenerator
 from vaswani_plugin.generation.length import gnmt_length_penalty
 from vaswani_plugin.generation.tree_constraint import constrain_to_trees
 
-logger = logging.getLogger(__name__)
+SEARCH_RULES = ("fairseq", "paper")
+
+
+class EmptySourcesUndecoded:
+    """An empty source (only </s>) gets the empty output, score 0, without being decoded, as the plugin's own
+    beam search gives it; the other sentences go to fairseq's generator."""
+
+    def generate(self, models, sample, **kwargs):
+        src_tokens = sample["net_input"]["src_tokens"]
+        pad, eos = self.tgt_dict.pad(), self.tgt_dict.eos()
+        empty = (src_tokens.ne(pad) & src_tokens.ne(eos)).sum(1).eq(0)
+        if not bool(empty.any()):
+            return super().generate(models, sample, **kwargs)
+        empty_output = {"tokens": torch.tensor([eos]), "score": torch.tensor(0.0), "attention": torch.empty(0),
+                        "alignment": torch.empty(0), "positional_scores": torch.zeros(1)}
+        finalized = [[dict(empty_output)] if is_empty else [] for is_empty in empty.tolist()]
+        keep = (~empty).nonzero().squeeze(1)
+        if len(keep):
+            net_input = {key: value[keep] if torch.is_tensor(value) and len(value) == len(empty) else value
+                         for key, value in sample["net_input"].items()}
+            rest = {**sample, "net_input": net_input}
+            if torch.is_tensor(sample.get("id")):
+                rest["id"] = sample["id"][keep]
+            kwargs = {key: value[keep] if torch.is_tensor(value) else value for key, value in kwargs.items()}
+            for sentence, hypotheses in zip(keep.tolist(), super().generate(models, rest, **kwargs)):
+                finalized[sentence] = hypotheses
+        return finalized
 
 
 class GnmtLengthPenalty:
@@ -40,12 +67,20 @@ class GnmtLengthPenalty:
         return newly_finished
 
 
-class GnmtSequenceGenerator(GnmtLengthPenalty, SequenceGenerator):
+class GnmtSequenceGenerator(EmptySourcesUndecoded, GnmtLengthPenalty, SequenceGenerator):
     """fairseq's beam search, hypotheses ranked by the GNMT length penalty (§6.1)."""
 
 
-class GnmtSequenceGeneratorWithAlignment(GnmtLengthPenalty, SequenceGeneratorWithAlignment):
+class GnmtSequenceGeneratorWithAlignment(EmptySourcesUndecoded, GnmtLengthPenalty, SequenceGeneratorWithAlignment):
     """The same, for --print-alignment (§6.1)."""
+
+
+class PlainSequenceGenerator(EmptySourcesUndecoded, SequenceGenerator):
+    """fairseq's beam search as it is (--lenpen), empty sources undecoded."""
+
+
+class PlainSequenceGeneratorWithAlignment(EmptySourcesUndecoded, SequenceGeneratorWithAlignment):
+    """The same, for --print-alignment."""
 
 
 class GeneratorChoice:
@@ -54,31 +89,28 @@ class GeneratorChoice:
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None,
                         prefix_allowed_tokens_fn=None):
-        """The plugin's beam search (§6.1, --search), or fairseq's generator for what it does not do."""
+        """--search paper: the plugin's beam search (§6.1); fairseq: fairseq's generator, GNMT-ranked."""
         if getattr(args, "score_reference", False):
             return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn)
-        rule = self.cfg.search
         alpha = self.cfg.gnmt_alpha
-        if alpha is not None or rule == "paper":
+        if self.cfg.search == "fairseq":
+            if alpha is not None:
+                self.check_no_fairseq_normalisation(args, f"--gnmt-alpha {alpha}")
+            generator = self.build_ranked_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs,
+                                                    prefix_allowed_tokens_fn)
+        else:
             self.check_no_fairseq_normalisation(args, "--search paper" if alpha is None else f"--gnmt-alpha {alpha}")
-        unsupported = self.unsupported_by_plugin_search(models, args, seq_gen_cls, extra_gen_cls_kwargs,
-                                                        prefix_allowed_tokens_fn)
-        if unsupported is None:
+            unsupported = self.unsupported_by_plugin_search(models, args, seq_gen_cls, extra_gen_cls_kwargs,
+                                                            prefix_allowed_tokens_fn)
+            if unsupported is not None:
+                raise VaswaniConfigError(f"--search paper does not combine with {unsupported}: fairseq's generator "
+                                         "would decode by its own rule; use --search fairseq")
             generator = BeamSearchGenerator(
                 models, self.target_dictionary, beam_size=getattr(args, "beam", 5),
                 max_len_a=getattr(args, "max_len_a", 0), max_len_b=getattr(args, "max_len_b", 200),
-                min_len=getattr(args, "min_len", 1), normalize_scores=not getattr(args, "unnormalized", False),
-                len_penalty=getattr(args, "lenpen", 1), unk_penalty=getattr(args, "unkpen", 0),
-                temperature=getattr(args, "temperature", 1.0), gnmt_alpha=alpha, rule=rule,
+                min_len=getattr(args, "min_len", 1), unk_penalty=getattr(args, "unkpen", 0),
+                temperature=getattr(args, "temperature", 1.0), gnmt_alpha=alpha,
                 print_alignment=getattr(args, "print_alignment", None))
-        elif rule == "paper":
-            raise VaswaniConfigError(f"--search paper does not combine with {unsupported}: fairseq's generator "
-                                     "would decode by its own rule; use --search fairseq")
-        else:
-            logger.info(f"fairseq's SequenceGenerator decodes (same rule, slower): the plugin's beam search does "
-                        f"not do {unsupported}")
-            generator = self.build_ranked_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs,
-                                                    prefix_allowed_tokens_fn)
         if self.cfg.parse_constrained:
             generator = constrain_to_trees(generator, self.tgt_dict, self.datasets, self.src_dict)
         return generator
@@ -123,14 +155,17 @@ class GeneratorChoice:
     def build_ranked_generator(self, models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn):
         """fairseq's generator, hypotheses ranked by the GNMT penalty when --gnmt-alpha is set (§6.1)."""
         alpha = self.cfg.gnmt_alpha
-        if alpha is None:
-            return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs,
-                                           prefix_allowed_tokens_fn)
         if seq_gen_cls is not None:
-            raise VaswaniConfigError(f"--gnmt-alpha ranks fairseq's SequenceGenerator, not {seq_gen_cls.__name__}")
-        extra_gen_cls_kwargs = {**(extra_gen_cls_kwargs or {}), "gnmt_alpha": alpha}
-        seq_gen_cls = GnmtSequenceGenerator
-        if getattr(args, "print_alignment", False):
-            seq_gen_cls = GnmtSequenceGeneratorWithAlignment
+            if alpha is not None:
+                raise VaswaniConfigError(f"--gnmt-alpha ranks fairseq's SequenceGenerator, not {seq_gen_cls.__name__}")
+            return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn)
+        aligned = bool(getattr(args, "print_alignment", False))
+        extra_gen_cls_kwargs = dict(extra_gen_cls_kwargs or {})
+        if alpha is None:
+            seq_gen_cls = PlainSequenceGeneratorWithAlignment if aligned else PlainSequenceGenerator
+        else:
+            seq_gen_cls = GnmtSequenceGeneratorWithAlignment if aligned else GnmtSequenceGenerator
+            extra_gen_cls_kwargs["gnmt_alpha"] = alpha
+        if aligned:
             extra_gen_cls_kwargs["print_alignment"] = args.print_alignment
         return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn)

@@ -14,8 +14,7 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from vaswani_plugin.errors import VaswaniConfigError
-from vaswani_plugin.generation.beam_search import SEARCH_RULES
-from vaswani_plugin.generation.generators import GeneratorChoice
+from vaswani_plugin.generation.generators import SEARCH_RULES, GeneratorChoice
 from vaswani_plugin.precision import bf16_autocast_enabled, bf16_autocast_setting, precision_line
 
 logger = logging.getLogger(__name__)
