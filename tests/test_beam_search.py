@@ -18,7 +18,6 @@ from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.generation.beam_search import BeamSearchGenerator
 from vaswani_plugin.generation.generators import GnmtSequenceGenerator
 from vaswani_plugin.generation.length import gnmt_length_penalty
-from vaswani_plugin.generation.tree_constraint import constrain_to_trees
 from vaswani_plugin.tasks.vaswani_translation import VaswaniTranslationConfig, VaswaniTranslationTask
 
 # A model of next-token probabilities by prefix. Beam 2 at step 1 sees "a </s>" (0.51 · 0.54) and "b </s>"

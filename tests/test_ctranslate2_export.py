@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from fairseq import checkpoint_utils
 from fairseq.data import data_utils
 from fairseq.dataclass.configs import GenerationConfig
+from fairseq.sequence_generator import SequenceGenerator
 
 from cli_helpers import plugin_dir, run
 from conftest import build_model, make_dictionary, random_tokens

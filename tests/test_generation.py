@@ -13,7 +13,6 @@ from conftest import build_model, make_dictionary, random_tokens
 from cli_helpers import TEST_SENTENCES, plugin_dir, run
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.scoring.bleu import read_hypotheses, score_files
-from vaswani_plugin.generation.beam_search import BeamSearchGenerator
 from vaswani_plugin.generation.generators import (
     GnmtSequenceGenerator,
     GnmtSequenceGeneratorWithAlignment,
