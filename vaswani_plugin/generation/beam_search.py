@@ -18,6 +18,7 @@ from fairseq.search import BeamSearch
 from torch import Tensor, nn
 
 from vaswani_plugin.errors import VaswaniConfigError
+from vaswani_plugin.generation.empty_sources import empty_output, empty_sources
 from vaswani_plugin.generation.length import PAPER_ALPHA, gnmt_length_penalty, length_limit
 
 
@@ -74,10 +75,9 @@ class BeamSearchGenerator(nn.Module):
         ids = ids if isinstance(ids, Tensor) else torch.arange(batch, device=src_tokens.device)
         finalized: List[List[Dict[str, Tensor]]] = [[] for _ in range(batch)]
         # An empty source line: the empty output, not a sentence the model makes up from nothing.
-        empty = (src_tokens.ne(self.pad) & src_tokens.ne(self.eos)).sum(1).eq(0)
+        empty = empty_sources(src_tokens, self.pad, self.eos)
         for sentence in empty.nonzero().squeeze(1).tolist():
-            finalized[sentence].append(self.hypothesis(torch.tensor([self.eos]), torch.tensor(0.0),
-                                                       torch.zeros(1)))
+            finalized[sentence].append(empty_output(self.eos))
         keep = (~empty).nonzero().squeeze(1)
         if not len(keep):
             return finalized

@@ -3,42 +3,15 @@ SequenceGenerator ranked by the GNMT length penalty (fairseq); either constraine
 
 from typing import Optional
 
-import torch
-
 from fairseq.sequence_generator import SequenceGenerator, SequenceGeneratorWithAlignment
 
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.generation.beam_search import BeamSearchGenerator
+from vaswani_plugin.generation.empty_sources import EmptySourcesUndecoded
 from vaswani_plugin.generation.length import gnmt_length_penalty
 from vaswani_plugin.generation.tree_constraint import constrain_to_trees
 
 SEARCH_RULES = ("fairseq", "paper")
-
-
-class EmptySourcesUndecoded:
-    """An empty source (only </s>) gets the empty output, score 0, without being decoded, as the plugin's own
-    beam search gives it; the other sentences go to fairseq's generator."""
-
-    def generate(self, models, sample, **kwargs):
-        src_tokens = sample["net_input"]["src_tokens"]
-        pad, eos = self.tgt_dict.pad(), self.tgt_dict.eos()
-        empty = (src_tokens.ne(pad) & src_tokens.ne(eos)).sum(1).eq(0)
-        if not bool(empty.any()):
-            return super().generate(models, sample, **kwargs)
-        empty_output = {"tokens": torch.tensor([eos]), "score": torch.tensor(0.0), "attention": torch.empty(0),
-                        "alignment": torch.empty(0), "positional_scores": torch.zeros(1)}
-        finalized = [[dict(empty_output)] if is_empty else [] for is_empty in empty.tolist()]
-        keep = (~empty).nonzero().squeeze(1)
-        if len(keep):
-            net_input = {key: value[keep] if torch.is_tensor(value) and len(value) == len(empty) else value
-                         for key, value in sample["net_input"].items()}
-            rest = {**sample, "net_input": net_input}
-            if torch.is_tensor(sample.get("id")):
-                rest["id"] = sample["id"][keep]
-            kwargs = {key: value[keep] if torch.is_tensor(value) else value for key, value in kwargs.items()}
-            for sentence, hypotheses in zip(keep.tolist(), super().generate(models, rest, **kwargs)):
-                finalized[sentence] = hypotheses
-        return finalized
 
 
 class GnmtLengthPenalty:
