@@ -17,7 +17,7 @@ setup(
         # prepare/ and recipes/: tokenisation, BPE, word-pieces, scoring; attention pictures
         "recipes": ["sacremoses", "subword-nmt", "sentencepiece", "sacrebleu", "matplotlib"],
         "test": ["pytest"],
-        # vaswani_plugin.export_ctranslate2 / translate_ctranslate2: the CTranslate2 inference engine; imported only
+        # vaswani_plugin.serving.export_ctranslate2 / translate_ctranslate2: CTranslate2; imported only
         # there (and in benchmarks/speed.py), never by `import vaswani_plugin`.
         "ctranslate2": ["ctranslate2>=4.8.5,<5"],  # tested with 4.8.5
     },

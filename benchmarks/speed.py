@@ -12,16 +12,16 @@ Then, each implementation in its own process (so that peak memory is its own):
   with its own criterion: vaswani_label_smoothed_cross_entropy / fairseq's label_smoothed_cross_entropy);
   peak memory: max RSS of the process on CPU, torch.cuda.max_memory_allocated on GPU;
 - generation over the first --sentences test sentences, batches of 128, at most input + 50 tokens: beam 4 and
-  greedy, sentences/s and generated tokens/s, by fairseq's SequenceGenerator on each model and by the plugin's
-  beam search (vaswani_plugin.tasks.beam_search) on the plugin's model under both of its rules: `--search
-  fairseq`, whose hypotheses must be fairseq's (checked, printed), and `--search paper` (§6.1: GNMT α = 0.6,
-  early stop, each sentence's own limit; other hypotheses, their mean GNMT score printed).
-- CTranslate2 (vaswani_plugin.export_ctranslate2; not with --no-ctranslate2) on the plugin's model, exported with
-  float32 and with int8 weights, on 1 thread, 2 threads a batch and 2 batches at once (a thread each), in a process
-  of its own: the same batches, beam 4 and greedy, length penalty 1 (fairseq-generate's --lenpen 1) and the same
-  limit; how many of its hypotheses are the plugin's; BLEU of the plugin's beam 4 and of both exports (sacrebleu,
-  tokenize none: on the data's Moses tokens with the BPE joined, against the test references so written); and how
-  often each length_penalty finds the hypothesis of the plugin's --search paper (GNMT alpha 0.6).
+  greedy, sentences/s and generated tokens/s, by fairseq's SequenceGenerator on each model and by the task's
+  two searches on the plugin's model: `--search fairseq` (fairseq's generator as the task builds it, whose
+  hypotheses must be fairseq's: checked, printed) and `--search paper` (vaswani_plugin.generation.beam_search,
+  §6.1: GNMT α = 0.6, early stop, each sentence's own limit; other hypotheses, their mean GNMT score printed).
+- CTranslate2 (vaswani_plugin.serving.export_ctranslate2; not with --no-ctranslate2) on the plugin's model, exported
+  with float32 and with int8 weights, on 1 thread, 2 threads a batch and 2 batches at once (a thread each), in a
+  process of its own: the same batches, beam 4 and greedy, length penalty 1 (fairseq-generate's --lenpen 1) and the same limit; how many of
+  its hypotheses are the plugin's; BLEU of the plugin's beam 4 and of both exports (sacrebleu, tokenize none: on
+  the data's Moses tokens with the BPE joined, against the test references so written); and how often each
+  length_penalty finds the hypothesis of the plugin's --search paper (GNMT alpha 0.6).
 On GPU (--device cuda) with --amp, fp16 autocast; the model FLOP utilisation (model FLOPs per second / the
 GPU's peak) is printed for training. With --bf16-autocast on (or auto, on a CPU that multiplies bfloat16
 natively: vaswani_plugin.precision decides, as for the task's option), the plugin's training steps run under
@@ -229,11 +229,11 @@ def worker(spec) -> dict:
 
 
 def decoding_split(model, dictionary, batches, synchronize) -> dict:
-    """Seconds of the plugin's beam-4 search (--search fairseq) over `batches`, and of its calls to the decoder
+    """Seconds of the task's beam-4 search (--search fairseq) over `batches`, and of its calls to the decoder
     (the layers and the output projection) and to the output projection alone: what any search over this model
     must still spend. Measured in a run of its own, so that the timers do not touch the figures above."""
     import torch
-    from vaswani_plugin.tasks.beam_search import BeamSearchGenerator
+    from vaswani_plugin.generation.generators import PlainSequenceGenerator
     seconds = {"decoder": 0.0, "projection": 0.0}
 
     def timed(name, function):
@@ -248,7 +248,7 @@ def decoding_split(model, dictionary, batches, synchronize) -> dict:
 
     decoder, projection = model.decoder, model.decoder.output_projection
     decoder.forward, projection.forward = timed("decoder", decoder.forward), timed("projection", projection.forward)
-    generator = BeamSearchGenerator([model], dictionary, beam_size=4, max_len_a=1, max_len_b=50)
+    generator = PlainSequenceGenerator([model], dictionary, beam_size=4, max_len_a=1, max_len_b=50)
     try:
         with torch.no_grad():
             synchronize()
@@ -265,12 +265,13 @@ def decoding_split(model, dictionary, batches, synchronize) -> dict:
 def generators(impl):
     """(name, class, options) of the generators measured on an implementation's model."""
     from fairseq.sequence_generator import SequenceGenerator
-    from vaswani_plugin.tasks.beam_search import BeamSearchGenerator
+    from vaswani_plugin.generation.beam_search import BeamSearchGenerator
+    from vaswani_plugin.generation.generators import PlainSequenceGenerator
     if impl == "transformer":
         return [("fairseq_generator", SequenceGenerator, {})]
     return [("fairseq_generator", SequenceGenerator, {}),
-            ("search_fairseq", BeamSearchGenerator, {"rule": "fairseq"}),
-            ("search_paper", BeamSearchGenerator, {"rule": "paper", "gnmt_alpha": PAPER_ALPHA})]
+            ("search_fairseq", PlainSequenceGenerator, {}),
+            ("search_paper", BeamSearchGenerator, {"gnmt_alpha": PAPER_ALPHA})]
 
 
 PAPER_ALPHA = 0.6
@@ -278,7 +279,7 @@ PAPER_ALPHA = 0.6
 
 def gnmt_score(hypothesis, alpha: float) -> float:
     """The hypothesis's GNMT score log P / ((5+|Y|)/6)^alpha, whatever its generator ranked it by."""
-    from vaswani_plugin.tasks.beam_search import gnmt_length_penalty
+    from vaswani_plugin.generation.length import gnmt_length_penalty
     return float(hypothesis["positional_scores"].sum()) / gnmt_length_penalty(len(hypothesis["tokens"]), alpha)
 
 
@@ -389,13 +390,13 @@ def main(argv=None):
           f"of {chunk_logits:,} logits ({'--loss-chunk-logits' if args.loss_chunk_logits else 'by device'}); "
           f"generation of {args.sentences} sentences, batches of 128, max length input + 50")
     print(f"the plugin's training {precision_line(bf16_autocast, reason, amp)}")
-    print("generation by the plugin's model: its own beam search (--search fairseq, the task's default); below, "
+    print("generation by the plugin's model: the task's default (--search fairseq, fairseq's generator); below, "
           "every generator")
     columns = [("train_tokens_per_s", "train tok/s"), ("peak_memory_mb", "peak MB"),
                ("beam4_sentences_per_s", "beam4 sent/s"), ("beam4_tokens_per_s", "beam4 tok/s"),
                ("greedy_sentences_per_s", "greedy sent/s"), ("greedy_tokens_per_s", "greedy tok/s")]
     print(f"{'size':6} {'implementation':22}" + "".join(f"{title:>15}" for _, title in columns) + f"{'MFU':>8}")
-    # Each implementation's generation as a user gets it: fairseq's generator, the plugin's own search.
+    # Each implementation's generation as a user gets it: fairseq's generator, the task's default search.
     own = {"transformer": "fairseq_generator", "vaswani_transformer": "search_fairseq"}
     with tempfile.TemporaryDirectory() as scratch:
         for size in args.sizes:
@@ -475,7 +476,7 @@ CT2_LENGTH_PENALTIES = (0.2, 0.4, 0.5, 0.6, 0.8, 1.0)
 
 def ctranslate2_worker(spec) -> dict:
     """CTranslate2 on the plugin's model (built as the plugin's worker builds it, from the same weights), exported
-    by vaswani_plugin.export_ctranslate2 with float32 and int8 weights: beam 4 and greedy over the generators'
+    by vaswani_plugin.serving.export_ctranslate2 with float32 and int8 weights: beam 4 and greedy over the generators'
     batches (length penalty 1 as theirs, at most input + 50, at least one token), at each of CT2_THREADS (CPU;
     one run on a GPU). Torch keeps to one thread in this process: a torch thread pool that has run beside
     CTranslate2's slowed its 2-thread decoding by a third. Each hypothesis is compared with the plugin's own
@@ -486,9 +487,10 @@ def ctranslate2_worker(spec) -> dict:
     import ctranslate2
     from sacrebleu.metrics import BLEU
     import vaswani_plugin  # noqa: F401
-    from vaswani_plugin.export_ctranslate2 import export
-    from vaswani_plugin.tasks.beam_search import BeamSearchGenerator
-    from vaswani_plugin.translate_ctranslate2 import translate_batches
+    from vaswani_plugin.serving.export_ctranslate2 import export
+    from vaswani_plugin.generation.beam_search import BeamSearchGenerator
+    from vaswani_plugin.generation.generators import PlainSequenceGenerator
+    from vaswani_plugin.serving.translate_ctranslate2 import translate_batches
 
     dictionary, _, test = load_data(spec)
     model = build_model(dict(spec, impl="vaswani_transformer"), dictionary)[0].eval()
@@ -498,9 +500,10 @@ def ctranslate2_worker(spec) -> dict:
     sources = [[[dictionary[i] for i in row if i not in special] for row in sample["net_input"]["src_tokens"].tolist()]
                for sample in samples]
     plugin = {}
-    for name, beam, options in (("beam4", 4, {}), ("greedy", 1, {}),
-                                ("paper", 4, {"rule": "paper", "gnmt_alpha": PAPER_ALPHA})):
-        generator = BeamSearchGenerator([model], dictionary, beam_size=beam, max_len_a=1, max_len_b=50, **options)
+    for name, beam, generator_class, options in (("beam4", 4, PlainSequenceGenerator, {}),
+                                                 ("greedy", 1, PlainSequenceGenerator, {}),
+                                                 ("paper", 4, BeamSearchGenerator, {"gnmt_alpha": PAPER_ALPHA})):
+        generator = generator_class([model], dictionary, beam_size=beam, max_len_a=1, max_len_b=50, **options)
         with torch.no_grad():
             plugin[name] = [hypotheses[0]["tokens"].tolist() for sample in samples
                             for hypotheses in generator.generate([model], sample)]

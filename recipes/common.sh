@@ -21,6 +21,7 @@
 #   EXTRA_TRAIN_ARGS     more fairseq-train arguments, appended last (so they override)
 #   EXTRA_PREPARE_ARGS   more `python -m prepare.wmt14` (or prepare.multi30k) arguments (e.g. --train-lines 100000)
 #   EXTRA_GENERATE_ARGS  more fairseq-generate arguments, appended last (e.g. --batch-size 32)
+#   SEARCH               the task's --search: paper (§6.1's search) or fairseq (fairseq's rule)  (default: paper)
 #   STOP_AFTER           a stage (prepare, train, ...: the recipe's `stages` line) after which the recipe stops; a
 #                        re-run without it goes on from there
 #   CPU=1                allow running without a GPU (slow: for trying the pipeline out)
@@ -388,7 +389,7 @@ budget_hours() {
 
 # translate CHECKPOINT SUBSET OUTPUT BEAM ALPHA MAX_LEN_B BATCH_SIZE POST_PROCESS: fairseq-generate's output for
 # every sentence of SUBSET of DATA_BIN: beam search of BEAM hypotheses ranked by the GNMT length penalty α = ALPHA,
-# at most input + MAX_LEN_B tokens (it stops early once BEAM hypotheses are finished), BATCH_SIZE sentences at a
+# at most input + MAX_LEN_B tokens (§6.1's early stop; SEARCH=fairseq: fairseq's), BATCH_SIZE sentences at a
 # time, subwords joined by POST_PROCESS (fairseq's --post-process: subword_nmt, sentencepiece; none: left as
 # they are). §6.1: 4 0.6 50 (batches of 128, the subwords of the data); §6.3: 21 0.3 300 (batches of 32, none).
 translate() {
@@ -397,8 +398,9 @@ translate() {
     [ "$post_process" != none ] || joined=()
     # shellcheck disable=SC2086
     "$PYTHON" -m fairseq_cli.generate "$DATA_BIN" --user-dir "$PLUGIN" --task vaswani_translation \
-        --path "$checkpoint" --gen-subset "$subset" --beam "$beam" --gnmt-alpha "$alpha" --max-len-a 1 \
-        --max-len-b "$max_len_b" --batch-size "$batch_size" --required-batch-size-multiple 1 "${joined[@]}" \
+        --path "$checkpoint" --gen-subset "$subset" --search "${SEARCH:-paper}" --beam "$beam" \
+        --gnmt-alpha "$alpha" --max-len-a 1 --max-len-b "$max_len_b" --batch-size "$batch_size" \
+        --required-batch-size-multiple 1 "${joined[@]}" \
         "${EVAL_DEVICE_ARGS[@]}" ${EXTRA_GENERATE_ARGS:-} > "$output"
 }
 

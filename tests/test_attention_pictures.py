@@ -8,7 +8,8 @@ from matplotlib.image import imread
 
 from cli_helpers import REPO, run_module
 from vaswani_plugin.tools import attention_pictures
-from vaswani_plugin.tools.attention_pictures import KINDS, captured_attention, encode, load_model, main
+from vaswani_plugin.serving.loading import load_model
+from vaswani_plugin.tools.attention_pictures import KINDS, captured_attention, encode, main
 from vaswani_plugin.models.layers import MultiHeadAttention
 
 LAYERS = {"encoder_self": 1, "decoder_self": 2, "encoder_decoder": 2}  # TINY_MODEL: 1 encoder, 2 decoder layers
@@ -125,7 +126,8 @@ def not_vaswani(checkpoint, folder):
     (lambda args, tmp: args[:5] + ["  "] + args[6:], "--source is empty"),
     (lambda args, tmp: ["--path", tmp / "missing.pt"] + args[2:], "--path {tmp}/missing.pt: no such checkpoint file"),
     (lambda args, tmp: ["--path", not_vaswani(args[1], tmp)] + args[2:],
-     "--path {tmp}/transformer.pt holds a 'transformer' model, not a vaswani_transformer"),
+     "--path {tmp}/transformer.pt holds a 'transformer' model, not a vaswani_transformer (a fairseq transformer: "
+     "convert it first with python -m vaswani_plugin.checkpoints.convert_fairseq)"),
     (lambda args, tmp: args + ["--target-lang", "de"], "--data {data} has no dict.de.txt"),
 ])
 def test_mistakes_are_one_line_errors(reversal_data, checkpoint, sentence_pair, tmp_path, change, message):

@@ -1,32 +1,24 @@
-"""The plugin's beam search (vaswani_plugin.tasks.beam_search): §6.1's rule finds what an exhaustive search finds
-where fairseq's early stop does not, limits each sentence by its own length, and under fairseq's rule gives
-fairseq's SequenceGenerator's hypotheses and scores; what it does not do goes to fairseq's generator, saying so."""
+"""The plugin's beam search (vaswani_plugin.generation.beam_search, --search paper): §6.1's rule finds what an
+exhaustive search finds where fairseq's early stop does not and limits each sentence by its own length;
+--search fairseq is fairseq's own generator."""
 
 import itertools
-import logging
 import math
 import re
-from argparse import Namespace
 
 import pytest
 import torch
 from fairseq.dataclass.configs import GenerationConfig
-from fairseq.models.transformer import TransformerModel, base_architecture
 from fairseq.sequence_generator import SequenceGenerator
 from torch import nn
 
 from cli_helpers import plugin_dir, run
 from conftest import build_model, make_dictionary, random_tokens
-from vaswani_plugin.checkpoints.convert_fairseq import convert_state, fairseq_options, vaswani_config
 from vaswani_plugin.errors import VaswaniConfigError
-from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerModel
-from vaswani_plugin.tasks.beam_search import BeamSearchGenerator, gnmt_length_penalty
-from vaswani_plugin.tasks.tree_constraint import constrain_to_trees
-from vaswani_plugin.tasks.vaswani_translation import (
-    GnmtSequenceGenerator,
-    VaswaniTranslationConfig,
-    VaswaniTranslationTask,
-)
+from vaswani_plugin.generation.beam_search import BeamSearchGenerator
+from vaswani_plugin.generation.generators import GnmtSequenceGenerator
+from vaswani_plugin.generation.length import gnmt_length_penalty
+from vaswani_plugin.tasks.vaswani_translation import VaswaniTranslationConfig, VaswaniTranslationTask
 
 # A model of next-token probabilities by prefix. Beam 2 at step 1 sees "a </s>" (0.51 · 0.54) and "b </s>"
 # (0.49 · 0.56) above "a a" (0.51 · 0.46): fairseq finishes both and stops, its best "a </s>" scoring
@@ -113,12 +105,11 @@ def test_paper_search_finds_the_exhaustive_best_where_fairseqs_early_stop_does_n
     score, text = exhaustive_best(dictionary, 4, 0.6)
     assert text == "a a a a" and score == pytest.approx(math.log(0.51 * 0.46) / (10 / 6) ** 0.6,
                                                          abs=1e-3)
-    paper = BeamSearchGenerator([model], dictionary, rule="paper", gnmt_alpha=0.6, **options).generate(None, sample)
+    paper = BeamSearchGenerator([model], dictionary, gnmt_alpha=0.6, **options).generate(None, sample)
     assert dictionary.string(paper[0][0]["tokens"]) == text
     assert paper[0][0]["score"].item() == pytest.approx(score, abs=1e-6)
-    # fairseq's generator (ranked by the same penalty) and the plugin's under fairseq's rule stop at step 1.
-    for generator in (GnmtSequenceGenerator([model], dictionary, gnmt_alpha=0.6, **options),
-                      BeamSearchGenerator([model], dictionary, rule="fairseq", gnmt_alpha=0.6, **options)):
+    # fairseq's generator (ranked by the same penalty: --search fairseq) stops at step 1.
+    for generator in (GnmtSequenceGenerator([model], dictionary, gnmt_alpha=0.6, **options),):
         best = generator.generate(None, sample)[0][0]
         assert dictionary.string(best["tokens"]) == "a"
         assert best["score"].item() == pytest.approx(math.log(0.51 * 0.54) / (7 / 6) ** 0.6, abs=1e-3)
@@ -141,7 +132,7 @@ def test_each_sentence_stops_at_its_own_limit_under_the_paper_search():
                                left_pad=True)
     sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": torch.tensor(lengths)}}
     options = dict(beam_size=4, max_len_a=1.5, max_len_b=3)
-    paper = BeamSearchGenerator([model], dictionary, rule="paper", **options).generate([model], sample)
+    paper = BeamSearchGenerator([model], dictionary, **options).generate([model], sample)
     fairseq = SequenceGenerator([model], dictionary, **options).generate([model], sample)
     for length, ours, theirs in zip(lengths, paper, fairseq):
         own_limit = math.floor(1.5 * length + 3)  # tokens before </s>
@@ -150,78 +141,16 @@ def test_each_sentence_stops_at_its_own_limit_under_the_paper_search():
         assert len(theirs[0]["tokens"]) > own_limit + 1 or length == 12
 
 
-def fairseq_and_converted(seed, dictionary):
-    """A tiny fairseq `transformer` (random weights: seed) and the plugin's model converted from it."""
-    torch.manual_seed(seed)
-    args = Namespace(encoder_embed_dim=32, decoder_embed_dim=32, encoder_ffn_embed_dim=64, decoder_ffn_embed_dim=64,
-                     encoder_attention_heads=4, decoder_attention_heads=4, encoder_layers=2, decoder_layers=2,
-                     share_all_embeddings=True, dropout=0.1, arch="transformer")
-    base_architecture(args)
-    task = Namespace(source_dictionary=dictionary, target_dictionary=dictionary)
-    original = TransformerModel.build_model(args, task).eval()
-    options = fairseq_options(args)
-    config = {k: v for k, v in vaswani_config(options).items() if k != "_name"}
-    converted = VaswaniTransformerModel.build_model(VaswaniTransformerConfig(**config), task)
-    converted.load_state_dict(convert_state(original.state_dict(), options, dictionary.pad()))
-    return original, converted.eval()
-
-
-@pytest.mark.parametrize("beam, gnmt_alpha, lenpen", [(4, None, 1.0), (4, 0.6, 1.0), (1, None, 1.0),
-                                                      (2, None, 0.6), (5, 0.6, 1.0)])
-def test_fairseq_rule_gives_fairseqs_hypotheses_and_scores_on_converted_weights(beam, gnmt_alpha, lenpen):
-    """Random tiny models end their hypotheses anywhere from the first step to the limit; a batch of sentences
-    of different lengths, every hypothesis of each (--nbest up to beam) compared."""
-    dictionary = make_dictionary(20)
-    compared = 0
-    for seed in range(4):
-        original, converted = fairseq_and_converted(seed, dictionary)
-        src_tokens = random_tokens(dictionary, 6, 9, lengths=[9, 7, 5, 4, 3, 2], left_pad=True,
-                                   generator=torch.Generator().manual_seed(seed))
-        sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": src_tokens.ne(dictionary.pad()).sum(1)}}
-        options = dict(beam_size=beam, max_len_a=1, max_len_b=5, len_penalty=lenpen)
-        if gnmt_alpha is None:
-            reference = SequenceGenerator([original], dictionary, **options)
-        else:
-            reference = GnmtSequenceGenerator([original], dictionary, gnmt_alpha=gnmt_alpha, **options)
-        expected = reference.generate([original], sample)
-        ours = BeamSearchGenerator([converted], dictionary, gnmt_alpha=gnmt_alpha, **options)
-        for theirs, mine in zip(expected, ours.generate([converted], sample)):
-            assert [h["tokens"].tolist() for h in mine] == [h["tokens"].tolist() for h in theirs]
-            for a, b in zip(mine, theirs):
-                assert a["score"].item() == pytest.approx(b["score"].item(), abs=1e-5)
-                torch.testing.assert_close(a["positional_scores"], b["positional_scores"], rtol=0, atol=1e-5)
-                compared += 1
-    assert compared >= 24 * min(beam, 4)
-
-
-def test_fairseq_rule_under_the_tree_constraint_is_fairseqs():
-    from test_tree_constraint import LENGTHS, dictionaries, random_sample
-    torch.manual_seed(0)
-    source, target = dictionaries()
-    model = build_model(source, target).eval()
-    sample = random_sample(source, LENGTHS, seed=1)
-    options = dict(beam_size=6, max_len_a=1, max_len_b=6)
-    theirs = constrain_to_trees(GnmtSequenceGenerator([model], target, gnmt_alpha=0.3, **options), target)
-    ours = constrain_to_trees(BeamSearchGenerator([model], target, gnmt_alpha=0.3, **options), target)
-    for a, b in zip(ours.generate([model], sample), theirs.generate([model], sample)):
-        assert [h["tokens"].tolist() for h in a] == [h["tokens"].tolist() for h in b]
-        assert [h["score"].item() for h in a] == pytest.approx([h["score"].item() for h in b], abs=1e-5)
-
-
 def translation_task(**options):
     dictionary = make_dictionary(20)
     return VaswaniTranslationTask(VaswaniTranslationConfig(**options), dictionary, dictionary), dictionary
 
 
-def test_what_the_plugins_search_does_not_do_goes_to_fairseqs_generator_with_a_notice(caplog):
+def test_search_fairseq_is_fairseqs_generator_and_paper_refuses_what_it_does_not_do():
     task, dictionary = translation_task(gnmt_alpha=0.6)
     model = build_model(dictionary).eval()
-    with caplog.at_level(logging.INFO, logger="vaswani_plugin.tasks.vaswani_translation"):
-        generator = task.build_generator([model], GenerationConfig(beam=2, sampling=True, sampling_topk=3))
+    generator = task.build_generator([model], GenerationConfig(beam=2, sampling=True, sampling_topk=3))
     assert type(generator) is GnmtSequenceGenerator and type(generator.search).__name__ == "Sampling"
-    (notice,) = [r.getMessage() for r in caplog.records]
-    assert notice == ("fairseq's SequenceGenerator decodes (same rule, slower): the plugin's beam search does not "
-                      "do --sampling")
     src_tokens = random_tokens(dictionary, 2, 5, generator=torch.Generator().manual_seed(0))
     sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": torch.tensor([5, 5])}}
     assert all(len(hypotheses) == 2 for hypotheses in generator.generate([model], sample))
@@ -274,7 +203,7 @@ def test_fairseq_generate_gives_fairseqs_output_by_default(checkpoint, tmp_path)
     fairseq = hypotheses_of(run("generate", *common, "--task", "translation", cwd=tmp_path).stdout)
     result = run("generate", *common, "--task", "vaswani_translation", cwd=tmp_path)
     assert hypotheses_of(result.stdout) == fairseq and len(fairseq) > 100
-    assert "fairseq's SequenceGenerator decodes" not in result.stderr  # the plugin's search did
+    assert "fairseq's SequenceGenerator decodes" not in result.stderr
 
 
 def test_interactive_paper_search_translates_an_empty_line_to_an_empty_line(checkpoint, tmp_path):

@@ -1,138 +1,63 @@
-"""Through fairseq's own command-line tools, as a user runs them (subprocesses, other working directories)."""
+"""Every `python -m vaswani_plugin.*` command ends a user's mistake in one line through cli.run_command."""
 
-import json
+import ast
+import importlib
+from pathlib import Path
 
 import pytest
 
-from cli_helpers import PAPER_TRAINING, REPO, TEST_SENTENCES, TINY_MODEL, plugin_dir, run
+import vaswani_plugin
 
-def logged(log: str, kind: str):
-    """The json records fairseq logs for `train_inner` or `valid`."""
-    records = []
-    for line in log.splitlines():
-        marker = f"| {kind} | "
-        if marker in line and line.rstrip().endswith("}"):
-            records.append(json.loads(line.split(marker, 1)[1]))
-    return records
+PACKAGE = Path(vaswani_plugin.__file__).parent
 
-
-def eq3(step, d_model=32, warmup=4000):
-    return d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
-
-
-def test_training_uses_the_registered_names_and_the_noam_rate(reversal_training):
-    save_dir, log = reversal_training
-    assert "VaswaniTransformerModel" in log and "VaswaniLabelSmoothedCrossEntropy" in log
-    assert "--lr 0.25 is not used" in log
-    records = logged(log, "train_inner")
-    assert [int(r["num_updates"]) for r in records] == [1, 2, 3, 4, 5, 6]
-    for record in records:  # fairseq logs the rate set for the next update
-        assert float(record["lr"]) == pytest.approx(eq3(int(record["num_updates"]) + 1), rel=1e-4)
-    valid = logged(log, "valid")[-1]
-    assert float(valid["valid_ppl"]) == pytest.approx(2 ** float(valid["valid_nll_loss"]), rel=0.02)
-    assert (save_dir / "checkpoint_last.pt").exists() and (save_dir / "checkpoint_best.pt").exists()
+# A missing input file for each command: its one-line error names the file.
+MISSING_INPUT = {
+    "checkpoints.average": lambda missing, tmp: ["--inputs", missing, "--output", tmp / "o.pt"],
+    "checkpoints.convert_fairseq": lambda missing, tmp: ["--input", missing, "--output", tmp / "o.pt"],
+    "scoring.bleu": lambda missing, tmp: ["--generate-output", missing, "--reference", missing, "--target-lang", "de"],
+    "scoring.evalb": lambda missing, tmp: ["--gold", missing, "--test", missing],
+    "scoring.parses": lambda missing, tmp: ["--generate-output", missing, "--words", missing, "--tags", missing,
+                                            "--gold", missing],
+    "tools.training_cost": lambda missing, tmp: ["--checkpoint", missing, "--gpus", "1"],
+    "tools.attention_pictures": lambda missing, tmp: ["--path", missing, "--data", tmp, "--source", "w1",
+                                                      "--output-dir", tmp],
+    "serving.export_ctranslate2": lambda missing, tmp: ["--checkpoint", missing, "--data", tmp, "--output",
+                                                        tmp / "o.pt"],
+    "serving.translate_ctranslate2": lambda missing, tmp: ["--model", missing, "--source-lang", "en", "--target-lang",
+                                                           "de", "--bpe-codes", missing],
+}
 
 
-def test_resume_from_checkpoint_last_continues_the_schedule(reversal_data, reversal_training, tmp_path):
-    save_dir, _ = reversal_training
-    resumed_dir = tmp_path / "resumed"
-    resumed_dir.mkdir()
-    (resumed_dir / "checkpoint_last.pt").write_bytes((save_dir / "checkpoint_last.pt").read_bytes())
-    result = run("train", reversal_data / "joined", "--user-dir", plugin_dir(), "--arch", "vaswani_transformer",
-                 "--share-all-embeddings", *TINY_MODEL, *PAPER_TRAINING, "--max-update", "9",
-                 "--save-dir", resumed_dir, "--log-format", "json", "--log-interval", "1", cwd=tmp_path)
-    log = result.stdout + result.stderr
-    assert "@ 6 updates" in log  # loaded checkpoint_last
-    records = logged(log, "train_inner")
-    assert [int(r["num_updates"]) for r in records] == [7, 8, 9]
-    for record in records:
-        assert float(record["lr"]) == pytest.approx(eq3(int(record["num_updates"]) + 1), rel=1e-4)
+def command_modules():
+    """Dotted names (below vaswani_plugin) of the modules runnable with python -m, but the package's own."""
+    names = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name != "__main__.py" and 'if __name__ == "__main__":' in path.read_text(encoding="utf-8"):
+            names.append(".".join(path.relative_to(PACKAGE).with_suffix("").parts))
+    return names
 
 
-def test_generate_from_another_directory_with_alignment(reversal_data, reversal_training, tmp_path):
-    save_dir, _ = reversal_training
-    result = run("generate", reversal_data / "joined", "--user-dir", plugin_dir(), "--path", save_dir / "checkpoint_best.pt",
-                 "--beam", "4", "--batch-size", "16", "--required-batch-size-multiple", "1", "--print-alignment",
-                 "--cpu", cwd=tmp_path)
-    lines = result.stdout.splitlines()
-    hypotheses = [line for line in lines if line.startswith("H-")]
-    alignments = {line.split("\t")[0][2:]: line.split("\t")[1] for line in lines if line.startswith("A-")}
-    sources = {line.split("\t")[0][2:]: line.split("\t")[1].split() for line in lines if line.startswith("S-")}
-    outputs = {line.split("\t")[0][2:]: line.split("\t")[2].split() for line in hypotheses}
-    # One positional score per output token and </s> (the H- text can hide special symbols).
-    lengths = {line.split("\t")[0][2:]: len(line.split("\t")[1].split()) - 1 for line in lines
-               if line.startswith("P-")}
-    assert len(hypotheses) == TEST_SENTENCES
-    assert sorted(int(i) for i in outputs) == list(range(TEST_SENTENCES))
-    assert len(alignments) == TEST_SENTENCES
-    for sid, alignment in alignments.items():
-        for pair in alignment.split():
-            source_index, target_index = map(int, pair.split("-"))
-            assert 0 <= source_index < len(sources[sid]) and 0 <= target_index < lengths[sid]
+def test_the_list_of_commands_is_complete():
+    assert sorted(command_modules()) == sorted([*MISSING_INPUT, "checkpoints.resume"])
 
 
-def test_interactive_from_another_directory(reversal_data, reversal_training, tmp_path):
-    save_dir, _ = reversal_training
-    sentences = "w1 w2 w3\nw4 w5\nw6 w7 w8 w9\n"
-    result = run("interactive", reversal_data / "joined", "--user-dir", plugin_dir(), "--path",
-                 save_dir / "checkpoint_last.pt", "--beam", "4", "--source-lang", "src", "--target-lang", "tgt",
-                 "--cpu", cwd=tmp_path, stdin=sentences)
-    hypotheses = [line for line in result.stdout.splitlines() if line.startswith("H-")]
-    assert len(hypotheses) == 3
+@pytest.mark.parametrize("name", command_modules())
+def test_each_command_reports_errors_through_run_command_only(name):
+    tree = ast.parse((PACKAGE / Path(*name.split("."))).with_suffix(".py").read_text(encoding="utf-8"))
+    calls = [node.func for node in ast.walk(tree) if isinstance(node, ast.Call)]
+    called = {func.id if isinstance(func, ast.Name) else func.attr for func in calls
+              if isinstance(func, (ast.Name, ast.Attribute))}
+    assert "run_command" in called
+    assert not called & {"exit", "error"}, "one-line errors go through vaswani_plugin.cli.run_command"
 
 
-def test_fairseq_transformer_checkpoint_loads_and_noam_reads_its_d_model(reversal_data, tmp_path):
-    """fairseq's own `transformer` (an argparse-style arch) with noam; its checkpoint loads safely."""
-    save_dir = tmp_path / "fairseq_transformer"
-    result = run("train", reversal_data / "joined", "--user-dir", plugin_dir(), "--arch", "transformer",
-                 "--share-all-embeddings", *TINY_MODEL, *PAPER_TRAINING, "--max-update", "2",
-                 "--save-dir", save_dir, "--log-format", "json", "--log-interval", "1", cwd=tmp_path)
-    records = logged(result.stdout + result.stderr, "train_inner")
-    assert float(records[0]["lr"]) == pytest.approx(eq3(2, d_model=32), rel=1e-4)
-    generated = run("generate", reversal_data / "joined", "--user-dir", plugin_dir(), "--path",
-                    save_dir / "checkpoint_last.pt", "--beam", "2", "--required-batch-size-multiple", "1",
-                    "--cpu", cwd=tmp_path)
-    assert sum(line.startswith("H-") for line in generated.stdout.splitlines()) == TEST_SENTENCES
-
-
-def one_line_error(result):
-    assert result.returncode != 0
-    assert "Traceback" not in result.stderr
-    return result.stderr.strip().splitlines()[-1]
-
-
-def test_shared_embeddings_need_a_joined_dictionary(reversal_data, tmp_path):
-    result = run("train", reversal_data / "separate", "--user-dir", plugin_dir(), "--arch", "vaswani_transformer",
-                 "--share-all-embeddings", *TINY_MODEL, *PAPER_TRAINING, "--max-update", "1",
-                 "--save-dir", tmp_path, cwd=tmp_path, check=False)
-    assert one_line_error(result).startswith("vaswani_plugin: error: --share-all-embeddings needs one dictionary")
-
-
-def test_indivisible_d_model_is_a_one_line_error(reversal_data, tmp_path):
-    result = run("train", reversal_data / "joined", "--user-dir", plugin_dir(), "--arch", "vaswani_transformer",
-                 *TINY_MODEL, "--encoder-embed-dim", "30", *PAPER_TRAINING, "--max-update", "1",
-                 "--save-dir", tmp_path, cwd=tmp_path, check=False)
-    assert one_line_error(result) == (
-        "vaswani_plugin: error: --encoder-embed-dim 30 is not divisible by --encoder-attention-heads 4; change "
-        "one, or set --attention-key-dim and --attention-value-dim (d_k, d_v) explicitly")
-
-
-def test_unknown_architecture_option_is_refused(reversal_data, tmp_path):
-    result = run("train", reversal_data / "joined", "--user-dir", plugin_dir(), "--arch", "vaswani_transformer",
-                 "--encoder-flux-capacitor", "3", *PAPER_TRAINING, "--save-dir", tmp_path, cwd=tmp_path,
-                 check=False)
-    assert one_line_error(result) == "fairseq-train: error: unrecognized arguments: --encoder-flux-capacitor 3"
-
-
-def test_checkpoint_without_user_dir_fails_as_the_readme_says(reversal_data, reversal_training, tmp_path):
-    save_dir, _ = reversal_training
-    result = run("generate", reversal_data / "joined", "--path", save_dir / "checkpoint_best.pt", "--cpu",
-                 cwd=tmp_path, check=False)
-    assert result.returncode != 0
-    # fairseq's own message is lost: its assert message is formatted with the checkpoint's braces.
-    last_line = result.stderr.strip().splitlines()[-1]
-    assert last_line == 'KeyError: "\'_name\'"'
-    assert '"Available models: {}".format(MODEL_DATACLASS_REGISTRY.keys())' in result.stderr
-    readme = (REPO / "README.md").read_text()
-    assert last_line in readme and '"Available models: {}"' in readme
-
+@pytest.mark.parametrize("name", sorted(MISSING_INPUT))
+def test_a_missing_input_file_is_one_line_naming_it(name, tmp_path):
+    main = importlib.import_module(f"vaswani_plugin.{name}").main
+    missing = tmp_path / "no_such_file"
+    with pytest.raises(SystemExit) as exit:
+        main([str(argument) for argument in MISSING_INPUT[name](missing, tmp_path)])
+    message = exit.value.code
+    assert isinstance(message, str) and "\n" not in message, message
+    assert message.startswith(f"vaswani_plugin.{name}: error: ") and str(missing) in message, message
+    assert not (tmp_path / "o.pt").exists()

@@ -9,6 +9,7 @@ from fairseq import metrics
 
 from conftest import build_model, random_tokens
 from vaswani_plugin.criterions.vaswani_label_smoothed_cross_entropy import VaswaniLabelSmoothedCrossEntropy
+from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.models.output_layer_loss import CPU_CHUNK_LOGITS, OutputLayerLoss
 
 PAD = 1
@@ -185,4 +186,7 @@ def test_an_output_layer_other_than_a_bias_free_projection_is_refused(dictionary
     sample = {"net_input": {"src_tokens": target, "src_lengths": torch.tensor([4, 4]), "prev_output_tokens": target},
               "target": target, "ntokens": 8}
     with pytest.raises(ValueError, match="output_projection, a linear map without bias"):
+        criterion(model, sample)
+    # A user's mistake: fairseq's commands print it in one line (cli.install_error_hook).
+    with pytest.raises(VaswaniConfigError):
         criterion(model, sample)

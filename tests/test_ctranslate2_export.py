@@ -1,4 +1,4 @@
-"""The CTranslate2 export (vaswani_plugin.export_ctranslate2) and its translate command, checked against the
+"""The CTranslate2 export (vaswani_plugin.serving.export_ctranslate2) and its translate command, checked against the
 plugin's own decoding of the same model: fairseq-generate's greedy output, fairseq's beam search scores, the
 model's forward pass, fairseq-interactive's pipeline (the hub) on raw text. Broken on purpose, each of these
 fails: the sinusoids in the concatenated sin/cos layout, or counted from 1; the learned table shifted by a row;
@@ -27,16 +27,16 @@ import torch.nn.functional as F
 from fairseq import checkpoint_utils
 from fairseq.data import data_utils
 from fairseq.dataclass.configs import GenerationConfig
+from fairseq.sequence_generator import SequenceGenerator
 
 from cli_helpers import plugin_dir, run
 from conftest import build_model, make_dictionary, random_tokens
 from test_hub import BPE_CODES, RAW
 import vaswani_plugin
-from vaswani_plugin import export_ctranslate2, translate_ctranslate2
+from vaswani_plugin.serving import export_ctranslate2, translate_ctranslate2
 from vaswani_plugin.checkpoints.storage import load_checkpoint
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerModel
-from vaswani_plugin.tasks.beam_search import BeamSearchGenerator
 
 
 def token_batch(dictionary, sentences):
@@ -190,7 +190,7 @@ def test_each_variant_computes_what_the_plugin_computes(variant, tmp_path):
     sources = [[source_dictionary[i] for i in row if i != source_dictionary.pad()][:-1] for row in src_tokens.tolist()]
     sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": src_tokens.ne(source_dictionary.pad()).sum(1)}}
     # The plugin's limit: the length limit, at most POSITIONS - 1 words and </s> (the whole target table).
-    generator = BeamSearchGenerator([model], target_dictionary, beam_size=1, max_len_b=POSITIONS)
+    generator = SequenceGenerator([model], target_dictionary, beam_size=1, max_len_b=POSITIONS)
     with torch.no_grad():
         hypotheses = [h[0]["tokens"].tolist() for h in generator.generate([model], sample)]
     words = [[target_dictionary[i] for i in tokens if i != target_dictionary.eos()] for tokens in hypotheses]
@@ -233,16 +233,19 @@ def test_command_writes_int8_and_refuses_to_overwrite(trained, exported, tmp_pat
     assert sum(agree) >= 0.9 * len(sources)
     with pytest.raises(SystemExit) as exit:
         export_ctranslate2.main(command)
-    assert exit.value.code == f"vaswani_plugin.export_ctranslate2: error: {tmp_path / 'int8'} exists; choose " \
-                              "another --output, or --force to replace it"
+    assert exit.value.code == f"vaswani_plugin.serving.export_ctranslate2: error: {tmp_path / 'int8'} exists; " \
+                              "choose another --output, or --force to replace it"
+    # The trained checkpoint, relabelled as fairseq's own `transformer`.
     fairseq_checkpoint = tmp_path / "fairseq.pt"
-    torch.save({"cfg": {"model": {"_name": "transformer"}}, "model": {}}, fairseq_checkpoint)
+    state = torch.load(checkpoint, weights_only=True)
+    state["cfg"]["model"]["_name"] = "transformer"
+    torch.save(state, fairseq_checkpoint)
     with pytest.raises(SystemExit) as exit:
         export_ctranslate2.main(["--checkpoint", str(fairseq_checkpoint), "--data", str(data), "--output",
                                  str(tmp_path / "other")])
-    assert exit.value.code == "vaswani_plugin.export_ctranslate2: error: not a vaswani_transformer checkpoint (its " \
-                              "model is 'transformer'); a fairseq transformer: convert it first with python -m " \
-                              "vaswani_plugin.checkpoints.convert_fairseq"
+    assert exit.value.code == "vaswani_plugin.serving.export_ctranslate2: error: --checkpoint " \
+                              f"{fairseq_checkpoint} holds a 'transformer' model, not a vaswani_transformer (a fairseq transformer: convert " \
+                              "it first with python -m vaswani_plugin.checkpoints.convert_fairseq)"
 
 
 def test_translate_command_reads_and_writes_raw_text_as_fairseq_interactive(trained, exported, tmp_path,
@@ -282,9 +285,9 @@ def test_only_the_ctranslate2_commands_import_it():
             for name in names:
                 importers.setdefault(name.split(".")[0] if name.startswith("ctranslate2") else name, set()).add(
                     path.relative_to(package).as_posix())
-    assert importers["ctranslate2"] == {"export_ctranslate2.py", "translate_ctranslate2.py"}
-    assert "vaswani_plugin.export_ctranslate2" not in importers
-    assert "vaswani_plugin.translate_ctranslate2" not in importers
+    assert importers["ctranslate2"] == {"serving/export_ctranslate2.py", "serving/translate_ctranslate2.py"}
+    assert "vaswani_plugin.serving.export_ctranslate2" not in importers
+    assert "vaswani_plugin.serving.translate_ctranslate2" not in importers
 
 
 def test_input_beyond_the_position_table_is_a_one_line_error(tmp_path, monkeypatch):
@@ -297,7 +300,8 @@ def test_input_beyond_the_position_table_is_a_one_line_error(tmp_path, monkeypat
     with pytest.raises(SystemExit) as exit:
         translate_ctranslate2.main(["--model", str(tmp_path / "model"), "--source-lang", "src", "--target-lang",
                                     "tgt", "--bpe-codes", str(codes), "--threads", "1"])
-    assert re.fullmatch(rf"vaswani_plugin.translate_ctranslate2: error: line 2 \({POSITIONS} subwords, the longest of "
+    assert re.fullmatch(rf"vaswani_plugin.serving.translate_ctranslate2: error: line 2 \({POSITIONS} subwords, the "
+                        rf"longest of "
                         rf"its batch of 2\): No position encodings are defined for positions >= {POSITIONS}, but got "
                         rf"position {POSITIONS}", exit.value.code)
 
@@ -328,7 +332,7 @@ def test_length_limit_is_fairseqs():
     assert options["min_decoding_length"] == 1 and options["max_input_length"] == 0
 
 
-@pytest.mark.parametrize("module", ["export_ctranslate2", "translate_ctranslate2"])
+@pytest.mark.parametrize("module", ["serving.export_ctranslate2", "serving.translate_ctranslate2"])
 def test_without_ctranslate2_the_commands_say_how_to_install_it(module, monkeypatch):
     """An ImportError to code that imports them; from `python -m`, the plugin's error hook prints it in one line
     (a VaswaniConfigError)."""

@@ -13,14 +13,13 @@ from conftest import build_model, make_dictionary, random_tokens
 from cli_helpers import TEST_SENTENCES, plugin_dir, run
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.scoring.bleu import read_hypotheses, score_files
-from vaswani_plugin.tasks.beam_search import BeamSearchGenerator
-from vaswani_plugin.tasks.vaswani_translation import (
+from vaswani_plugin.generation.generators import (
     GnmtSequenceGenerator,
     GnmtSequenceGeneratorWithAlignment,
-    VaswaniTranslationConfig,
-    VaswaniTranslationTask,
-    gnmt_length_penalty,
+    PlainSequenceGenerator,
 )
+from vaswani_plugin.generation.length import gnmt_length_penalty
+from vaswani_plugin.tasks.vaswani_translation import VaswaniTranslationConfig, VaswaniTranslationTask
 
 
 def test_penalty_formula():
@@ -104,8 +103,8 @@ def test_tiny_model_scores_are_summed_log_probs_over_lp(alignment):
     model = build_model(dictionary).eval()
     generation = GenerationConfig(beam=4, max_len_b=12, print_alignment="hard" if alignment else None)
     generator = task.build_generator([model], generation)
-    # The plugin's beam search, fairseq's rule (the default --search fairseq), alignments included.
-    assert type(generator) is BeamSearchGenerator and not generator.paper
+    # fairseq's generator ranked by the penalty (the default --search fairseq), alignments included.
+    assert type(generator) is (GnmtSequenceGeneratorWithAlignment if alignment else GnmtSequenceGenerator)
     raw = SequenceGenerator([model], dictionary, beam_size=4, max_len_b=12, normalize_scores=False)
     src_tokens = random_tokens(dictionary, 5, 7, lengths=[7, 6, 5, 4, 3], generator=torch.Generator().manual_seed(1))
     sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": src_tokens.ne(dictionary.pad()).sum(1)}}
@@ -153,8 +152,7 @@ def test_alignments_from_one_full_pass_equal_those_of_the_decoding_steps():
 def test_without_gnmt_alpha_the_task_is_fairseqs_translation():
     task, dictionary = translation_task()
     generator = task.build_generator([build_model(dictionary)], GenerationConfig(beam=4, lenpen=0.6))
-    assert type(generator) is BeamSearchGenerator and generator.len_penalty == 0.6 and not generator.paper
-    assert generator.length_penalty(7) == 7 ** 0.6
+    assert type(generator) is PlainSequenceGenerator and generator.len_penalty == 0.6
 
 
 @pytest.mark.parametrize("option", [dict(lenpen=0.6), dict(unnormalized=True)])

@@ -19,7 +19,8 @@ PACKAGE = REPO / "vaswani_plugin"
 # numpy, the standard library and the [recipes] and [ctranslate2] extras of setup.py.
 ALLOWED = {"vaswani_plugin", "fairseq", "omegaconf", "torch", "numpy",
            "sacremoses", "subword_nmt", "sentencepiece", "sacrebleu", "matplotlib", "ctranslate2"}
-SUBPACKAGES = {"checkpoints", "scoring", "tools", "models", "criterions", "lr_scheduler", "tasks"}
+SUBPACKAGES = {"checkpoints", "scoring", "tools", "models", "criterions", "lr_scheduler", "tasks", "generation",
+               "serving"}
 # What the build needs of the repository; the rest (tests, recipes, work/, checkpoints) stays out of the copy.
 BUILD_INPUTS = ("setup.py", "setup.cfg", "pyproject.toml", "MANIFEST.in", "README.md", "vaswani_plugin", "prepare")
 
@@ -47,6 +48,86 @@ def test_the_scan_sees_imports(tmp_path):
     module = tmp_path / "module.py"
     module.write_text("import os.path\nfrom . import sibling\ndef f():\n    from prepare.bpe import learn\n")
     assert list(imported_modules(module)) == [(1, "os"), (4, "prepare")]
+
+
+def package_imports(path: Path, name: str = None):
+    """The package's own modules that module `name` (at `path`) imports, function-level imports included: `from
+    a.b import c` names a.b.c where that is a module, else a.b; relative imports are resolved. A parent package
+    that Python runs first is not counted: only what the module names."""
+    name = name or ".".join(path.relative_to(REPO).with_suffix("").parts)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    if name.endswith(".__init__"):
+        name = package = name[: -len(".__init__")]
+
+    def is_module(dotted):
+        base = REPO.joinpath(*dotted.split("."))
+        return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join([*package.split(".")[: len(package.split(".")) - node.level + 1], *base.split(".")]
+                                ).strip(".")
+            targets = [f"{base}.{alias.name}" if is_module(f"{base}.{alias.name}") else base for alias in node.names]
+        else:
+            continue
+        yield from (target for target in targets if target.split(".")[0] == "vaswani_plugin" and target != name)
+
+
+def import_cycles(graph):
+    """Every cycle of a {module: imported modules} graph, each once, as a list of modules (Tarjan's components)."""
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph.get(node, ()):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def module_graph():
+    return {".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__"):
+            set(package_imports(path)) for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def test_no_import_circle_in_the_package():
+    graph = module_graph()
+    assert "vaswani_plugin.checkpoints.storage" in graph["vaswani_plugin.cli"]
+    assert import_cycles(graph) == []
+
+
+def test_the_circle_check_finds_a_circle_and_a_function_level_import(tmp_path):
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    module = PACKAGE / "checkpoints" / "storage.py"
+    found = set(package_imports(module))
+    assert "vaswani_plugin.errors" in found
+    late = tmp_path / "late.py"
+    late.write_text("def f():\n    from vaswani_plugin.checkpoints import storage\n    from . import bleu\n")
+    assert set(package_imports(late, "vaswani_plugin.scoring.late")) == {"vaswani_plugin.checkpoints.storage",
+                                                                         "vaswani_plugin.scoring.bleu"}
 
 
 # Run in the installed copy, with prepare/ made unimportable and the editable install's finder removed: the
@@ -127,3 +208,20 @@ def test_the_wheel_installed_alone_draws_pictures_from_raw_text(reversal_data, r
     assert list(arrays["source_tokens"]) == ["w3", "w12", "<unk>", "</s>"]
     assert list(arrays["target_tokens"]) == ["x12", "x3", "<unk>", "</s>"]
     assert arrays["encoder_decoder"].shape[-2:] == (4, 4)
+
+
+def test_module_docstrings_and_option_help_are_short():
+    """Module docstrings at most 10 lines and each option's help at most 3 source lines: the detail lives in
+    docs/reference.md."""
+    long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstring = ast.get_docstring(tree, clean=False) or ""
+        if len(docstring.strip("\n").splitlines()) > 10:
+            long.append(f"{path.relative_to(REPO)}: docstring")
+        for node in ast.walk(tree):
+            helps = [node.value] if isinstance(node, ast.keyword) and node.arg == "help" else \
+                [v for k, v in zip(node.keys, node.values) if isinstance(k, ast.Constant) and k.value == "help"] \
+                if isinstance(node, ast.Dict) else []
+            long += [f"{path.relative_to(REPO)}:{v.lineno}: help" for v in helps if v.end_lineno - v.lineno >= 3]
+    assert not long, long

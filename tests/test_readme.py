@@ -72,3 +72,24 @@ def test_relative_links_point_to_files(document):
 def test_the_link_check_sees_links():
     links = list(relative_links(README))
     assert "docs/reference.md" in links and "docs/results.md" in links
+
+
+def module_table_rows():
+    """(modules, test files) of docs/design.md's module -> tests table, as paths below vaswani_plugin/ and tests/."""
+    design = (REPO / "docs" / "design.md").read_text(encoding="utf-8")
+    table = design.split("| module | tests |", 1)[1].split("\n\n", 1)[0]
+    for row in table.splitlines()[2:]:
+        modules, tests = row.strip("|").split("|")
+        yield re.findall(r"`([^`]+\.py)`", modules), re.findall(r"`(test_[^`]+\.py)`", tests)
+
+
+def test_the_module_to_tests_table_is_complete():
+    rows = list(module_table_rows())
+    listed = {module for modules, _ in rows for module in modules}
+    package = REPO / "vaswani_plugin"
+    modules = {path.relative_to(package).as_posix() for path in package.rglob("*.py")
+               if path.name != "__init__.py" or path.parent == package}
+    assert modules - listed == set(), "modules without a row in docs/design.md's module -> tests table"
+    assert listed - modules == set(), "rows for modules that do not exist"
+    missing = {test for _, tests in rows for test in tests if not (REPO / "tests" / test).is_file()}
+    assert not missing and all(tests for _, tests in rows), f"test files that do not exist: {missing}"

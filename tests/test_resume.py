@@ -26,7 +26,7 @@ from vaswani_plugin.checkpoints import average as average_checkpoints, convert_f
 from vaswani_plugin.scoring import bleu as score
 from vaswani_plugin.tools import attention_pictures, training_cost
 from vaswani_plugin.checkpoints.average import average_checkpoints as averaged
-from vaswani_plugin.errors import unreadable_checkpoint_message
+from vaswani_plugin.checkpoints.storage import unreadable_checkpoint_message
 from vaswani_plugin.checkpoints.resume import main as resume_main
 
 PROG = "vaswani_plugin.checkpoints.resume"

@@ -14,8 +14,9 @@ from cli_helpers import SHARED_DATA
 from conftest import build_model, random_tokens
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.scoring.trees import Tree, clean, delinearise, linearise, read_trees, repair
-from vaswani_plugin.tasks.beam_search import BeamSearchGenerator
-from vaswani_plugin.tasks.tree_constraint import TreeConstrainedBeamSearch, TreeConstraint
+from vaswani_plugin.generation.beam_search import BeamSearchGenerator
+from vaswani_plugin.generation.generators import GnmtSequenceGenerator
+from vaswani_plugin.generation.tree_constraint import TreeConstrainedBeamSearch, TreeConstraint
 from vaswani_plugin.tasks.vaswani_translation import VaswaniTranslationConfig, VaswaniTranslationTask
 
 # Tree symbols, and some that must never come out: an opening without its closing symbol, a closing without its
@@ -80,7 +81,8 @@ def test_every_hypothesis_is_a_tree_over_exactly_its_words_and_unconstrained_one
     never |= {target.pad(), target.unk(), target.bos()}
     generator, constrained = decode(parsing_task(source, target, gnmt_alpha=0.3, parse_constrained=True,
                                                  search=search), model, sample, max_len_b=6)
-    assert type(generator) is BeamSearchGenerator and isinstance(generator.search, TreeConstrainedBeamSearch)
+    assert type(generator) is (BeamSearchGenerator if search == "paper" else GnmtSequenceGenerator)
+    assert isinstance(generator.search, TreeConstrainedBeamSearch)
     assert generator.search.per_sentence_limits == (search == "paper")
     for count, hypotheses in zip(LENGTHS, constrained):
         assert len(hypotheses) == 21

@@ -15,7 +15,8 @@ except ImportError as error:
         "(ve-fairseq 0.12.3), or use an environment that has its own fairseq."
     ) from None
 
-from vaswani_plugin.errors import VaswaniConfigError, install_error_hook
+from vaswani_plugin.errors import VaswaniConfigError
+from vaswani_plugin.cli import install_error_hook
 from vaswani_plugin.checkpoints.storage import allow_fairseq_checkpoint_classes
 
 install_error_hook()

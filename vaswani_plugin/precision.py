@@ -2,7 +2,7 @@
 
 --bf16-autocast auto|on|off (a bare --bf16-autocast means on; 1 and 0, the recipes' BF16 values, mean on and
 off). auto is on only where it pays: on a CPU that multiplies bfloat16 natively (AVX512-BF16 or AMX, read from
-Linux's CPU flags), where the matrix products run about 3x faster; off on GPUs (which have fairseq's --fp16 and
+Linux's CPU flags), where the products run faster (docs/results.md); off on GPUs (which have fairseq's --fp16 and
 --amp), on other CPUs (where bfloat16 is emulated, and slower than float32), where the flags cannot be read (not
 Linux), and beside fairseq's own --fp16, --amp or --bf16. on beside one of those is an error.
 """

@@ -2,16 +2,9 @@
 
     python -m vaswani_plugin.checkpoints.convert_fairseq --input fairseq/checkpoint_best.pt --output vaswani.pt
 
-The converted model gives the original's log-probabilities (to float rounding) and beam-search hypotheses
-(tests/test_convert_fairseq.py), so fairseq users can switch models they already trained, and benchmarks/
-compares the two implementations on the same computation.
-- Q, K and V projections are concatenated into the fused matrices; every other tensor is renamed.
-- Learned positions (--encoder-learned-pos/--decoder-learned-pos): fairseq stores position p of a sentence
-  in row padding_idx + 1 + p; those rows become this model's learned positions.
-- fairseq's sinusoids are not §3.5's (sines then cosines, frequencies 10000^(-i/(d/2-1))): the converted model
-  holds fairseq's table as fixed learned positions (encoder/decoder_learned_pos on), up to max positions.
-- Features this model does not have (layernorm_embedding, adaptive softmax, GELU, ...) are refused by name.
-The optimizer state is dropped: the result is for generation, or for training with --reset-optimizer.
+Q, K and V are fused, every other tensor renamed; fairseq's positions (learned, or its sinusoids, which are not
+§3.5's) become fixed learned positions; features this model lacks are refused by name; the optimizer state is
+dropped. Details: docs/reference.md#converting-fairseq-transformer-checkpoints.
 """
 
 import argparse

@@ -2,19 +2,10 @@
 
     python -m vaswani_plugin.checkpoints.resume SAVE_DIR
 
-fairseq-train resumes from checkpoint_last.pt. It writes checkpoint_<epoch>_<updates>.pt atomically but then
-copies it to checkpoint_last.pt with a plain copy, so a job killed during that copy (preemption, the OOM
-killer) leaves a cut-off checkpoint_last.pt, on which the next fairseq-train dies, although intact checkpoints
-lie beside it. The recipes run this command before every fairseq-train:
-
-- checkpoint_last.pt missing or readable: nothing to do, nothing printed;
-- unreadable: it is kept under a new name (checkpoint_last.unreadable-<its time>.pt), and the newest intact
-  training checkpoint of SAVE_DIR, by the update count stored in it (checkpoint_average.pt and other files
-  without optimizer state or data position are no training checkpoints), is copied atomically into
-  checkpoint_last.pt; with none, checkpoint_last.pt is removed and training starts from the beginning.
-The cut-off checkpoint_last.pt stays in place until the restored one replaces it (or it is removed), so this
-command can itself be killed anywhere and run again. A checkpoint that torch's safe loading refuses (a class
-not on the allow-list of checkpoint_loading.py) stops it with torch's own explanation.
+fairseq-train copies each checkpoint to checkpoint_last.pt with a plain copy, so a kill during it leaves the file
+cut off. If it is unreadable, it is kept under a new name and the newest intact training checkpoint is copied
+atomically in its place (with none, training starts afresh); this can itself be killed anywhere and run again.
+Details: docs/reference.md#resuming-after-a-kill.
 """
 
 import argparse

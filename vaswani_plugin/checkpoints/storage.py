@@ -1,20 +1,15 @@
-"""Safe checkpoint loading: allow-list exactly the classes that fairseq checkpoints hold besides tensors.
+"""Safe checkpoint loading, atomic writes, and recognising a checkpoint file that is cut short or no checkpoint.
 
-torch >= 2.6 loads with weights_only=True, which refuses any class it does not know. Safe loading stays on;
-only these classes are added (measured on fairseq 0.12.3 checkpoints, see tests/test_checkpoint_loading.py):
-- argparse.Namespace: cfg["model"] of fairseq's argparse-style architectures (e.g. `transformer`);
-- numpy's array reconstruction, ndarray, dtype and the int64 dtype class: the n-gram counts that
-  `--eval-bleu` keeps in extra_state["metrics"].
-Checkpoints of this plugin's own model hold none of them.
-
-load_checkpoint is how this package's commands read a checkpoint: a file that is missing, empty, cut short
-(a job killed while fairseq copied it to checkpoint_last.pt) or no torch file at all is a one-line
-UnreadableCheckpoint naming it, not torch's traceback.
+torch >= 2.6 loads with weights_only=True; exactly the classes fairseq checkpoints hold besides tensors are
+allow-listed (tests/test_checkpoint_loading.py): argparse.Namespace (cfg["model"] of argparse-style
+architectures) and numpy's array reconstruction, ndarray and dtypes (--eval-bleu's metrics). A missing, empty,
+cut-short or foreign file is a one-line UnreadableCheckpoint naming it, not torch's traceback.
 """
 
 import argparse
 import os
 import tempfile
+import traceback
 import zipfile
 from pathlib import Path
 from typing import BinaryIO, Callable, Optional
@@ -99,6 +94,28 @@ def load_checkpoint(path, load: Optional[Callable] = None):
             if problem is None:
                 raise
     raise UnreadableCheckpoint(f"{path}: {problem}")
+
+
+def unreadable_checkpoint_message(exc: BaseException) -> Optional[str]:
+    """The one line for an exception raised while fairseq's checkpoint_utils.load_checkpoint_to_cpu read a file
+    that is no intact torch checkpoint, naming the file; None otherwise (any other error keeps its traceback).
+
+    The file is read from that function's frame: fairseq's commands call it inside their own main(), which the
+    plugin does not wrap, so the frame is the only place the path is known.
+    """
+    for frame, _ in traceback.walk_tb(exc.__traceback__):
+        if frame.f_globals.get("__name__") == "fairseq.checkpoint_utils" and \
+                frame.f_code.co_name == "load_checkpoint_to_cpu":
+            path = frame.f_locals["path"]
+            problem = checkpoint_problem(frame.f_locals.get("local_path", path), exc)
+            if problem is None:
+                return None
+            hint = ""
+            if os.path.basename(path) == "checkpoint_last.pt":  # fairseq-train resuming
+                hint = (f"; `python -m vaswani_plugin.checkpoints.resume {os.path.dirname(path) or '.'}` "
+                        "resumes from the newest intact checkpoint there")
+            return f"{path}: {problem}{hint}"
+    return None
 
 
 def save_atomically(state: dict, output) -> None:

@@ -9,6 +9,7 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 from omegaconf import II
 
+from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.models.output_layer_loss import SmoothedLoss
 
 
@@ -33,12 +34,12 @@ class VaswaniLabelSmoothedCrossEntropy(FairseqCriterion):
 
     def forward(self, model, sample, reduce=True):
         if getattr(model.decoder, "adaptive_softmax", None) is not None:
-            raise ValueError("vaswani_label_smoothed_cross_entropy needs a full softmax output layer; use "
-                             "fairseq's adaptive_loss criterion with --adaptive-softmax-cutoff")
+            raise VaswaniConfigError("vaswani_label_smoothed_cross_entropy needs a full softmax output layer; use "
+                                     "fairseq's adaptive_loss criterion with --adaptive-softmax-cutoff")
         projection = getattr(model.decoder, "output_projection", None)
         if not isinstance(projection, torch.nn.Linear) or projection.bias is not None:
-            raise ValueError("vaswani_label_smoothed_cross_entropy needs a decoder whose output layer is "
-                             "output_projection, a linear map without bias (§3.4)")
+            raise VaswaniConfigError("vaswani_label_smoothed_cross_entropy needs a decoder whose output layer is "
+                                     "output_projection, a linear map without bias (§3.4)")
         smoothed_loss = SmoothedLoss(sample["target"], self.epsilon, self.padding_idx, sample["ntokens"],
                                      self.loss_chunk_logits)
         if getattr(model, "forward_computes_smoothed_loss", False):

@@ -1,18 +1,19 @@
 """Keys and values for step-by-step decoding that beam search reorders without copying them.
 
 fairseq's incremental-state protocol reorders every layer's cached keys/values at every step (index_select)
-and grows them by concatenation: O(length²) copying per sentence, which is over half of beam-4 decoding time
-on CPU (docs/results.md, Speed). Here each position's keys/values are written once, into a preallocated slab with one
+and grows them by concatenation: O(length²) copying per sentence, a large part of beam-4 decoding time on CPU
+(docs/results.md, Speed). Here each position's keys/values are written once, into a preallocated slab with one
 group of rows per sentence and one slot per beam. A hypothesis keeps, for each earlier position, the slot of
 the beam that wrote it (its ancestry); attention scores every slot of the sentence's group and keeps the
 hypothesis's own (§3.2.3: each position attends to all earlier positions of its own output).
 """
 
-import math
 from typing import Callable, List, Optional, Tuple
 
 import torch
 from torch import Tensor
+
+from vaswani_plugin.models.attention import attention
 
 MINIMUM_CAPACITY = 16
 
@@ -34,7 +35,7 @@ class BeamCache:
         # Set by begin_step for the position being computed, read by every layer's attention.
         self.write_groups: Optional[Tensor] = None
         self.write_slots: Optional[Tensor] = None
-        self.blocked: Optional[Tensor] = None
+        self.allowed: Optional[Tensor] = None
 
     @classmethod
     def start(cls, layers: int, memory: Tensor, memory_padding: Tensor, beam_size: Optional[int]
@@ -67,8 +68,8 @@ class BeamCache:
         self.ancestry[:, self.length] = own_slot
         # Where each row writes this position: its group's slab group, its own slot.
         self.write_groups, self.write_slots = self.slab_group.repeat_interleave(k), own_slot
-        # May not attend: (slab groups, 1, k queries, positions · k slots), the other hypotheses' slots at each
-        # position, and padding. Shared by every layer of this step.
+        # May not attend (`allowed` is the rest): (slab groups, 1, k queries, positions · k slots), the other
+        # hypotheses' slots at each position, and padding. Shared by every layer of this step.
         positions = self.length + 1
         slots = self.to_slab(self.ancestry[:, :positions])
         blocked = None
@@ -77,7 +78,7 @@ class BeamCache:
         if padding.any():
             is_padding = self.to_slab(padding, fill=False)[..., None]
             blocked = is_padding if blocked is None else blocked | is_padding
-        self.blocked = None if blocked is None else blocked.flatten(2)[:, None]
+        self.allowed = None if blocked is None else ~blocked.flatten(2)[:, None]
 
     def end_step(self):
         self.length += 1
@@ -146,7 +147,7 @@ class LayerCache:
         self.self_v: Optional[Tensor] = None
         self.memory_k: Optional[Tensor] = None
         self.memory_v: Optional[Tensor] = None
-        self.memory_blocked: Optional[Tensor] = None  # True at the source's padding
+        self.memory_allowed: Optional[Tensor] = None  # False at the source's padding
 
     def _slab(self, slab: Optional[Tensor], new: Tensor) -> Tensor:
         """The slab for `new` (rows, heads, 1, d): (slab groups, heads, capacity, k slots, d), grown as needed.
@@ -154,7 +155,7 @@ class LayerCache:
         cache = self.cache
         shape = (cache.slab_groups, new.size(1), cache.capacity, cache.group_size, new.size(-1))
         if slab is None or slab.size(2) < cache.capacity:
-            # Not zeroed (page faults on fresh memory made zeroing 15% of base decoding): every slot of a live
+            # Not zeroed (page faults on fresh memory made zeroing costly, docs/results.md): every slot of a live
             # group is written at every position before it is read.
             grown = new.new_empty(shape)
             if slab is not None:
@@ -172,7 +173,7 @@ class LayerCache:
         positions = cache.length + 1
         keys, values = [slab[:, :, :positions].flatten(2, 3) for slab in (self.self_k, self.self_v)]
         # Every slot of the group is scored; the mask keeps the hypothesis's own.
-        return self._attend(q, keys, values, cache.blocked)[1]
+        return self._attend(q, keys, values, cache.allowed, False)[0]
 
     def attend_memory(self, q: Tensor, keys_values: Callable[[], Tuple[Tensor, Tensor]],
                       memory_mask: Optional[Tensor], need_weights: bool) -> Tuple[Tensor, Optional[Tensor]]:
@@ -182,23 +183,21 @@ class LayerCache:
         if self.memory_k is None:
             # Contiguous once, or every step's matmul would copy them.
             self.memory_k, self.memory_v = [t.contiguous() for t in keys_values()]
-            self.memory_blocked = None if memory_mask is None else ~memory_mask
-        probs, out = self._attend(q, self.memory_k, self.memory_v, self.memory_blocked)
+            self.memory_allowed = memory_mask
+        out, probs = self._attend(q, self.memory_k, self.memory_v, self.memory_allowed, need_weights)
         weights = None
         if need_weights:
             weights = cache.from_slab(probs.mean(dim=1)).reshape(cache.rows, 1, -1)
         return out, weights
 
-    def _attend(self, q: Tensor, keys: Tensor, values: Tensor, blocked: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    def _attend(self, q: Tensor, keys: Tensor, values: Tensor, allowed: Optional[Tensor], need_weights: bool
+                ) -> Tuple[Tensor, Optional[Tensor]]:
         """Eq. 1 for each slab group's k queries (q: rows, heads, 1, d_k) against the keys/values the group
-        shares (slab groups, heads, keys, d). Returns the probabilities (slab groups, heads, k, keys) and the
-        output rows (rows, 1, heads · d_v)."""
-        queries = self.cache.to_slab(q[:, :, 0] / math.sqrt(q.size(-1))).transpose(1, 2)
-        scores = torch.matmul(queries, keys.transpose(-1, -2))
-        if blocked is not None:
-            scores = scores.masked_fill(blocked, float("-inf"))
-        probs = torch.softmax(scores.float(), dim=-1).type_as(scores)
-        return probs, self._rows(torch.matmul(probs, values))
+        shares (slab groups, heads, keys, d). Returns the output rows (rows, 1, heads · d_v) and, with
+        need_weights, the probabilities (slab groups, heads, k, keys)."""
+        queries = self.cache.to_slab(q[:, :, 0]).transpose(1, 2)
+        out, probs = attention(queries, keys, values, allowed, need_weights=need_weights)
+        return self._rows(out), probs
 
     def _rows(self, out: Tensor) -> Tensor:
         """(slab groups, heads, k, d_v) -> (rows, 1, heads · d_v)."""
@@ -211,8 +210,8 @@ class LayerCache:
         self.select_memory(groups)
 
     def select_memory(self, groups: Tensor):
-        self.memory_k, self.memory_v, self.memory_blocked = _select_rows(
-            (self.memory_k, self.memory_v, self.memory_blocked), groups)
+        self.memory_k, self.memory_v, self.memory_allowed = _select_rows(
+            (self.memory_k, self.memory_v, self.memory_allowed), groups)
 
     def copy_history(self, old_groups: Tensor, history: Tensor, group_size: int):
         """New group g continues one row: old slab group old_groups[g], slots history[g] at past positions."""

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from vaswani_plugin.models.attention import attention, attention_probabilities
 from vaswani_plugin.models.beam_cache import LayerCache
 
 
@@ -104,7 +105,7 @@ class MultiHeadAttention(nn.Module):
         # The paper gives no initialisation; this is fairseq's (the same distributions, so a fairseq model and
         # this one start alike): Xavier-uniform with gain 1/√2 per W^Q, W^K, W^V block (also inside the fused
         # matrices) and their biases as nn.Linear's; W^O Xavier-uniform, bias 0. Gain 1 for W^Q, W^K, W^V
-        # (and Xavier FFNs) trained markedly slower: quickstart loss 7.51 against 6.94 over steps 201-300.
+        # (and Xavier FFNs) trained markedly slower (docs/results.md#initialisation).
         for linear, sizes in projections:
             for block in linear.weight.split(sizes, dim=0):
                 nn.init.xavier_uniform_(block, gain=2**-0.5)
@@ -156,39 +157,10 @@ class MultiHeadAttention(nn.Module):
             out, weights = cache.attend_memory(q, lambda: self._keys_values(memory), mask, need_weights)
             return self.out_proj(out), weights
         q, k, v = self._queries_keys_values(x, memory)
-        dropout = self.dropout if self.training else 0.0
-        weights = None
-        if need_weights:
-            out, weights = attention_with_weights(q, k, v, mask, is_causal, dropout)
-        elif q.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
-            # Eq. 1 in float32: torch's CPU flash attention runs its backward ~10x slower in bfloat16.
-            with torch.autocast("cpu", enabled=False):
-                out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask,
-                                                     dropout_p=dropout, is_causal=is_causal)
-        else:
-            # Eq. 1: Attention(Q, K, V) = softmax(QK^T / √d_k) V.
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
-                                                 is_causal=is_causal)
+        out, probs = attention(q, k, v, mask, is_causal, self.dropout if self.training else 0.0, need_weights)
         batch, _, length, _ = out.shape
         out = out.transpose(1, 2).reshape(batch, length, self.v_size)
-        return self.out_proj(out), weights
-
-
-def attention_probabilities(q, k, mask, is_causal):
-    """softmax(QK^T / √d_k) of eq. 1 per head, masked as SDPA masks: (batch, heads, queries, keys)."""
-    scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.size(-1))
-    if is_causal:
-        mask = torch.ones(q.size(2), k.size(2), dtype=torch.bool, device=q.device).tril()
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    return torch.softmax(scores.float(), dim=-1).type_as(q)
-
-
-def attention_with_weights(q, k, v, mask, is_causal, dropout):
-    """Eq. 1 written out, for when the probabilities themselves are wanted (alignment)."""
-    probs = attention_probabilities(q, k, mask, is_causal)
-    out = torch.matmul(F.dropout(probs, dropout), v)
-    return out, probs.mean(dim=1)
+        return self.out_proj(out), None if probs is None else probs.mean(dim=1)
 
 
 class FeedForward(nn.Module):

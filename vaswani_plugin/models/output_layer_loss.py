@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 # Logits per chunk on a CPU (16 MB in float32): the working set of a chunk stays small and its blocks are reused
-# step after step; measured on 2 cores it took the largest tensors out of a small model's step (docs/results.md, Speed).
+# step after step, which took the largest tensors out of a small model's step (docs/results.md, Speed).
 CPU_CHUNK_LOGITS = 2**22
 # On a GPU each chunk is ~20 kernel launches and a turn of a host loop, so chunks are as large as 1/32 of the
 # device's memory allows: a 4k-token batch at V = 37k is one chunk on an 80 GB card, four on a 16 GB one.

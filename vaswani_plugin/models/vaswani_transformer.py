@@ -92,7 +92,7 @@ class VaswaniTransformerModel(FairseqEncoderDecoderModel):
     """The Transformer of "Attention Is All You Need" (§3)."""
 
     # fairseq's SequenceGeneratorWithAlignment (--print-alignment) then takes the attention from one full pass
-    # over the finished hypotheses (the same values, tests/test_incremental.py) instead of every decoding step.
+    # over the finished hypotheses (the same values, tests/test_beam_cache.py) instead of every decoding step.
     full_context_alignment = True
     # vaswani_label_smoothed_cross_entropy passes its SmoothedLoss to forward (see forward).
     forward_computes_smoothed_loss = True
@@ -134,6 +134,15 @@ class VaswaniTransformerModel(FairseqEncoderDecoderModel):
         self.decoder.set_beam_size(beam_size)
 
 
+def encoder_rows(encoder_out: Dict[str, List[Tensor]]) -> Tuple[Tensor, Tensor]:
+    """The encoder output and its padding mask in the row order reorder_encoder_out noted, if any."""
+    memory, padding = encoder_out["memory"][0], encoder_out["memory_padding_mask"][0]
+    if "order" in encoder_out:
+        order = encoder_out["order"][0]
+        memory, padding = memory.index_select(0, order), padding.index_select(0, order)
+    return memory, padding
+
+
 class VaswaniEncoder(FairseqEncoder):
     """§3.1: a stack of N identical layers over the embedded source."""
 
@@ -167,11 +176,15 @@ class VaswaniEncoder(FairseqEncoder):
         return {"memory": [x], "memory_padding_mask": [padding]}
 
     def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order: Tensor):
-        """Rows for new_order. Beam search calls this every step; while no sentence has left the batch it only
-        moves beams within their sentence, whose rows are identical copies of one encoder output: unchanged."""
-        if new_order.size(0) == encoder_out["memory"][0].size(0):
-            return encoder_out
-        return {key: [t.index_select(0, new_order) for t in tensors] for key, tensors in encoder_out.items()}
+        """Rows for new_order, in any order. Beam search calls this every step: while the row count stays, the
+        order is only noted ("order", composed with any noted before) and applied where the rows are read
+        (encoder_rows), which step-by-step decoding does at its first step only; no copy, no host sync."""
+        if "order" in encoder_out:
+            new_order = encoder_out["order"][0].index_select(0, new_order)
+        rows = {key: tensors for key, tensors in encoder_out.items() if key != "order"}
+        if new_order.size(0) == rows["memory"][0].size(0):
+            return {**rows, "order": [new_order]}
+        return {key: [t.index_select(0, new_order) for t in tensors] for key, tensors in rows.items()}
 
     def max_positions(self):
         return self.max_source_positions
@@ -223,15 +236,15 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
         padding = prev_output_tokens.eq(self.padding_idx)
         positions = position_indices(padding)
         tokens = prev_output_tokens
-        memory, memory_padding = encoder_out["memory"][0], encoder_out["memory_padding_mask"][0]
         cache = None
         if incremental_state is not None:
             # Only the newest position is computed; earlier keys/values come from the beam cache.
             tokens, positions = tokens[:, -1:], positions[:, -1:]
-            cache, memory, memory_padding = self.beam_cache(incremental_state, memory, memory_padding)
+            cache, memory, memory_padding = self.beam_cache(incremental_state, encoder_out)
             cache.begin_step(padding)
             self_mask, self_is_causal = None, False
         else:
+            memory, memory_padding = encoder_rows(encoder_out)
             self_mask, self_is_causal = causal_attention_mask(padding)
         # The encoder-decoder mask is only needed until the cache holds the encoder's keys/values.
         memory_mask = None
@@ -260,17 +273,17 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
         super().set_beam_size(beam_size)
         self.beam_size = beam_size
 
-    def beam_cache(self, incremental_state: Dict[str, BeamCache], memory: Tensor, memory_padding: Tensor
-                   ) -> Tuple[BeamCache, Tensor, Tensor]:
+    def beam_cache(self, incremental_state: Dict[str, BeamCache], encoder_out: Dict[str, List[Tensor]]
+                   ) -> Tuple[BeamCache, Optional[Tensor], Optional[Tensor]]:
         """This decoding run's BeamCache, started at its first step, and the memory and padding its groups
         attend to (one row per sentence where beam search's layout allows, see BeamCache.start). Later steps
-        get memory back as given: the layers' caches already hold its keys/values."""
+        get None for both: the layers' caches already hold the memory's keys/values."""
         cache = self.get_incremental_state(incremental_state, "beam_cache")
-        if cache is None:
-            cache, memory, memory_padding = BeamCache.start(len(self.layers), memory, memory_padding,
-                                                            self.beam_size)
-            # fairseq types the value Dict[str, Optional[Tensor]] (for TorchScript); its helpers store any object.
-            self.set_incremental_state(incremental_state, "beam_cache", cache)
+        if cache is not None:
+            return cache, None, None
+        cache, memory, memory_padding = BeamCache.start(len(self.layers), *encoder_rows(encoder_out), self.beam_size)
+        # fairseq types the value Dict[str, Optional[Tensor]] (for TorchScript); its helpers store any object.
+        self.set_incremental_state(incremental_state, "beam_cache", cache)
         return cache, memory, memory_padding
 
     def output_layer(self, features: Tensor) -> Tensor:

@@ -1,20 +1,11 @@
 """BLEU as reported in §6.1 / Table 2 (tokenised, compound-split), and sacreBLEU on detokenised output.
 
     python -m vaswani_plugin.scoring.bleu --hypotheses generate.out --reference newstest2014.de --target-lang de
-    python -m vaswani_plugin.scoring.bleu ... --examples 3 --source newstest2014.en   # and 3 example translations
 
-Hypotheses are fairseq-generate (or fairseq-interactive) output or a plain file, one line per sentence in
-sentence-id order. From generate output the D- lines are read (the H- text after fairseq's --bpe and
---tokenizer decoding; the same text as H- when neither was given), the best per id, sorted by id. Both
-H- and D- carry --post-process / --remove-bpe: if generate ran without it (and without --bpe), pass
---remove-bpe here. The reference is plain, detokenised text.
-
-- Tokenised BLEU, the convention of tensor2tensor's get_ende_bleu.sh that the paper's numbers follow:
-  hypotheses (detokenised first, so that tokenised and plain output score alike) and references are
-  Moses-tokenised, every intra-word hyphen (\\S)-(\\S) becomes \\1 ##AT##-##AT## \\2, and corpus BLEU is
-  computed on those tokens as multi-bleu.perl does (no smoothing; sacrebleu with tokenize='none').
-- sacreBLEU: hypotheses detokenised with sacremoses for the target language, scored against the plain
-  reference with sacrebleu's defaults; its signature is printed.
+Hypotheses: fairseq-generate's D- lines (best per id, by id) or a plain file; the reference: plain, detokenised
+text. Tokenised BLEU follows tensor2tensor's get_ende_bleu.sh (Moses tokens, hyphens split as ##AT##-##AT##,
+multi-bleu.perl's corpus BLEU); sacreBLEU uses its defaults. Details: docs/reference.md#scoring-translations and
+docs/recipes.md#bleu-conventions.
 """
 
 import argparse

@@ -2,13 +2,9 @@
 
     python -m vaswani_plugin.scoring.evalb --gold gold.trees --test parsed.trees [--per-sentence]
 
-One bracketed tree per line in each file. The defaults are EVALB's COLLINS.prm, the standard for WSJ parsing:
-labelled brackets; words tagged TOP, -NONE-, ",", ":", "``", "''", "." deleted with their brackets; ADVP and
-PRT equivalent; labels cut at the first "-" or "=" (function tags, indices); brackets covering no word ignored;
-statistics for all sentences and for those of at most 40 words. As in EVALB, each tree's own pre-terminal
-labels decide which words are deleted; a sentence whose words then differ from the gold ones is an error and
-left out of the totals, and an empty test line is skipped. Checked against EVALB's own sample results
-(tests/test_evalb.py).
+One bracketed tree per line in each file; EVALB's COLLINS.prm (the WSJ standard: punctuation deleted, ADVP =
+PRT, function tags cut), all sentences and those of at most 40 words. Checked against EVALB's own sample
+results (tests/test_evalb.py); details: docs/parsing.md.
 """
 
 import argparse

@@ -2,18 +2,10 @@
 
     python -m vaswani_plugin.scoring.parses --generate-output test.generate.txt --words text/test.words \\
         --gold gold/test.trees --tags gold/test.tags --output test.parsed.trees
-    python -m vaswani_plugin.scoring.parses --right-branching --words text/test.words --gold gold/test.trees \\
-        --tags gold/test.tags          # the floor: every sentence's right-branching tree
 
-Every output sequence is first made well-formed over its sentence's words (vaswani_plugin.scoring.trees.repair:
-unbalanced brackets, too many or too few XX), then turned back into a tree whose pre-terminals carry the gold
-part-of-speech tags: the model predicts no tags (they are XX placeholders), and EVALB decides by each tree's
-tags which words are punctuation, so the gold tags keep both trees over the same words. Hence the tagging
-accuracy is not the model's and is not printed. Prints how many outputs needed repair (0 after the task's
---parse-constrained decoding), EVALB's summaries (all sentences and length <= 40) and the F1 line.
-
-Before anything is scored, an empty sentence or one whose words and tags differ in number is a one-line error
-naming its line; a bracket as a word, ( or ), is written -LRB- or -RRB- in the trees, as the treebank does.
+Each output is repaired into a tree over its sentence's words (scoring.trees.repair), given the gold
+part-of-speech tags (the model predicts XX) and scored with EVALB; --right-branching scores the floor.
+Details: docs/reference.md#scoring-parses and docs/parsing.md.
 """
 
 import argparse

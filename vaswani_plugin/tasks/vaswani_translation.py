@@ -1,8 +1,6 @@
-"""Task `vaswani_translation`: fairseq's `translation` with the beam search of §6.1 (--search paper: GNMT length
-penalty α = 0.6, early stop, each sentence's own length limit; vaswani_plugin.tasks.beam_search), beam search
-constrained to well-formed trees for parsing (§6.3, --parse-constrained; vaswani_plugin.tasks.tree_constraint), and
-training under bfloat16 autocast (on CPUs too, which fairseq's own --bf16, made for TPUs, cannot), chosen by
---bf16-autocast auto|on|off (vaswani_plugin.precision decides)."""
+"""Task `vaswani_translation`: fairseq's `translation` with §6.1's decoding (--search, --gnmt-alpha; the
+generators are vaswani_plugin.generation's), parsing's tree constraint (§6.3, --parse-constrained) and training
+under bfloat16 autocast (--bf16-autocast auto|on|off, decided by vaswani_plugin.precision)."""
 
 import logging
 from dataclasses import dataclass, field
@@ -12,50 +10,14 @@ import numpy as np
 import torch
 from fairseq.optim.amp_optimizer import AMPOptimizer
 from fairseq.optim.fp16_optimizer import _FP16OptimizerMixin, _MemoryEfficientFP16OptimizerMixin
-from fairseq.sequence_generator import SequenceGenerator, SequenceGeneratorWithAlignment
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from vaswani_plugin.errors import VaswaniConfigError
-from vaswani_plugin.tasks.beam_search import SEARCH_RULES, BeamSearchGenerator, gnmt_length_penalty
+from vaswani_plugin.generation.generators import SEARCH_RULES, GeneratorChoice
 from vaswani_plugin.precision import bf16_autocast_enabled, bf16_autocast_setting, precision_line
-from vaswani_plugin.tasks.tree_constraint import constrain_to_trees
 
 logger = logging.getLogger(__name__)
-
-
-class GnmtLengthPenalty:
-    """Scores each finished hypothesis log P(Y|X) / lp(Y) instead of fairseq's log P(Y|X) / |Y|^lenpen.
-
-    fairseq divides the cumulative scores in place *after* deriving the positional scores from them, so
-    normalisation is turned off and the stored scores of the hypotheses this step finalised are divided
-    afterwards: positional scores stay the raw per-token log-probabilities, and fairseq's final sort
-    (by "score") ranks by the penalised scores. Beam search itself never looks at normalised scores.
-    """
-
-    def __init__(self, *args, gnmt_alpha: float, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.normalize_scores = False
-        self.gnmt_alpha = gnmt_alpha
-
-    def finalize_hypos(self, step, bbsz_idx, eos_scores, tokens, scores, finalized, finished, beam_size,
-                       attn, src_lengths, max_len):
-        counts = [len(hypotheses) for hypotheses in finalized]
-        newly_finished = super().finalize_hypos(step, bbsz_idx, eos_scores, tokens, scores, finalized,
-                                                finished, beam_size, attn, src_lengths, max_len)
-        penalty = gnmt_length_penalty(step + 1, self.gnmt_alpha)  # step + 1 tokens, </s> included
-        for hypotheses, count in zip(finalized, counts):
-            for hypothesis in hypotheses[count:]:
-                hypothesis["score"] = hypothesis["score"] / penalty
-        return newly_finished
-
-
-class GnmtSequenceGenerator(GnmtLengthPenalty, SequenceGenerator):
-    """fairseq's beam search, hypotheses ranked by the GNMT length penalty (§6.1)."""
-
-
-class GnmtSequenceGeneratorWithAlignment(GnmtLengthPenalty, SequenceGeneratorWithAlignment):
-    """The same, for --print-alignment (§6.1)."""
 
 
 @dataclass
@@ -65,32 +27,16 @@ class VaswaniTranslationConfig(TranslationConfig):
                                         "GNMT length penalty of §6.1 (0.6 in the paper); replaces --lenpen"})
     search: str = field(
         default="fairseq", metadata={
-            "help": "the beam search's rule, both run by the plugin's own generator "
-                    "(vaswani_plugin.tasks.beam_search): fairseq (default): fairseq-generate's hypotheses and "
-                    "scores exactly (the first beam hypotheses to end are the sentence's; limit a x the batch's "
-                    "longest source + b); paper: §6.1, hypotheses scored log P / ((5+|Y|)/6)^alpha (--gnmt-alpha, "
-                    "0.6 if unset), a sentence ends when no live hypothesis can still beat its beam finished "
-                    "ones (tensor2tensor's early stop), limit a x its own source length + b. What the plugin's "
-                    "generator does not do (--sampling, --diverse-beam-groups, --prefix-size, --constraints, "
-                    "ensembles, ...) goes to fairseq's SequenceGenerator with a one-line notice under fairseq, "
-                    "and is an error under paper"})
+            "help": "the beam search's rule: fairseq (default), fairseq-generate's hypotheses; paper, §6.1's (GNMT "
+                    "penalty and early stop, each sentence's own limit); docs/reference.md#vaswani_translation-61"})
     parse_constrained: bool = field(
-        default=False, metadata={"help": "parsing (§6.3): beam search emits only well-formed tree sequences over "
-                                         "exactly the input's words: the next word (or XX) while words remain, "
-                                         "(LABEL while a word is left for it, )LABEL of the innermost open "
-                                         "constituent once it holds a child, </s> once every word is placed and "
-                                         "every bracket closed; the target dictionary holds (LABEL and )LABEL, and "
-                                         "XX or the words"})
+        default=False, metadata={"help": "parsing (§6.3): beam search emits only well-formed trees over exactly the "
+                                         "input's words (docs/reference.md)"})
     bf16_autocast: str = field(
         default="off", metadata={
             "argparse_const": "on",
-            "help": "auto, on or off (default off; a bare --bf16-autocast is on; 1 and 0 mean on and off): train under "
-                    "torch.autocast in bfloat16 on the model's device (CPU or GPU): matrix products in bfloat16; "
-                    "weights, loss, gradients and Adam in float32. Faster only where the hardware multiplies "
-                    "bfloat16 natively (AVX512-BF16 or AMX CPUs, Ampere or newer GPUs). auto: on only on a CPU "
-                    "with AVX512-BF16 or AMX, off on GPUs and beside fairseq's --fp16, --amp or --bf16. Not "
-                    "fairseq's --bf16, which assumes a TPU"})
-
+            "help": "auto, on or off (default off; bare: on): train under bfloat16 autocast, weights, loss and Adam "
+                    "in float32; auto: on only on a CPU with AVX512-BF16 or AMX. Not fairseq's --bf16 (TPUs)"})
 
 def fairseq_precision(optimizer, dtype: torch.dtype) -> Optional[str]:
     """fairseq's own mixed precision, told by its optimizer wrapper and the model's dtype; None for float32."""
@@ -105,7 +51,7 @@ def fairseq_precision(optimizer, dtype: torch.dtype) -> Optional[str]:
 
 
 @register_task("vaswani_translation", dataclass=VaswaniTranslationConfig)
-class VaswaniTranslationTask(TranslationTask):
+class VaswaniTranslationTask(GeneratorChoice, TranslationTask):
     """fairseq's `translation`, plus --gnmt-alpha for beam search as in §6.1, --parse-constrained for parsing
     (§6.3) and --bf16-autocast for training."""
 
@@ -162,86 +108,3 @@ class VaswaniTranslationTask(TranslationTask):
                 f"</s> included), positions {max_positions}; --skip-invalid-size-inputs-valid-test leaves such "
                 "sentences out")
         return super().filter_indices_by_size(indices, dataset, max_positions, ignore_invalid_inputs)
-
-    def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None,
-                        prefix_allowed_tokens_fn=None):
-        """The plugin's beam search (§6.1, --search), or fairseq's generator for what it does not do."""
-        if getattr(args, "score_reference", False):
-            return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn)
-        rule = self.cfg.search
-        alpha = self.cfg.gnmt_alpha
-        if alpha is not None or rule == "paper":
-            self.check_no_fairseq_normalisation(args, "--search paper" if alpha is None else f"--gnmt-alpha {alpha}")
-        unsupported = self.unsupported_by_plugin_search(models, args, seq_gen_cls, extra_gen_cls_kwargs,
-                                                        prefix_allowed_tokens_fn)
-        if unsupported is None:
-            generator = BeamSearchGenerator(
-                models, self.target_dictionary, beam_size=getattr(args, "beam", 5),
-                max_len_a=getattr(args, "max_len_a", 0), max_len_b=getattr(args, "max_len_b", 200),
-                min_len=getattr(args, "min_len", 1), normalize_scores=not getattr(args, "unnormalized", False),
-                len_penalty=getattr(args, "lenpen", 1), unk_penalty=getattr(args, "unkpen", 0),
-                temperature=getattr(args, "temperature", 1.0), gnmt_alpha=alpha, rule=rule,
-                print_alignment=getattr(args, "print_alignment", None))
-        elif rule == "paper":
-            raise VaswaniConfigError(f"--search paper does not combine with {unsupported}: fairseq's generator "
-                                     "would decode by its own rule; use --search fairseq")
-        else:
-            logger.info(f"fairseq's SequenceGenerator decodes (same rule, slower): the plugin's beam search does "
-                        f"not do {unsupported}")
-            generator = self.build_ranked_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs,
-                                                    prefix_allowed_tokens_fn)
-        if self.cfg.parse_constrained:
-            generator = constrain_to_trees(generator, self.tgt_dict, self.datasets, self.src_dict)
-        return generator
-
-    @staticmethod
-    def unsupported_by_plugin_search(models, args, seq_gen_cls, extra_gen_cls_kwargs,
-                                     prefix_allowed_tokens_fn) -> Optional[str]:
-        """What of this generation fairseq's SequenceGenerator must do (named as its option); None: nothing."""
-        if len(models) != 1:
-            return "an ensemble of models"
-        # fairseq-generate always passes lm_model (None without --lm-path) and lm_weight.
-        extra_options = set(extra_gen_cls_kwargs or {}) - {"lm_model", "lm_weight"}
-        options = [("--sampling", getattr(args, "sampling", False)),
-                   ("--diverse-beam-groups", getattr(args, "diverse_beam_groups", -1) > 0),
-                   ("--diversity-rate", getattr(args, "diversity_rate", -1) > -1),
-                   ("--match-source-len", getattr(args, "match_source_len", False)),
-                   ("--constraints", getattr(args, "constraints", False)),
-                   ("--prefix-size", getattr(args, "prefix_size", 0) > 0),
-                   ("--no-repeat-ngram-size", getattr(args, "no_repeat_ngram_size", 0) > 0),
-                   ("a prefix_allowed_tokens_fn", prefix_allowed_tokens_fn is not None
-                    or getattr(args, "prefix_allowed_tokens_fn", None) is not None),
-                   (f"generator class {getattr(seq_gen_cls, '__name__', '')}", seq_gen_cls is not None),
-                   ("--lm-path", (extra_gen_cls_kwargs or {}).get("lm_model") is not None),
-                   (f"generator options {', '.join(sorted(extra_options))}", bool(extra_options)),
-                   ("--print-alignment with a model that aligns step by step (no full_context_alignment)",
-                    getattr(args, "print_alignment", None) and not getattr(models[0], "full_context_alignment",
-                                                                           False))]
-        return next((option for option, present in options if present), None)
-
-    @staticmethod
-    def check_no_fairseq_normalisation(args, option: str):
-        if getattr(args, "lenpen", 1) != 1 or getattr(args, "unnormalized", False):
-            given = "--unnormalized" if getattr(args, "unnormalized", False) else f"--lenpen {args.lenpen}"
-            raise VaswaniConfigError(f"{option} replaces fairseq's length normalisation; drop {given}")
-
-    def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
-        begin_batch = getattr(getattr(generator, "search", None), "begin_batch", None)
-        if begin_batch is not None:  # the tree constraint's word leaves are this batch's input words
-            begin_batch(sample)
-        return super().inference_step(generator, models, sample, prefix_tokens, constraints)
-
-    def build_ranked_generator(self, models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn):
-        """fairseq's generator, hypotheses ranked by the GNMT penalty when --gnmt-alpha is set (§6.1)."""
-        alpha = self.cfg.gnmt_alpha
-        if alpha is None:
-            return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs,
-                                           prefix_allowed_tokens_fn)
-        if seq_gen_cls is not None:
-            raise VaswaniConfigError(f"--gnmt-alpha ranks fairseq's SequenceGenerator, not {seq_gen_cls.__name__}")
-        extra_gen_cls_kwargs = {**(extra_gen_cls_kwargs or {}), "gnmt_alpha": alpha}
-        seq_gen_cls = GnmtSequenceGenerator
-        if getattr(args, "print_alignment", False):
-            seq_gen_cls = GnmtSequenceGeneratorWithAlignment
-            extra_gen_cls_kwargs["print_alignment"] = args.print_alignment
-        return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn)

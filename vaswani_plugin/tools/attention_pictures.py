@@ -2,29 +2,15 @@
 
     python -m vaswani_plugin.tools.attention_pictures --path checkpoint_best.pt --data data-bin \\
         --source "the cat sat" --output-dir pictures [--target "die Katze saß"] [--layer 6 --head 3]
-    python -m vaswani_plugin.tools.attention_pictures --path avg.pt --data data-bin --bpe-codes bpe/codes \\
-        --source "The cat sat." --output-dir pictures
 
-Sentences are read as the dictionary's tokens (split at whitespace), or, with --bpe-codes, as raw text that
-is Moses-tokenised and BPE-segmented first by fairseq's encoders, as fairseq-interactive does. Without
---target, the source is translated with beam search (beam 4) and the best hypothesis is the target. One
-teacher-forced forward pass in eval mode (no dropout) then records, for every layer and head:
-
-    encoder_self     [layers, heads, S, S]  queries and keys: the source tokens, </s> included
-    decoder_self     [layers, heads, T, T]  zero above the diagonal (no position sees later ones)
-    encoder_decoder  [layers, heads, T, S]
-
-T counts decoder positions. A decoder query is labelled with the token the decoder outputs there (the
-target tokens, then </s>); decoder self-attention keys with the tokens fed in (</s>, then the target). The
-output directory gets, per kind, a heatmap of --layer/--head and a grid of all heads of --layer, and
-attention.npz: the three arrays in full plus source_tokens, target_tokens (decoder outputs) and
-decoder_input_tokens.
+Sentences are dictionary tokens, or raw text with --bpe-codes; without --target the source is translated (beam 4).
+One teacher-forced pass records encoder_self [layers, heads, S, S], decoder_self [.., T, T] and encoder_decoder
+[.., T, S]; the output directory gets heatmaps and attention.npz. Details: docs/reference.md#attention-pictures.
 """
 
 import argparse
 import logging
 import math
-import pickle
 import sys
 from contextlib import contextmanager
 from functools import partial
@@ -33,19 +19,15 @@ from typing import Dict, Iterator, List, Optional
 
 import numpy
 import torch
-from fairseq import checkpoint_utils
-from fairseq.data import data_utils
-from fairseq.data.encoders.moses_tokenizer import MosesTokenizer, MosesTokenizerConfig
-from fairseq.data.encoders.subword_nmt_bpe import SubwordNMTBPE, SubwordNMTBPEConfig
 from fairseq.dataclass.configs import GenerationConfig
-from fairseq.models import ARCH_MODEL_REGISTRY
 from torch import Tensor
 
 import vaswani_plugin  # noqa: F401  (registers the model; allow-lists fairseq's checkpoint classes)
-from vaswani_plugin.checkpoints.storage import UnreadableCheckpoint, load_checkpoint
 from vaswani_plugin.cli import run_command
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerModel
+from vaswani_plugin.serving.loading import load_model
+from vaswani_plugin.serving.text import TextPipeline
 
 # kind -> (title, stack, attention sub-layer of that stack's layers)
 KINDS = {
@@ -101,52 +83,6 @@ def attention_maps(model: VaswaniTransformerModel, src_tokens: Tensor,
     finally:
         model.train(was_training)
     return {kind: torch.stack([weights[0] for weights in layers]) for kind, layers in captured.items()}
-
-
-def load_model(path, data, source_lang: Optional[str], target_lang: Optional[str]):
-    """(task, model in eval mode) from a vaswani_transformer checkpoint, dictionaries read from `data`."""
-    if not Path(path).is_file():
-        raise VaswaniConfigError(f"--path {path}: no such checkpoint file")
-    try:
-        state = load_checkpoint(path, checkpoint_utils.load_checkpoint_to_cpu)
-        cfg = state["cfg"]
-        arch = getattr(cfg.model, "arch", None) or getattr(cfg.model, "_name", None)
-    except (UnreadableCheckpoint, pickle.UnpicklingError):
-        raise  # one line naming the file; torch's own explanation of a class that safe loading refuses
-    except Exception:  # a torch file that is no fairseq checkpoint fails in fairseq's upgrade, many ways
-        raise VaswaniConfigError(f"--path {path} is not a fairseq checkpoint") from None
-    model_class = ARCH_MODEL_REGISTRY.get(arch)
-    if model_class is None or not issubclass(model_class, VaswaniTransformerModel):
-        raise VaswaniConfigError(f"--path {path} holds a {arch!r} model, not a vaswani_transformer")
-    if not Path(data).is_dir():
-        raise VaswaniConfigError(f"--data {data}: no such directory")
-    source_lang = source_lang or getattr(cfg.task, "source_lang", None)
-    target_lang = target_lang or getattr(cfg.task, "target_lang", None)
-    if source_lang is None or target_lang is None:
-        # fairseq-train found the pair from the file names of the data directory; do the same.
-        inferred = data_utils.infer_language_pair(str(data))
-        source_lang, target_lang = source_lang or inferred[0], target_lang or inferred[1]
-    if source_lang is None or target_lang is None:
-        raise VaswaniConfigError(f"cannot tell the language pair from {data}: give --source-lang and --target-lang")
-    for lang in (source_lang, target_lang):
-        if not (Path(data) / f"dict.{lang}.txt").is_file():
-            raise VaswaniConfigError(f"--data {data} has no dict.{lang}.txt")
-    cfg.task.update({"data": str(data), "source_lang": source_lang, "target_lang": target_lang})
-    try:
-        models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], state=state)
-    except RuntimeError:  # load_state_dict: embedding sizes follow the dictionaries
-        raise VaswaniConfigError(f"the dictionaries in --data {data} are not the ones {path} was trained with") \
-            from None
-    return task, models[0].eval()
-
-
-def segment(sentence: str, lang: str, bpe_codes) -> str:
-    """Raw text -> Moses tokens -> BPE pieces, through fairseq's own encoders, as fairseq-interactive
-    `--tokenizer moses --moses-no-escape --bpe subword_nmt` and the hub interface make them."""
-    if not Path(bpe_codes).is_file():
-        raise VaswaniConfigError(f"--bpe-codes {bpe_codes}: no such file")
-    tokenizer = MosesTokenizer(MosesTokenizerConfig(source_lang=lang, target_lang=lang, moses_no_escape=True))
-    return SubwordNMTBPE(SubwordNMTBPEConfig(bpe_codes=str(bpe_codes))).encode(tokenizer.encode(sentence))
 
 
 def encode(dictionary, sentence: str, option: str) -> Tensor:
@@ -251,9 +187,10 @@ def write_attention_pictures(args: argparse.Namespace) -> List[Path]:
 
     source, target_text = args.source, args.target
     if args.bpe_codes:
-        source = segment(source, task.cfg.source_lang, args.bpe_codes)
+        source = " ".join(TextPipeline(task.cfg.source_lang, task.cfg.source_lang, args.bpe_codes).encode(source))
         if target_text is not None:
-            target_text = segment(target_text, task.cfg.target_lang, args.bpe_codes)
+            target_text = " ".join(TextPipeline(task.cfg.target_lang, task.cfg.target_lang,
+                                                args.bpe_codes).encode(target_text))
     src_tokens = encode(task.source_dictionary, source, "--source")
     print(f"source: {task.source_dictionary.string(src_tokens)}")
     if target_text is None:

@@ -1,26 +1,11 @@
 """Beam search that emits only trees over the input's words, for parsing (§6.3; the task's --parse-constrained).
 
-The target is vaswani_plugin.scoring.trees' sequence form, "(S (NP The cat )NP (VP sat )VP . )S" (or with XX
-leaves: "(S (NP XX XX )NP (VP XX )VP XX )S"). At every step a hypothesis may continue with
-    a leaf   while words remain to be placed: the next word of the input (its own token, <unk> if the target
-             dictionary lacks it), or XX where the dictionary has XX leaves;
-    (LABEL   while a word remains for it and the length limit leaves room for the rest: the words left, a
-             closing bracket for every open one and </s>;
-    )LABEL   only the one of the innermost open constituent, once that holds a child (not right after its
-             opening token);
-    </s>     once every word is placed and every bracket closed;
-and never with anything else: special symbols, openings without a closing symbol in the dictionary, symbols that
-are none of these. Every finished hypothesis is thus a well-formed sequence over exactly the input's words.
-
-With word leaves the search decides where the next word goes, not which word it is: placing it scores the log
-of the probability the model gives all leaves together (every token but brackets and special symbols), the same
-decision as an XX leaf. The word's own probability would rank an unknown word (<unk>, which training targets
-rarely hold) below any bracket and push the hypotheses into bracket after bracket.
-
-The rule is fairseq's prefix_allowed_tokens_fn (search.PrefixConstrainedBeamSearch), applied to all hypotheses of
-a step as one boolean mask computed from the prefixes with tensor operations rather than by one Python call per
-hypothesis, inside fairseq's ordinary beam search (2 x beam candidates a step, so that hypotheses finishing do not
-shrink the beam). Each row's number of words comes from fairseq's src_lengths hook (search.set_src_lengths).
+The target is scoring.trees' sequence form, "(S (NP The cat )NP (VP sat )VP . )S" (or with XX leaves). At every
+step a hypothesis may continue with the next word (or XX) while words remain, (LABEL while the length limit
+leaves room, the innermost )LABEL once it holds a child, and </s> once every word is placed and every bracket
+closed: every finished hypothesis is a well-formed tree over exactly the input's words. It is fairseq's
+prefix-constrained beam search as one boolean mask a step, inside fairseq's BeamSearch. Placing a word scores
+all leaves' probability together (where the word goes, not which word). Details: docs/reference.md.
 """
 
 import math
@@ -31,6 +16,7 @@ import torch
 from fairseq.search import BeamSearch
 
 from vaswani_plugin.errors import VaswaniConfigError
+from vaswani_plugin.generation.length import length_limit
 from vaswani_plugin.scoring.trees import PLACEHOLDER
 
 
@@ -143,13 +129,6 @@ class TreeConstraint:
         return allowed
 
 
-def max_len(max_len_a: float, max_len_b: int, model_max_len: int, source_lengths):
-    """fairseq's SequenceGenerator limit (§6.3: input + 300): </s> at step min(a * source length + b, model's positions - 1) at the
-    latest (the source length with its </s>; fairseq takes a batch's longest, padded)."""
-    return np.minimum(np.floor(max_len_a * np.asarray(source_lengths) + max_len_b).astype(np.int64),
-                      model_max_len - 1)
-
-
 class TreeConstrainedBeamSearch(BeamSearch):
     """fairseq's beam search, each step restricted to the tokens TreeConstraint allows (§6.3 parsing)."""
 
@@ -171,7 +150,7 @@ class TreeConstrainedBeamSearch(BeamSearch):
         """A one-line error if a sentence (its length with </s>) has more words than any tree can hold within
         the length limit; fairseq's limit grows with a batch's longest sentence, so this is the least it is."""
         lengths = np.asarray(source_lengths)
-        self.refuse(lengths, max_len(self.max_len_a, self.max_len_b, self.model_max_len, lengths), where)
+        self.refuse(lengths, length_limit(self.max_len_a, self.max_len_b, lengths, self.model_max_len), where)
 
     def refuse(self, lengths: np.ndarray, limits, where: str, ids: Optional[Sequence[int]] = None) -> None:
         """The error for the first sentence of `lengths` (their ids: `ids`, or their indices) over `limits`."""
@@ -211,9 +190,10 @@ class TreeConstrainedBeamSearch(BeamSearch):
         if self.per_sentence_limits or step == 0:
             lengths = self.src_lengths.cpu().numpy()
             if self.per_sentence_limits:  # each sentence's own (the live ones')
-                limits = max_len(self.max_len_a, self.max_len_b, self.model_max_len, lengths)
+                limits = length_limit(self.max_len_a, self.max_len_b, lengths, self.model_max_len)
             else:  # this batch's, as fairseq computes it from the longest source (at most that, if padded)
-                self.batch_max_len = int(max_len(self.max_len_a, self.max_len_b, self.model_max_len, lengths.max()))
+                self.batch_max_len = length_limit(self.max_len_a, self.max_len_b, int(lengths.max()),
+                                                  self.model_max_len)
                 limits = self.batch_max_len
             if step == 0:
                 ids = None if original_batch_idxs is None else original_batch_idxs.tolist()

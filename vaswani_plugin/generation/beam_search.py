@@ -1,32 +1,10 @@
-"""Beam search as §6.1 decodes, and fairseq's, in one loop of tensor operations over the live sentences.
+"""Beam search as §6.1 decodes (the task's --search paper), in one loop of tensor operations over the sentences.
 
-§6.1: "we used beam search with a beam size of 4 and length penalty α = 0.6 [Wu et al., 2016] ... We set the
-maximum output length during inference to input length + 50, but terminate early when possible." The task's
---search chooses the rule:
-
-paper    Hypotheses are scored s(Y) = log P(Y|X) / lp(Y), lp(Y) = ((5 + |Y|) / 6)^α (GNMT, Wu et al. 2016,
-         eq. 14; |Y| counts </s>; α from --gnmt-alpha, 0.6 if unset). Each sentence x has its own limit
-         L(x) = min(⌊a·|x| + b⌋, the model's positions − 1), |x| its source tokens with </s> (--max-len-a,
-         --max-len-b): its hypotheses end with </s> after at most L(x) tokens. A sentence keeps the `beam` best
-         finished hypotheses seen so far (every </s> among the 2·beam candidates of a step may enter) and
-         ends after a step when
-             worst(x) ≥ best_alive(x) / lp(L(x) + 1)      or      it has reached L(x),
-         worst(x) being the lowest score of its finished set once that holds `beam` hypotheses (−∞ before)
-         and best_alive(x) the highest log P of its live hypotheses: log P only falls as a hypothesis grows
-         and lp is largest at the longest length allowed, L(x) + 1 with </s>, so no live hypothesis can then
-         still enter the finished set. This is tensor2tensor's early stop (utils/beam_search.py,
-         `_is_not_finished`: lower_bound_alive_scores = alive_log_probs[:, 0] / max_length_penalty against
-         lowest_score_of_finished_in_finished), the authors' own code, except that tensor2tensor already
-         stops with one finished hypothesis; waiting for `beam` of them makes every --nbest up to beam exact.
-fairseq  fairseq's SequenceGenerator, same hypotheses and scores: the first `beam` hypotheses
-         to end, found among the top `beam` of the 2·beam candidates, are the sentence's, scored by
-         log P / |Y|^lenpen (or by lp(Y) with --gnmt-alpha, vaswani_translation.GnmtLengthPenalty), and a
-         batch's limit is a·(its longest source, padded) + b.
-
-Per step: one decoder call for all live hypotheses, fairseq's candidate selection (its search object, so that
---parse-constrained's TreeConstrainedBeamSearch applies unchanged), finalisation by scatter/gather, and one host
-sync to learn which sentences ended; ended sentences leave the batch (the model's reorder_incremental_state).
-An empty source (only </s>) gets the empty output, score 0, without being decoded.
+Hypotheses are scored log P(Y|X) / lp(Y) (GNMT's penalty), each sentence has its own limit ⌊a·|x| + b⌋, and a
+sentence ends by GNMT's early stop as tensor2tensor's `_is_not_finished`: when its worst of `beam` finished
+hypotheses scores at least its best live log P / lp(limit + 1). In full: docs/reference.md#vaswani_translation-61.
+Per step: one decoder call, fairseq's candidate selection (its search object, so the tree constraint applies),
+one host sync; ended sentences leave the batch.
 """
 
 import math
@@ -40,14 +18,9 @@ from fairseq.search import BeamSearch
 from torch import Tensor, nn
 
 from vaswani_plugin.errors import VaswaniConfigError
+from vaswani_plugin.generation.empty_sources import empty_output, empty_sources
+from vaswani_plugin.generation.length import PAPER_ALPHA, gnmt_length_penalty, length_limit
 
-SEARCH_RULES = ("fairseq", "paper")
-PAPER_ALPHA = 0.6  # §6.1
-
-
-def gnmt_length_penalty(length, alpha: float):
-    """§6.1 (Wu et al., 2016, eq. 14): lp(Y) = ((5 + |Y|) / 6)^α, |Y| counting </s>; an int or a tensor."""
-    return ((5 + length) / 6) ** alpha
 
 
 class BeamSearchGenerator(nn.Module):
@@ -55,14 +28,11 @@ class BeamSearchGenerator(nn.Module):
     each {"tokens", "score", "positional_scores", "attention", "alignment"}) for one encoder-decoder model."""
 
     def __init__(self, models, tgt_dict, beam_size: int = 1, max_len_a: float = 0, max_len_b: int = 200,
-                 min_len: int = 1, normalize_scores: bool = True, len_penalty: float = 1.0, unk_penalty: float = 0.0,
-                 temperature: float = 1.0, gnmt_alpha: Optional[float] = None, rule: str = "fairseq",
-                 print_alignment: Optional[str] = None, search_strategy=None):
+                 min_len: int = 1, unk_penalty: float = 0.0, temperature: float = 1.0,
+                 gnmt_alpha: Optional[float] = None, print_alignment: Optional[str] = None, search_strategy=None):
         super().__init__()
         if len(models) != 1:
             raise VaswaniConfigError("the plugin's beam search decodes with one model, not an ensemble")
-        if rule not in SEARCH_RULES:
-            raise VaswaniConfigError(f"--search {rule}: choose one of {', '.join(SEARCH_RULES)}")
         self.model = models[0]
         self.tgt_dict = tgt_dict
         self.pad, self.unk, self.eos = tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos()
@@ -71,14 +41,12 @@ class BeamSearchGenerator(nn.Module):
         self.beam_size = min(beam_size, self.vocab_size - 1)  # as fairseq: pad is never chosen
         self.max_len_a, self.max_len_b, self.min_len = max_len_a, max_len_b, min_len
         self.max_len = self.model.max_decoder_positions()
-        self.normalize_scores, self.len_penalty, self.unk_penalty = normalize_scores, len_penalty, unk_penalty
+        self.unk_penalty = unk_penalty
         self.temperature = temperature
         self.extract_alignment = {None: None, "hard": utils.extract_hard_alignment,
                                   "soft": utils.extract_soft_alignment}[print_alignment or None]
-        self.paper = rule == "paper"
-        self.gnmt_alpha = PAPER_ALPHA if self.paper and gnmt_alpha is None else gnmt_alpha
-        # Each sentence's own limit in the paper's search (the tree constraint reads it too).
-        self.per_sentence_limits = self.paper
+        self.gnmt_alpha = PAPER_ALPHA if gnmt_alpha is None else gnmt_alpha
+        self.per_sentence_limits = True  # each sentence's own limit (the tree constraint reads it)
         self.search = BeamSearch(tgt_dict) if search_strategy is None else search_strategy
         self.should_set_src_lengths = getattr(self.search, "needs_src_lengths", False)
         self.incremental = isinstance(getattr(self.model, "decoder", None), FairseqIncrementalDecoder)
@@ -91,12 +59,6 @@ class BeamSearchGenerator(nn.Module):
         """fairseq's own BeamSearch, not a subclass such as --parse-constrained's: its step is `candidates`."""
         return type(self.search) is BeamSearch
 
-    def length_penalty(self, length: int) -> float:
-        """What a finished hypothesis's log P(Y|X) is divided by, |Y| = length (</s> included)."""
-        if self.gnmt_alpha is not None:
-            return gnmt_length_penalty(length, self.gnmt_alpha)
-        return length ** self.len_penalty if self.normalize_scores else 1.0
-
     @torch.no_grad()
     def generate(self, models, sample: Dict[str, Dict[str, Tensor]], prefix_tokens: Optional[Tensor] = None,
                  constraints: Optional[Tensor] = None, bos_token: Optional[int] = None, **kwargs):
@@ -108,33 +70,25 @@ class BeamSearchGenerator(nn.Module):
         src_lengths = net_input.get("src_lengths")
         if src_lengths is None:
             src_lengths = (src_tokens.ne(self.eos) & src_tokens.ne(self.pad)).long().sum(1)
-        batch, src_len = src_tokens.shape[:2]
+        batch = src_tokens.size(0)
         ids = sample.get("id")
         ids = ids if isinstance(ids, Tensor) else torch.arange(batch, device=src_tokens.device)
         finalized: List[List[Dict[str, Tensor]]] = [[] for _ in range(batch)]
         # An empty source line: the empty output, not a sentence the model makes up from nothing.
-        empty = (src_tokens.ne(self.pad) & src_tokens.ne(self.eos)).sum(1).eq(0)
+        empty = empty_sources(src_tokens, self.pad, self.eos)
         for sentence in empty.nonzero().squeeze(1).tolist():
-            finalized[sentence].append(self.hypothesis(torch.tensor([self.eos]), torch.tensor(0.0),
-                                                       torch.zeros(1)))
+            finalized[sentence].append(empty_output(self.eos))
         keep = (~empty).nonzero().squeeze(1)
         if not len(keep):
             return finalized
         if len(keep) < batch:
             src_tokens, src_lengths, ids = src_tokens[keep], src_lengths[keep], ids[keep]
-        if self.per_sentence_limits:
-            limits = (self.max_len_a * src_lengths.double() + self.max_len_b).floor().long()
-        else:  # fairseq: the batch's padded width
-            limits = torch.full_like(src_lengths, int(self.max_len_a * src_len + self.max_len_b))
-        limits = limits.clamp(max=self.max_len - 1)
+        limits = length_limit(self.max_len_a, self.max_len_b, src_lengths, self.max_len)
         if self.min_len > int(limits.min()):
             raise VaswaniConfigError(f"--min-len {self.min_len} is longer than the length limit "
                                      f"{int(limits.min())} (--max-len-a, --max-len-b)")
         encoder_out = self.model.encoder.forward_torchscript({"src_tokens": src_tokens, "src_lengths": src_lengths})
-        if self.beam_size == 1 and not self.paper and self.plain_beam_search:
-            outputs = self.search_greedy(encoder_out, limits, bos_token)
-        else:
-            outputs = self.search_beams(encoder_out, src_lengths, limits, ids, bos_token)
+        outputs = self.search_beams(encoder_out, src_lengths, limits, ids, bos_token)
         for sentence, hypotheses in zip(keep.tolist(), outputs):
             finalized[sentence] = hypotheses
         if self.extract_alignment is not None:
@@ -209,48 +163,6 @@ class BeamSearchGenerator(nn.Module):
         cand_scores, flat = row_scores.topk(width, dim=1)
         return cand_scores, row_indices.view(sentences, k * row_width).gather(1, flat), flat // row_width
 
-    def search_greedy(self, encoder_out, limits: Tensor, bos_token: Optional[int]) -> List[List[Dict[str, Tensor]]]:
-        """Beam 1 under fairseq's rule, without its beam bookkeeping: fairseq keeps the best of two candidates,
-        and its sentence ends when that is </s> (the same hypotheses, scores and positional scores)."""
-        sentences, device = limits.numel(), limits.device
-        max_len = int(limits.max())
-        tokens = torch.full((sentences, max_len + 2), self.pad, dtype=torch.long, device=device)
-        tokens[:, 0] = self.eos if bos_token is None else bos_token
-        scores = torch.zeros(sentences, max_len + 1, device=device)
-        live = torch.arange(sentences, device=device)
-        outputs: List[List[Dict[str, Tensor]]] = [[] for _ in range(sentences)]
-        state: Dict[str, Dict[str, Optional[Tensor]]] = {}
-        first_limit = int(limits.min())
-        for step in range(max_len + 1):
-            lprobs = self.log_probs(tokens[:, : step + 1], encoder_out, state)
-            lprobs = self.apply_rules(lprobs, step, limits if step >= first_limit else None, nan_to_inf=False)
-            # fairseq adds the prefix's log P to every entry, then takes the best two; the best entry is the
-            # same, and the addition is made once per row.
-            best, token = lprobs.max(dim=1)
-            best = torch.nan_to_num_(best, nan=-math.inf, posinf=math.inf, neginf=-math.inf)
-            if step:
-                best = best + scores[:, step - 1]
-            tokens[:, step + 1], scores[:, step] = token, best
-            ends = token.eq(self.eos) & best.ne(-math.inf)
-            done = ends | best.eq(-math.inf) | limits.le(step)
-            if not bool(done.any()):
-                continue
-            penalty = self.length_penalty(step + 1)
-            positional = scores[:, : step + 1].clone()
-            positional[:, 1:] = scores[:, 1: step + 1] - scores[:, :step]
-            for row in (ends & done).nonzero().squeeze(1).tolist():
-                outputs[int(live[row])] = [self.hypothesis(tokens[row, 1: step + 2], best[row] / penalty,
-                                                           positional[row])]
-            if bool(done.all()):
-                break
-            kept = (~done).nonzero().squeeze(1)
-            tokens, scores, limits, live = tokens[kept], scores[kept], limits[kept], live[kept]
-            if self.incremental:
-                self.model.decoder.reorder_incremental_state_scripting(state, kept)
-            encoder_out = self.model.encoder.reorder_encoder_out(encoder_out, kept)
-            first_limit = int(limits.min())
-        return outputs
-
     def search_beams(self, encoder_out, src_lengths: Tensor, limits: Tensor, ids: Tensor,
                      bos_token: Optional[int]) -> List[List[Dict[str, Tensor]]]:
         """The hypotheses of each sentence of the batch, best first."""
@@ -265,8 +177,7 @@ class BeamSearchGenerator(nn.Module):
         scores = torch.zeros(sentences * k, max_len + 1, device=device)  # cumulative log P of each prefix
         ignored = torch.zeros(sentences, k, dtype=torch.bool, device=device)  # fairseq's cands_to_ignore
         finished = FinishedHypotheses(sentences, k, max_len, self.pad, device)
-        if self.paper:
-            bound_divisor = gnmt_length_penalty(limits.double() + 1, self.gnmt_alpha)
+        bound_divisor = gnmt_length_penalty(limits.double() + 1, self.gnmt_alpha)
         live = torch.arange(sentences, device=device)  # each live row group's sentence
         outputs: List[Optional[List[Dict[str, Tensor]]]] = [None] * sentences
         state: Dict[str, Dict[str, Optional[Tensor]]] = {}
@@ -295,13 +206,8 @@ class BeamSearchGenerator(nn.Module):
             cand_rows = cand_beams + (torch.arange(bsz, device=device) * k)[:, None]
             ends = cand_indices.eq(self.eos) & cand_scores.ne(-math.inf)
             ends[:, :k] &= ~ignored
-            penalty = self.length_penalty(step + 1)
-            # Candidates that may finish: every </s> (paper), or those among the top `beam` (fairseq).
-            width = candidates if self.paper else k
-            if self.paper:
-                entered = finished.merge(ends, cand_scores, penalty, step)
-            else:
-                entered = finished.append(ends[:, :k], cand_scores[:, :k], penalty, step)
+            # Every </s> among the candidates may enter the finished set.
+            entered = finished.merge(ends, cand_scores, gnmt_length_penalty(step + 1, self.gnmt_alpha), step)
 
             # The next live hypotheses: the best `beam` candidates that do not end (fairseq's active_hypos).
             ends[:, :k] |= ignored
@@ -310,15 +216,12 @@ class BeamSearchGenerator(nn.Module):
             ignored = position >= candidates
             active_rows = cand_rows.gather(1, active).view(-1)
             active_scores = cand_scores.gather(1, active)
-            if self.paper:
-                active_scores = active_scores.masked_fill(ignored, -math.inf)
-                done = finished.worst().double() >= active_scores.amax(1).double() / bound_divisor
-            else:
-                done = finished.count.ge(k) | active_scores.amax(1).eq(-math.inf)
+            active_scores = active_scores.masked_fill(ignored, -math.inf)
+            done = finished.worst().double() >= active_scores.amax(1).double() / bound_divisor
             done |= limits <= step
             any_entered, any_done = torch.stack([entered, done.any()]).tolist()
             if any_entered:
-                finished.write(tokens, scores, cand_rows[:, :width], cand_scores[:, :width], step, self.eos)
+                finished.write(tokens, scores, cand_rows, cand_scores, step, self.eos)
             tokens = tokens.index_select(0, active_rows)
             tokens[:, step + 1] = cand_indices.gather(1, active).view(-1)
             scores = scores.index_select(0, active_rows)
@@ -334,8 +237,7 @@ class BeamSearchGenerator(nn.Module):
                 tokens, scores, reorder = tokens[kept_rows], scores[kept_rows], reorder[kept_rows]
                 ignored, limits, live, ids, src_lengths = (
                     t[kept] for t in (ignored, limits, live, ids, src_lengths))
-                if self.paper:
-                    bound_divisor = bound_divisor[kept]
+                bound_divisor = bound_divisor[kept]
                 finished.keep(kept)
                 self.search.prune_sentences(kept)
                 first_limit = int(limits.min())
@@ -353,23 +255,10 @@ class FinishedHypotheses:
         self.tokens = torch.full((sentences, k + 1, max_len + 1), pad, dtype=torch.long, device=device)
         self.cumulative = torch.zeros(sentences, k + 1, max_len + 1, device=device)
         self.count = torch.zeros(sentences, dtype=torch.long, device=device)
-        self.slots: Optional[Tensor] = None  # append: each candidate's slot (k: none)
-        self.sources: Optional[Tensor] = None  # merge: where each slot's hypothesis comes from
-
-    def append(self, ends: Tensor, cand_scores: Tensor, penalty: float, step: int) -> Tensor:
-        """fairseq's rule: the candidates ending, in score order, take the free slots while there are any.
-        Returns whether any entered."""
-        rank = ends.long().cumsum(1)
-        entering = ends & (self.count[:, None] + rank <= self.k)
-        self.slots = torch.where(entering, self.count[:, None] + rank - 1, self.k)
-        self.scores.scatter_(1, self.slots, cand_scores / penalty)
-        self.lengths.scatter_(1, self.slots, torch.full_like(self.slots, step + 1))
-        self.scores[:, self.k] = -math.inf
-        self.count = self.count + entering.sum(1)
-        return entering.any()
+        self.sources: Optional[Tensor] = None  # where each slot's hypothesis comes from (merge)
 
     def merge(self, ends: Tensor, cand_scores: Tensor, penalty: float, step: int) -> Tensor:
-        """The paper's rule: the `beam` best of the finished set and of the candidates ending now, best first.
+        """§6.1's rule: the `beam` best of the finished set and of the candidates ending now, best first.
         Returns whether any entered."""
         new = torch.where(ends, cand_scores / penalty, -math.inf)
         best, self.sources = torch.cat([self.scores[:, : self.k], new], dim=1).topk(self.k, dim=1)
@@ -385,18 +274,13 @@ class FinishedHypotheses:
 
     def write(self, tokens: Tensor, scores: Tensor, cand_rows: Tensor, cand_scores: Tensor, step: int, eos: int):
         """Store the tokens (those so far, then </s>) and cumulative log-probabilities of the hypotheses that
-        entered at this step (append's or merge's)."""
+        entered at this step (merge's)."""
         rows = cand_rows.reshape(-1)
         new_tokens = tokens.index_select(0, rows)[:, 1: step + 2].view(*cand_rows.shape, step + 1)
         new_tokens[:, :, step] = eos
         new_cumulative = scores.index_select(0, rows)[:, : step + 1].view(*cand_rows.shape, step + 1)
         new_cumulative[:, :, step] = cand_scores
-        if self.sources is None:  # append: scatter into the slots
-            wide = self.slots[:, :, None].expand(-1, -1, step + 1)
-            self.tokens[:, :, : step + 1].scatter_(1, wide, new_tokens)
-            self.cumulative[:, :, : step + 1].scatter_(1, wide, new_cumulative)
-            return
-        # merge: gather each slot from the old set or the new candidates
+        # Each slot gathered from the old set or the new candidates.
         width = self.tokens.size(2)
         new_tokens = nn.functional.pad(new_tokens, (0, width - step - 1), value=self.pad)
         new_cumulative = nn.functional.pad(new_cumulative, (0, width - step - 1))

@@ -1,21 +1,12 @@
-"""Export a `vaswani_transformer` checkpoint to CTranslate2, the inference engine fairseq users deploy with.
+"""Export a vaswani_transformer checkpoint to a CTranslate2 model directory, weight for weight (§3.1–§3.5).
 
-    python -m vaswani_plugin.export_ctranslate2 --checkpoint CKPT --data DATA_BIN --output DIR [--quantization int8]
+    python -m vaswani_plugin.serving.export_ctranslate2 --checkpoint CKPT --data DATA_BIN --output DIR
 
-The directory holds a CTranslate2 TransformerSpec built with CTranslate2's own specification API (its
-Converter), weight for weight the plugin's model: the fused Q/K/V projections as they are, post-norm or
-pre-norm (with the final norms) as the checkpoint says, shared or separate embeddings, the §3.5 sinusoids
-written out as a table (interleaved sin/cos, position 0 at the first token: CTranslate2's built-in table is
-another layout) or the learned table of Table 3 (E), the data-bin's dictionaries as vocabularies.
-Decoding then runs as fairseq-generate's: from </s>, the source ending in </s>, never <pad>.
-`python -m vaswani_plugin.translate_ctranslate2` translates raw text with it; docs/reference.md has the
-details and what differs from fairseq-generate's options.
+What is written and how it decodes: docs/reference.md#serving-with-ctranslate2.
 """
 
 import argparse
-from dataclasses import fields
 from pathlib import Path
-from types import SimpleNamespace
 
 from vaswani_plugin.errors import CTRANSLATE2_MISSING, MissingExtra, VaswaniConfigError
 
@@ -28,13 +19,12 @@ except ImportError:
 
 import numpy
 import torch
-from fairseq.data import Dictionary, data_utils
+from fairseq.data import Dictionary
 
-import vaswani_plugin  # noqa: F401  (allow-lists fairseq's checkpoint classes for weights_only loading)
-from vaswani_plugin.checkpoints.storage import load_checkpoint
 from vaswani_plugin.cli import run_command
 from vaswani_plugin.models.layers import sinusoidal_positions
-from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerModel
+from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerModel
+from vaswani_plugin.serving.loading import load_model
 
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 
@@ -188,52 +178,8 @@ def export(model: VaswaniTransformerModel, source_dictionary: Dictionary, target
         str(output_dir), quantization=quantization, force=force)
 
 
-def model_config(cfg_model) -> VaswaniTransformerConfig:
-    """The checkpoint's cfg["model"] (an omegaconf DictConfig or a dict) as the model's config dataclass."""
-    options = dict(cfg_model.items()) if hasattr(cfg_model, "items") else vars(cfg_model)
-    name = options.get("_name") or options.get("arch")
-    if name is None or not str(name).startswith("vaswani_transformer"):
-        raise VaswaniConfigError(
-            f"not a vaswani_transformer checkpoint (its model is {name!r}); a fairseq transformer: convert it "
-            "first with python -m vaswani_plugin.checkpoints.convert_fairseq")
-    names = {f.name for f in fields(VaswaniTransformerConfig)}
-    return VaswaniTransformerConfig(**{key: value for key, value in options.items() if key in names})
-
-
-def load(checkpoint_path, data, source_lang: str = None, target_lang: str = None):
-    """(model, source dictionary, target dictionary) of a vaswani_transformer checkpoint and its data-bin."""
-    checkpoint = load_checkpoint(checkpoint_path)
-    if not isinstance(checkpoint, dict) or not checkpoint.get("cfg") or "model" not in checkpoint:
-        raise VaswaniConfigError(f"{checkpoint_path}: not a fairseq checkpoint (it has no 'cfg' and 'model')")
-    config = model_config(checkpoint["cfg"]["model"])
-    task = checkpoint["cfg"].get("task") or {}
-    task = vars(task) if isinstance(task, argparse.Namespace) else task
-    source_lang = source_lang or task.get("source_lang")
-    target_lang = target_lang or task.get("target_lang")
-    if source_lang is None or target_lang is None:
-        source_lang, target_lang = data_utils.infer_language_pair(data)
-        if source_lang is None:
-            raise VaswaniConfigError(f"{data}: cannot tell the language pair; give --source-lang and --target-lang")
-    dictionaries = []
-    for lang in (source_lang, target_lang):
-        path = Path(data) / f"dict.{lang}.txt"
-        if not path.is_file():
-            raise VaswaniConfigError(f"{path}: no such dictionary (--data is fairseq-preprocess's output folder)")
-        dictionaries.append(Dictionary.load(str(path)))
-    model = VaswaniTransformerModel.build_model(
-        config, SimpleNamespace(source_dictionary=dictionaries[0], target_dictionary=dictionaries[1]))
-    try:
-        model.load_state_dict(checkpoint["model"])
-    except RuntimeError as error:
-        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-        detail = next((line for line in lines if line.startswith("size mismatch")), lines[0])
-        raise VaswaniConfigError(f"{checkpoint_path}: its weights do not fit the dictionaries in {data} "
-                                 f"({detail})") from None
-    return model.eval(), dictionaries[0], dictionaries[1]
-
-
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="vaswani_plugin.export_ctranslate2", description=__doc__,
+    parser = argparse.ArgumentParser(prog="vaswani_plugin.serving.export_ctranslate2", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True, help="a vaswani_transformer checkpoint")
     parser.add_argument("--data", required=True, help="its data-bin (fairseq-preprocess output): the dictionaries")
@@ -250,8 +196,8 @@ def export_command(args) -> None:
     if Path(args.output).exists() and not args.force:
         raise VaswaniConfigError(f"{args.output} exists; choose another --output, or --force to replace it")
     print(f"loading {args.checkpoint} with the dictionaries of {args.data}", flush=True)
-    model, source_dictionary, target_dictionary = load(args.checkpoint, args.data, args.source_lang,
-                                                       args.target_lang)
+    task, model = load_model(args.checkpoint, args.data, args.source_lang, args.target_lang, "--checkpoint")
+    source_dictionary, target_dictionary = task.source_dictionary, task.target_dictionary
     print(f"writing {args.output} (ctranslate2 {ctranslate2.__version__}, weights "
           f"{args.quantization or 'float32'})", flush=True)
     export(model, source_dictionary, target_dictionary, args.output, args.quantization, args.force)
@@ -259,7 +205,7 @@ def export_command(args) -> None:
     print(f"exported {args.checkpoint} -> {args.output}: d_model {encoder.embedding.dim}, N "
           f"{len(encoder.layers)}/{len(decoder.layers)}, {'pre' if encoder.final_norm else 'post'}-norm, "
           f"vocabularies {len(source_dictionary)}/{len(target_dictionary)}; translate with "
-          f"python -m vaswani_plugin.translate_ctranslate2 --model {args.output}")
+          f"python -m vaswani_plugin.serving.translate_ctranslate2 --model {args.output}")
 
 
 if __name__ == "__main__":

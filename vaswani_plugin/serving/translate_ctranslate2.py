@@ -1,15 +1,9 @@
-"""Translate raw text with a model exported by vaswani_plugin.export_ctranslate2, on CTranslate2.
+"""Translate raw text, a sentence a line, with a model exported by export_ctranslate2, on CTranslate2.
 
-    python -m vaswani_plugin.translate_ctranslate2 --model DIR --source-lang en --target-lang de \\
-        --bpe-codes data/bpe/codes [--beam 4] [--compute-type int8] [--threads 2] < input.txt > output.txt
+    python -m vaswani_plugin.serving.translate_ctranslate2 --model DIR --source-lang en --target-lang de \\
+        --bpe-codes data/bpe/codes [--beam 4] [--compute-type int8] < input.txt > output.txt
 
-One sentence a line, as fairseq-interactive `--tokenizer moses --moses-no-escape --bpe subword_nmt` (or
-`--bpe sentencepiece` with --sentencepiece-model, the En-Fr recipe's) reads and writes it, through fairseq's
-own encoders: Moses-tokenised without escaping, split into subwords, translated, the subwords joined and the
-result Moses-detokenised. An empty line gives an empty line. Batches hold --batch-size lines of similar length
-and the output keeps the input's order, as fairseq-generate's. The length limit is fairseq's, max-len-a x the
-longest source of a batch (its subwords and </s>) + max-len-b; --length-penalty is CTranslate2's: scores
-divided by |Y|^p, |Y| counting </s>, as fairseq-generate's --lenpen (docs/reference.md).
+Text handling, batching, the length limit and --length-penalty: docs/reference.md#serving-with-ctranslate2.
 """
 
 import argparse
@@ -24,42 +18,19 @@ try:
 except ImportError:
     raise MissingExtra(CTRANSLATE2_MISSING) from None
 
-from fairseq.data.encoders.moses_tokenizer import MosesTokenizer, MosesTokenizerConfig
-from fairseq.data.encoders.sentencepiece_bpe import SentencepieceBPE, SentencepieceConfig
-from fairseq.data.encoders.subword_nmt_bpe import SubwordNMTBPE, SubwordNMTBPEConfig
-
 from vaswani_plugin.cli import run_command
+from vaswani_plugin.generation.length import length_limit
+from vaswani_plugin.serving.text import TextPipeline
 
 COMPUTE_TYPES = ("default", "auto", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float32",
                  "float16", "bfloat16")
-
-
-class TextPipeline:
-    """Raw text <-> the model's subword tokens, as fairseq-interactive makes them (fairseq's encoders)."""
-
-    def __init__(self, source_lang: str, target_lang: str, bpe_codes=None, sentencepiece_model=None):
-        for option, path in (("--bpe-codes", bpe_codes), ("--sentencepiece-model", sentencepiece_model)):
-            if path is not None and not Path(path).is_file():
-                raise VaswaniConfigError(f"{option} {path}: no such file")
-        self.tokenizer = MosesTokenizer(MosesTokenizerConfig(source_lang=source_lang, target_lang=target_lang,
-                                                             moses_no_escape=True))
-        if bpe_codes is not None:
-            self.subwords = SubwordNMTBPE(SubwordNMTBPEConfig(bpe_codes=str(bpe_codes)))
-        else:
-            self.subwords = SentencepieceBPE(SentencepieceConfig(sentencepiece_model=str(sentencepiece_model)))
-
-    def encode(self, line: str):
-        return self.subwords.encode(self.tokenizer.encode(line)).split()
-
-    def decode(self, tokens) -> str:
-        return self.tokenizer.decode(self.subwords.decode(" ".join(tokens)))
 
 
 def decoding_options(sources, *, beam: int, length_penalty: float, max_len_a: float, max_len_b: int) -> dict:
     """CTranslate2's translate_batch options for one batch of sources (tokens, without </s>) that decode as
     fairseq-generate does: from </s> (the exported model's config), at least one token, never <pad> (the exported
     model's bias), at most max_len_a x (the longest source and its </s>) + max_len_b tokens."""
-    limit = int(max_len_a * (max(map(len, sources)) + 1) + max_len_b)
+    limit = length_limit(max_len_a, max_len_b, max(map(len, sources)) + 1)
     return dict(beam_size=beam, length_penalty=length_penalty, max_decoding_length=limit, min_decoding_length=1,
                 max_input_length=0)
 
@@ -74,9 +45,9 @@ def translate_batches(translator, batches, **options):
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="vaswani_plugin.translate_ctranslate2", description=__doc__,
+    parser = argparse.ArgumentParser(prog="vaswani_plugin.serving.translate_ctranslate2", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, help="a directory written by vaswani_plugin.export_ctranslate2")
+    parser.add_argument("--model", required=True, help="a directory written by export_ctranslate2")
     parser.add_argument("--source-lang", required=True, help="source language, for the Moses tokeniser (en, ...)")
     parser.add_argument("--target-lang", required=True, help="target language, for the Moses detokeniser (de, ...)")
     subwords = parser.add_mutually_exclusive_group(required=True)
@@ -97,7 +68,7 @@ def main(argv=None) -> None:
                         help="CPU threads of each batch (CTranslate2's intra_threads; 0: its default)")
     parser.add_argument("--parallel-batches", type=int, default=1,
                         help="batches translated at once, each on its own --threads (CTranslate2's inter_threads; "
-                             "default 1). On 2 cores, --threads 1 --parallel-batches 2 was the fastest (docs/results.md)")
+                             "default 1); docs/results.md has the fastest settings measured")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
     run_command(parser, translate_command, argv)
 
@@ -107,7 +78,7 @@ def translate_command(args) -> None:
         raise VaswaniConfigError("--beam, --batch-size and --parallel-batches must be at least 1")
     if not Path(args.model, "model.bin").is_file():
         raise VaswaniConfigError(f"--model {args.model}: no CTranslate2 model there (write one with "
-                                 "python -m vaswani_plugin.export_ctranslate2)")
+                                 "python -m vaswani_plugin.serving.export_ctranslate2)")
     pipeline = TextPipeline(args.source_lang, args.target_lang, args.bpe_codes, args.sentencepiece_model)
     translator = ctranslate2.Translator(args.model, device=args.device, compute_type=args.compute_type,
                                        intra_threads=args.threads, inter_threads=args.parallel_batches)

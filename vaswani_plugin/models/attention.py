@@ -1,0 +1,33 @@
+"""Eq. 1, Attention(Q, K, V) = softmax(QK^T / √d_k) V: the one place it is computed (layers and beam cache)."""
+
+import math
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def attention_probabilities(q: Tensor, k: Tensor, mask: Optional[Tensor] = None, is_causal: bool = False) -> Tensor:
+    """softmax(QK^T / √d_k) of eq. 1 per head (batch, heads, queries, keys); `mask` True where a key may be seen."""
+    scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.size(-1))
+    if is_causal:
+        mask = torch.ones(q.size(2), k.size(2), dtype=torch.bool, device=q.device).tril()
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores.float(), dim=-1).type_as(q)
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor] = None, is_causal: bool = False,
+              dropout: float = 0.0, need_weights: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
+    """Eq. 1 over (batch, heads, time, d) tensors, masked as torch's SDPA masks. Returns the output and, with
+    need_weights, the probabilities (written out then; SDPA's fused kernels otherwise)."""
+    if need_weights:
+        probs = attention_probabilities(q, k, mask, is_causal)
+        return torch.matmul(F.dropout(probs, dropout), v), probs
+    if q.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
+        # In float32: torch's CPU flash attention runs its backward far slower in bfloat16 (docs/design.md).
+        with torch.autocast("cpu", enabled=False):
+            return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask,
+                                                  dropout_p=dropout, is_causal=is_causal), None
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal), None

@@ -1,0 +1,55 @@
+"""The one way the package's commands load a vaswani_transformer checkpoint with the dictionaries of a data-bin."""
+
+import pickle
+from pathlib import Path
+from typing import Optional
+
+from fairseq import checkpoint_utils
+from fairseq.data import data_utils
+from fairseq.models import ARCH_MODEL_REGISTRY
+
+import vaswani_plugin  # noqa: F401  (registers the model and task; allow-lists fairseq's checkpoint classes)
+from vaswani_plugin.checkpoints.storage import UnreadableCheckpoint, load_checkpoint
+from vaswani_plugin.errors import VaswaniConfigError
+from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerModel
+
+
+def load_model(path, data, source_lang: Optional[str] = None, target_lang: Optional[str] = None,
+               option: str = "--path"):
+    """(task, model in eval mode) through fairseq's loader, the dictionaries read from `data`; a mistake is one
+    VaswaniConfigError naming `option` (the command's name for the checkpoint)."""
+    if not Path(path).is_file():
+        raise VaswaniConfigError(f"{option} {path}: no such checkpoint file")
+    try:
+        state = load_checkpoint(path, checkpoint_utils.load_checkpoint_to_cpu)
+        cfg = state["cfg"]
+        arch = getattr(cfg.model, "arch", None) or getattr(cfg.model, "_name", None)
+    except (UnreadableCheckpoint, pickle.UnpicklingError):
+        raise  # one line naming the file; torch's own explanation of a class that safe loading refuses
+    except Exception:  # a torch file that is no fairseq checkpoint fails in fairseq's upgrade, many ways
+        raise VaswaniConfigError(f"{option} {path} is not a fairseq checkpoint") from None
+    model_class = ARCH_MODEL_REGISTRY.get(arch)
+    if model_class is None or not issubclass(model_class, VaswaniTransformerModel):
+        raise VaswaniConfigError(f"{option} {path} holds a {arch!r} model, not a vaswani_transformer (a fairseq "
+                                 "transformer: convert it first with python -m "
+                                 "vaswani_plugin.checkpoints.convert_fairseq)")
+    if not Path(data).is_dir():
+        raise VaswaniConfigError(f"--data {data}: no such directory")
+    source_lang = source_lang or getattr(cfg.task, "source_lang", None)
+    target_lang = target_lang or getattr(cfg.task, "target_lang", None)
+    if source_lang is None or target_lang is None:
+        # fairseq-train found the pair from the file names of the data directory; do the same.
+        inferred = data_utils.infer_language_pair(str(data))
+        source_lang, target_lang = source_lang or inferred[0], target_lang or inferred[1]
+    if source_lang is None or target_lang is None:
+        raise VaswaniConfigError(f"cannot tell the language pair from {data}: give --source-lang and --target-lang")
+    for lang in (source_lang, target_lang):
+        if not (Path(data) / f"dict.{lang}.txt").is_file():
+            raise VaswaniConfigError(f"--data {data} has no dict.{lang}.txt")
+    cfg.task.update({"data": str(data), "source_lang": source_lang, "target_lang": target_lang})
+    try:
+        models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], state=state)
+    except RuntimeError:  # load_state_dict: embedding sizes follow the dictionaries
+        raise VaswaniConfigError(f"the dictionaries in --data {data} are not the ones {path} was trained with") \
+            from None
+    return task, models[0].eval()
