@@ -312,12 +312,12 @@ def test_translate_takes_the_decoding_as_arguments(tmp_path):
                 'cat "$WORK_DIR/out.txt"'
     wmt = run_common(tmp_path, translate.format("test", "4 0.6 50 128 subword_nmt"))
     assert wmt.returncode == 0, wmt.stderr
-    assert "--path model.pt --gen-subset test --beam 4 --gnmt-alpha 0.6 --max-len-a 1 --max-len-b 50 " \
+    assert "--path model.pt --gen-subset test --search paper --beam 4 --gnmt-alpha 0.6 --max-len-a 1 --max-len-b 50 " \
            "--batch-size 128 --required-batch-size-multiple 1 --post-process subword_nmt" in wmt.stdout
     parsing = run_common(tmp_path, translate.format("valid", "21 0.3 300 32 none"), EXTRA_GENERATE_ARGS="--x 1")
     assert parsing.returncode == 0, parsing.stderr
     assert parsing.stdout.strip().endswith(
-        "--path model.pt --gen-subset valid --beam 21 --gnmt-alpha 0.3 --max-len-a 1 --max-len-b 300 "
+        "--path model.pt --gen-subset valid --search paper --beam 21 --gnmt-alpha 0.3 --max-len-a 1 --max-len-b 300 "
         "--batch-size 32 --required-batch-size-multiple 1 --x 1")
     assert "--post-process" not in parsing.stdout
 
