@@ -186,8 +186,11 @@ worker_args() {
 # run that averages, translates and scores after training; the others stop) and RUN_NAME (node N, task N or rank
 # N, in messages and log names).
 detect_devices() {
-    local visible
-    visible=$("$PYTHON" -c "import torch; print(torch.cuda.device_count())") || die "python with torch not found"
+    local visible=0
+    # CUDA_VISIBLE_DEVICES set and empty hides every GPU: no need to import torch (1.5 s) to count none.
+    if [ "${CUDA_VISIBLE_DEVICES-unset}" != "" ]; then
+        visible=$("$PYTHON" -c "import torch; print(torch.cuda.device_count())") || die "python with torch not found"
+    fi
     launcher
     DEVICE_ARGS=()
     if [ "$visible" -eq 0 ]; then

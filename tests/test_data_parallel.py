@@ -29,7 +29,7 @@ from fairseq.data import Dictionary, LanguagePairDataset
 from fairseq.data.indexed_dataset import MMapIndexedDataset
 
 from conftest import lane_job
-from test_recipes import NEEDS_CPU_PATH, REPO, TINY, hypotheses, run_common, tiny_env
+from test_recipes import CPU_ONLY, NEEDS_CPU_PATH, REPO, TINY, hypotheses, run_common, tiny_env
 from vaswani_plugin.precision import bf16_autocast_enabled
 from wmt_mirror import build_mirror
 
@@ -69,7 +69,7 @@ def stub_scontrol(root: Path) -> Path:
 def start(root: Path, name: str, settings: dict, command=()) -> subprocess.Popen:
     """The base recipe in the background (behind COMMAND, a launcher), as test_recipes.run_recipe runs it, its
     output in root/NAME.out and root/NAME.err."""
-    env = dict(os.environ, PYTHON=sys.executable, OMP_NUM_THREADS="1")
+    env = dict(os.environ, PYTHON=sys.executable, OMP_NUM_THREADS="1", **CPU_ONLY)
     env.update({key: str(value) for key, value in settings.items()})  # PATH too, with scontrol's stub
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
     with open(root / f"{name}.out", "w") as out, open(root / f"{name}.err", "w") as err:

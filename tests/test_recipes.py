@@ -27,13 +27,16 @@ from wmt_mirror import build_mirror
 REPO = Path(__file__).resolve().parents[1]
 TINY = " ".join(TINY_MODEL)
 NEEDS_CPU_PATH = pytest.mark.skipif(torch.cuda.is_available(), reason="runs the recipes' CPU=1 path")
+# No GPU is visible where these recipe runs go (NEEDS_CPU_PATH): said outright, the recipe need not import torch to
+# count none.
+CPU_ONLY = {"CUDA_VISIBLE_DEVICES": ""}
 
 
 def run_recipe(script, env_overrides, *args, check=True, cwd=None):
     """bash recipes/SCRIPT with this test environment's python first on PATH, on one thread: a second thread
     does not speed up a tiny model, and spinning OpenMP threads would slow a run on the second lane beside it."""
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", PYTHON=sys.executable,
-               OMP_NUM_THREADS="1", **env_overrides)
+               OMP_NUM_THREADS="1", **CPU_ONLY, **env_overrides)
     result = subprocess.run(["bash", str(REPO / "recipes" / script), *args], env=env, capture_output=True,
                             text=True, timeout=600, cwd=cwd or REPO)
     if check and result.returncode != 0:
@@ -411,3 +414,11 @@ def test_longest_of_a_folder_without_the_split_is_a_one_line_error(tmp_path):
                             text=True, timeout=60)
     assert result.returncode == 1 and result.stderr.strip() == (
         f"prepare: error: {tmp_path} holds no binarised train split (train.SRC-TGT.LANG.idx)")
+
+
+def test_an_empty_cuda_visible_devices_hides_every_gpu(tmp_path):
+    """Set and empty, it hides every GPU (as CUDA reads it): the stand-in's 8 are not even asked for."""
+    hidden = run_common(tmp_path, "detect_devices", gpus=8, CUDA_VISIBLE_DEVICES="")
+    assert hidden.returncode == 1 and hidden.stderr.startswith("test: error: no GPU visible.")
+    shown = run_common(tmp_path, 'detect_devices; echo "$WORKERS"', gpus=8, CUDA_VISIBLE_DEVICES="0")
+    assert shown.returncode == 0 and shown.stdout.strip() == "8"

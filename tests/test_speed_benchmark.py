@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from cli_helpers import REPO
+from conftest import lane_job
 
 COLUMNS = ["train tok/s", "peak MB", "beam4 sent/s", "beam4 tok/s", "greedy sent/s", "greedy tok/s"]
 
@@ -66,10 +67,15 @@ def check_table(output):
                      r"\(GNMT alpha 0.6\): the same hypothesis for 0.2: \d+, .*, 1.0: \d+ of \d+ sentences$", output, re.M)
 
 
-def test_smoke_prints_both_implementations_ratios_and_same_hypotheses():
-    """The smoke mode on CPU: a self-contained subprocess, in the foreground (the second lane is the suite's
-    longest path)."""
-    output = run_smoke("--device", "cpu")
+@lane_job
+def speed_smoke_run(tmp_path_factory, lane):
+    """The smoke mode on CPU: a self-contained subprocess of 16 s, on the second lane."""
+    return run_smoke("--device", "cpu")
+
+
+@pytest.mark.lane("speed_smoke_run")
+def test_smoke_prints_both_implementations_ratios_and_same_hypotheses(lane):
+    output = lane["speed_smoke_run"].result()
     assert output.startswith("device: CPU") and "fp32" in output
     assert "\nthe plugin's training precision: float32 (--bf16-autocast off)\n" in output  # the default
     assert "the plugin's loss in chunks of 4,194,304 logits (by device)" in output
