@@ -89,6 +89,49 @@ def reversal_training(reversal_data, tmp_path_factory):
     return save_dir, result.stdout + result.stderr
 
 
+
+@pytest.fixture(scope="session")
+def trained(reversal_data, reversal_training, tmp_path_factory):
+    """(checkpoint, data-bin, test sources as word lists): the reversal model trained 500 more updates (Adam,
+    cross-entropy, all 300 training pairs a batch) so that it translates, saved as a checkpoint fairseq's tools
+    read; for the exports' tests. After 120 updates it was unsure enough that an AVX2-only CPU's rounding flipped
+    near-ties between torch and CTranslate2."""
+    import torch.nn.functional as F
+    from fairseq import checkpoint_utils
+    from fairseq.data import data_utils
+    from vaswani_plugin.checkpoints.storage import load_checkpoint
+
+    save_dir, _ = reversal_training
+    data = reversal_data / "joined"
+    checkpoint = load_checkpoint(save_dir / "checkpoint_last.pt")
+    (model,), _, task = checkpoint_utils.load_model_ensemble_and_task(
+        [str(save_dir / "checkpoint_last.pt")], arg_overrides={"data": str(data)})
+    dictionary = task.source_dictionary
+
+    def tokens(split, side):
+        lines = (reversal_data / f"{split}.{side}").read_text().splitlines()
+        return [torch.tensor([dictionary.index(word) for word in line.split()] + [dictionary.eos()]) for line in lines]
+
+    sources, targets = tokens("train", "src"), tokens("train", "tgt")
+    src_tokens = data_utils.collate_tokens(sources, dictionary.pad(), left_pad=True)
+    src_lengths = torch.tensor([len(t) for t in sources])
+    previous = data_utils.collate_tokens(targets, dictionary.pad(), dictionary.eos(), move_eos_to_beginning=True)
+    target = data_utils.collate_tokens(targets, dictionary.pad())
+    torch.manual_seed(0)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    model.train()
+    for _ in range(500):
+        logits, _ = model(src_tokens, src_lengths, previous)
+        loss = F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=dictionary.pad())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    checkpoint["model"] = model.state_dict()
+    path = tmp_path_factory.mktemp("trained") / "checkpoint.pt"
+    torch.save(checkpoint, path)
+    test_sources = [line.split() for line in (reversal_data / "test.src").read_text().splitlines()]
+    return path, data, test_sources
+
 LANE_JOBS = {}
 
 

@@ -5,9 +5,9 @@ fails: the sinusoids in the concatenated sin/cos layout, or counted from 1; the 
 the embeddings unscaled; a pre-norm stack exported as post-norm; <pad> left possible; decoding from <s>; the
 source without </s>; the detokeniser left out; the length limit without the source's </s>.
 
-The reversal model of conftest (6 updates) is trained on here for 120 more updates, in this process, so that
-it translates: its hypotheses end before the length limit and it gives <pad> almost no probability (< 1e-4),
-which the exported model never emits (docs/reference.md). The variants of the architecture are random models,
+The reversal model of conftest, trained 500 more updates (conftest's `trained`), so that it translates: its
+hypotheses end before the length limit and it gives <pad> almost no probability (< 1e-4), which the exported
+model never emits (docs/reference.md). The variants of the architecture are random models,
 checked token by token.
 """
 
@@ -23,7 +23,6 @@ import ctranslate2
 import pytest
 import sentencepiece
 import torch
-import torch.nn.functional as F
 from fairseq import checkpoint_utils
 from fairseq.data import data_utils
 from fairseq.dataclass.configs import GenerationConfig
@@ -34,7 +33,6 @@ from conftest import build_model, make_dictionary, random_tokens
 from test_hub import BPE_CODES, RAW
 import vaswani_plugin
 from vaswani_plugin.serving import export_ctranslate2, translate_ctranslate2
-from vaswani_plugin.checkpoints.storage import load_checkpoint
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerModel
 
@@ -44,39 +42,6 @@ def token_batch(dictionary, sentences):
     tokens = [torch.tensor([dictionary.index(word) for word in words] + [dictionary.eos()]) for words in sentences]
     src_tokens = data_utils.collate_tokens(tokens, dictionary.pad(), left_pad=True)
     return {"net_input": {"src_tokens": src_tokens, "src_lengths": torch.tensor([len(t) for t in tokens])}}
-
-
-@pytest.fixture(scope="module")
-def trained(reversal_data, reversal_training, tmp_path_factory):
-    """(checkpoint, data-bin, test sources as word lists): conftest's reversal model trained 500 more updates
-    (Adam, cross-entropy, all 300 training pairs a batch), saved as a checkpoint fairseq's tools read. After 120
-    updates it was unsure enough that an AVX2-only CPU's rounding flipped near-ties between the two libraries."""
-    save_dir, _ = reversal_training
-    data = reversal_data / "joined"
-    checkpoint = load_checkpoint(save_dir / "checkpoint_last.pt")
-    (model,), _, task = checkpoint_utils.load_model_ensemble_and_task(
-        [str(save_dir / "checkpoint_last.pt")], arg_overrides={"data": str(data)})
-    dictionary = task.source_dictionary
-    sources = [line.split() for line in (reversal_data / "train.src").read_text().splitlines()]
-    targets = [line.split() for line in (reversal_data / "train.tgt").read_text().splitlines()]
-    batch = token_batch(dictionary, sources)["net_input"]
-    target = [torch.tensor([dictionary.index(word) for word in words] + [dictionary.eos()]) for words in targets]
-    previous = data_utils.collate_tokens(target, dictionary.pad(), dictionary.eos(), move_eos_to_beginning=True)
-    target = data_utils.collate_tokens(target, dictionary.pad())
-    torch.manual_seed(0)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    model.train()
-    for _ in range(500):
-        logits, _ = model(batch["src_tokens"], batch["src_lengths"], previous)
-        loss = F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=dictionary.pad())
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    checkpoint["model"] = model.state_dict()
-    path = tmp_path_factory.mktemp("trained") / "checkpoint.pt"
-    torch.save(checkpoint, path)
-    test_sources = [line.split() for line in (reversal_data / "test.src").read_text().splitlines()]
-    return path, data, test_sources
 
 
 @pytest.fixture(scope="module")
