@@ -20,5 +20,9 @@ setup(
         # vaswani_plugin.serving.export_ctranslate2 / translate_ctranslate2: CTranslate2; imported only
         # there (and in benchmarks/speed.py), never by `import vaswani_plugin`.
         "ctranslate2": ["ctranslate2>=4.8.5,<5"],  # tested with 4.8.5
+        # vaswani_plugin.serving.export_huggingface: transformers' MarianMTModel and FSMT/Marian tokenizers (which
+        # need sacremoses and sentencepiece); imported only there and in benchmarks/huggingface_speed.py.
+        # transformers 4 (4.57.6 tested) cannot give the decoder its own vocabulary size; 5.24.0 tested.
+        "huggingface": ["transformers>=4.57,<6", "sacremoses", "sentencepiece"],
     },
 )

@@ -16,9 +16,9 @@ from cli_helpers import REPO
 
 PACKAGE = REPO / "vaswani_plugin"
 # What the package may import: itself, fairseq and what fairseq itself needs (omegaconf for its configs), torch,
-# numpy, the standard library and the [recipes] and [ctranslate2] extras of setup.py.
+# numpy, the standard library and the [recipes], [ctranslate2] and [huggingface] extras of setup.py.
 ALLOWED = {"vaswani_plugin", "fairseq", "omegaconf", "torch", "numpy",
-           "sacremoses", "subword_nmt", "sentencepiece", "sacrebleu", "matplotlib", "ctranslate2"}
+           "sacremoses", "subword_nmt", "sentencepiece", "sacrebleu", "matplotlib", "ctranslate2", "transformers"}
 SUBPACKAGES = {"checkpoints", "scoring", "tools", "models", "criterions", "lr_scheduler", "tasks", "generation",
                "serving"}
 # What the build needs of the repository; the rest (tests, recipes, work/, checkpoints) stays out of the copy.
