@@ -5,6 +5,7 @@ fails: the residual permutation left out (sinusoids interleaved against Marian's
 input columns not permuted; <pad> left possible in the generation config; decoding from <pad> (Marian's default).
 """
 
+import importlib.util
 import re
 import subprocess
 import sys
@@ -14,11 +15,18 @@ import torch
 from fairseq.data import data_utils
 from fairseq.sequence_generator import SequenceGenerator
 
+from cli_helpers import REPO
 from conftest import build_model, make_dictionary, random_tokens
 from test_quickstart import quickstart_run  # noqa: F401  (registers the second lane's job this file reads)
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.serving import export_huggingface
 from vaswani_plugin.serving.export_huggingface import MarianMTModel, to_marian
+
+# The benchmark's raw-text path (what transformers 4's pipeline("translation") did), checked here.
+_spec = importlib.util.spec_from_file_location("huggingface_speed", REPO / "benchmarks" / "huggingface_speed.py")
+translate_raw = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(translate_raw)
+translate_raw = translate_raw.translate_raw
 
 VARIANTS = {
     "shared embeddings and output (joined dictionary)": (dict(share_all_embeddings=True), 20, None),
@@ -226,7 +234,8 @@ def test_multi30k_greedy_and_the_pipeline_on_raw_text_equal_fairseqs(lane, tmp_p
     """test2016 (1,000 sentences) on the quickstart's prepared Multi30k (500 merges) and a tiny model trained 200
     updates: transformers' greedy generate on the data-bin's ids gives fairseq's SequenceGenerator's hypotheses,
     and the exported directory on the raw English lines (its tokenizer, generate, batch_decode) gives the
-    detokenised text of fairseq-interactive's pipeline (Moses without escaping, subword-nmt; its D- lines), each for ≥ 99%.
+    detokenised text of fairseq-interactive's pipeline (Moses without escaping, subword-nmt; its D- lines), each
+    for ≥ 99%.
     Both stop at 30 tokens and a forced </s>, so that the limit is the same whatever the model has learnt."""
     from fairseq.tasks.translation import TranslationConfig, TranslationTask
     from vaswani_plugin.serving.text import TextPipeline
@@ -273,20 +282,7 @@ def test_multi30k_greedy_and_the_pipeline_on_raw_text_equal_fairseqs(lane, tmp_p
         with torch.no_grad():
             hypotheses = generator.forward({"net_input": net_input})
         interactive += [text.decode(dictionary.string(h[0]["tokens"]).split()) for h in hypotheses]
-    translated = translate(tmp_path / "model", lines, num_beams=1, max_new_tokens=limit + 1)
+    translated = translate_raw(tmp_path / "model", lines, num_beams=1, max_new_tokens=limit + 1)
     same = sum(a == b for a, b in zip(interactive, translated))
     assert same >= 990, f"{same} of 1000 translations of the raw lines are fairseq-interactive's"
 
-
-def translate(directory, lines, batch_size=128, **options):
-    """What transformers 4's pipeline("translation") did, in transformers 5 (which removed it): AutoTokenizer,
-    AutoModelForSeq2SeqLM's generate, batch_decode without special tokens."""
-    transformers = export_huggingface.transformers
-    tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
-    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(directory).eval()
-    out = []
-    for start in range(0, len(lines), batch_size):
-        batch = tokenizer(lines[start:start + batch_size], return_tensors="pt", padding=True)
-        with torch.no_grad():
-            out += tokenizer.batch_decode(model.generate(**batch, **options), skip_special_tokens=True)
-    return out

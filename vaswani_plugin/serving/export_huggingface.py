@@ -32,7 +32,9 @@ from vaswani_plugin.serving.loading import load_model  # noqa: E402
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 # transformers' beam score is log P / |Y|^p, §6.1's (GNMT) log P / ((5 + |Y|) / 6)^0.6; p = LENGTH_PENALTY agreed
 # best with --search paper on the quickstart model (docs/results.md#hugging-face-transformers).
-LENGTH_PENALTY = 0.6
+LENGTH_PENALTY = 0.5
+# transformers has no limit relative to the input (§6.1's input + 50): fairseq-generate's default fixed one.
+MAX_NEW_TOKENS = 200
 BEAM = 4  # §6.1
 
 
@@ -95,7 +97,7 @@ def marian_config(model: VaswaniTransformerModel, source_dictionary, target_dict
 def generation_config(config: MarianConfig, target_dictionary, max_new_tokens: int) -> GenerationConfig:
     """§6.1 as far as transformers can say it: beam 4, stop once 4 hypotheses have ended (fairseq's rule), <pad>
     never generated (removed after the softmax, as fairseq does), a fixed length limit (transformers has none
-    relative to the input: max_new_tokens=len(input)+50 per call gives §6.1's)."""
+    relative to the input: max_new_tokens = the batch's longest input + 51 per call gives §6.1's)."""
     return GenerationConfig(
         num_beams=BEAM, length_penalty=LENGTH_PENALTY, early_stopping=True, max_new_tokens=max_new_tokens,
         decoder_start_token_id=config.decoder_start_token_id, eos_token_id=config.eos_token_id,
@@ -160,8 +162,10 @@ def marian_state_dict(model: VaswaniTransformerModel) -> dict:
     return {name: tensor.detach().clone() for name, tensor in weights.items()}
 
 
-def to_marian(model: VaswaniTransformerModel, source_dictionary, target_dictionary) -> MarianMTModel:
-    """The MarianMTModel (eval mode, float32) that computes what `model` computes."""
+def to_marian(model: VaswaniTransformerModel, source_dictionary, target_dictionary,
+              max_new_tokens: int = MAX_NEW_TOKENS) -> MarianMTModel:
+    """The MarianMTModel (eval mode, float32) that computes what `model` computes; its generation config stops at
+    max_new_tokens (</s> included), at most what the positions allow."""
     check_exportable(model)
     if len(source_dictionary) != len(target_dictionary) and int(transformers.__version__.split(".")[0]) < 5:
         raise VaswaniConfigError(
@@ -176,22 +180,25 @@ def to_marian(model: VaswaniTransformerModel, source_dictionary, target_dictiona
         raise VaswaniConfigError(f"transformers {transformers.__version__}'s MarianMTModel has other parameters "
                                  f"than this exporter writes: {sorted(set(state) ^ expected)}")
     marian.load_state_dict(state, strict=False)
-    limit = model.decoder.max_positions() - 1
+    limit = min(max_new_tokens, model.decoder.max_positions() - 1)
     marian.generation_config = generation_config(config, target_dictionary, limit)
     return marian.eval()
 
 
 def export(model, source_dictionary, target_dictionary, output_dir, *, source_lang: str, target_lang: str,
-           bpe_codes=None, sentencepiece_model=None, dtype: str = "float32", force: bool = False) -> Path:
+           bpe_codes=None, sentencepiece_model=None, dtype: str = "float32",
+           max_new_tokens: int = MAX_NEW_TOKENS, force: bool = False) -> Path:
     """Write `model` and its tokenizer as a transformers model directory; returns its path."""
     output_dir = Path(output_dir)
     if (bpe_codes is None) == (sentencepiece_model is None):
         raise VaswaniConfigError("give one of --bpe-codes (Moses + subword-nmt) and --sentencepiece (word-pieces)")
+    if max_new_tokens < 1:
+        raise VaswaniConfigError(f"--max-new-tokens {max_new_tokens}: at least 1 (the </s>)")
     if dtype not in DTYPES:
         raise VaswaniConfigError(f"--dtype {dtype}: not one of {', '.join(DTYPES)}")
     if output_dir.exists() and not force:
         raise VaswaniConfigError(f"{output_dir} exists; choose another --output, or --force to replace it")
-    marian = to_marian(model, source_dictionary, target_dictionary).to(DTYPES[dtype])
+    marian = to_marian(model, source_dictionary, target_dictionary, max_new_tokens).to(DTYPES[dtype])
     output_dir.mkdir(parents=True, exist_ok=True)
     marian.save_pretrained(output_dir)
     if bpe_codes is not None:
@@ -212,6 +219,8 @@ def main(argv=None) -> None:
     subwords.add_argument("--bpe-codes", help="subword-nmt codes of a Moses + BPE model (En-De, the quickstart)")
     subwords.add_argument("--sentencepiece", help="sentencepiece model of a word-piece model (En-Fr)")
     parser.add_argument("--dtype", choices=tuple(DTYPES), default="float32", help="weight type written")
+    parser.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS,
+                        help="the generation config's length limit (default: fairseq-generate's 200)")
     parser.add_argument("--source-lang", help="default: the checkpoint's, else the data-bin's")
     parser.add_argument("--target-lang", help="default: the checkpoint's, else the data-bin's")
     parser.add_argument("--force", action="store_true", help="replace --output if it exists")
@@ -231,7 +240,7 @@ def export_command(args) -> None:
           flush=True)
     export(model, task.source_dictionary, task.target_dictionary, args.output, source_lang=source_lang,
            target_lang=target_lang, bpe_codes=args.bpe_codes, sentencepiece_model=args.sentencepiece,
-           dtype=args.dtype, force=args.force)
+           dtype=args.dtype, max_new_tokens=args.max_new_tokens, force=args.force)
     print(f"exported {args.checkpoint} -> {args.output}: d_model {model.encoder.embedding.dim}, N "
           f"{len(model.encoder.layers)}/{len(model.decoder.layers)}, vocabularies "
           f"{len(task.source_dictionary)}/{len(task.target_dictionary)}; translate with "
