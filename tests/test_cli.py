@@ -23,6 +23,8 @@ MISSING_INPUT = {
                                                       "--output-dir", tmp],
     "serving.export_ctranslate2": lambda missing, tmp: ["--checkpoint", missing, "--data", tmp, "--output",
                                                         tmp / "o.pt"],
+    "serving.export_huggingface": lambda missing, tmp: ["--checkpoint", missing, "--data", tmp, "--output",
+                                                        tmp / "o.pt", "--bpe-codes", missing],
     "serving.translate_ctranslate2": lambda missing, tmp: ["--model", missing, "--source-lang", "en", "--target-lang",
                                                            "de", "--bpe-codes", missing],
 }

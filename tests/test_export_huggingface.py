@@ -286,3 +286,18 @@ def test_multi30k_greedy_and_the_pipeline_on_raw_text_equal_fairseqs(lane, tmp_p
     same = sum(a == b for a, b in zip(interactive, translated))
     assert same >= 990, f"{same} of 1000 translations of the raw lines are fairseq-interactive's"
 
+
+
+def test_without_transformers_the_command_says_how_to_install_it(monkeypatch):
+    """An ImportError to code that imports the module; from `python -m`, one line (a VaswaniConfigError). No other
+    module of the package imports it, so `import vaswani_plugin` never needs the [huggingface] extra."""
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    monkeypatch.delitem(sys.modules, "vaswani_plugin.serving.export_huggingface")
+    with pytest.raises(ImportError, match=r'^this needs the package transformers: pip install -e "\.\[huggingface\]"') \
+            as error:
+        importlib.import_module("vaswani_plugin.serving.export_huggingface")
+    assert isinstance(error.value, VaswaniConfigError)
+    importers = [path.name for path in (REPO / "vaswani_plugin").rglob("*.py")
+                 if re.search(r"^\s*(from|import) (transformers|vaswani_plugin\.serving\.export_huggingface)\b",
+                              path.read_text(encoding="utf-8"), re.M)]
+    assert importers == ["export_huggingface.py"]

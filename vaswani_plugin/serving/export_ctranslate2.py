@@ -24,7 +24,7 @@ from fairseq.data import Dictionary
 from vaswani_plugin.cli import run_command
 from vaswani_plugin.models.layers import sinusoidal_positions
 from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerModel
-from vaswani_plugin.serving.loading import load_model
+from vaswani_plugin.serving.loading import add_export_arguments, load_for_export
 
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 
@@ -181,22 +181,14 @@ def export(model: VaswaniTransformerModel, source_dictionary: Dictionary, target
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="vaswani_plugin.serving.export_ctranslate2", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", required=True, help="a vaswani_transformer checkpoint")
-    parser.add_argument("--data", required=True, help="its data-bin (fairseq-preprocess output): the dictionaries")
-    parser.add_argument("--output", required=True, help="the CTranslate2 model directory to write")
+    add_export_arguments(parser, "the CTranslate2 model directory to write")
     parser.add_argument("--quantization", choices=QUANTIZATIONS,
                         help="weight type on disk (default: float32); int8 is the fast one on CPUs")
-    parser.add_argument("--source-lang", help="default: the checkpoint's, else the data-bin's")
-    parser.add_argument("--target-lang", help="default: the checkpoint's, else the data-bin's")
-    parser.add_argument("--force", action="store_true", help="replace --output if it exists")
     run_command(parser, export_command, argv)
 
 
 def export_command(args) -> None:
-    if Path(args.output).exists() and not args.force:
-        raise VaswaniConfigError(f"{args.output} exists; choose another --output, or --force to replace it")
-    print(f"loading {args.checkpoint} with the dictionaries of {args.data}", flush=True)
-    task, model = load_model(args.checkpoint, args.data, args.source_lang, args.target_lang, "--checkpoint")
+    task, model = load_for_export(args)
     source_dictionary, target_dictionary = task.source_dictionary, task.target_dictionary
     print(f"writing {args.output} (ctranslate2 {ctranslate2.__version__}, weights "
           f"{args.quantization or 'float32'})", flush=True)

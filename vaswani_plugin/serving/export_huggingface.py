@@ -27,7 +27,7 @@ except OSError as error:  # transformers imports any torchaudio installed, and o
 from vaswani_plugin.cli import run_command  # noqa: E402
 from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerModel  # noqa: E402
 from vaswani_plugin.serving.huggingface_tokenizer import write_fsmt_tokenizer, write_marian_tokenizer  # noqa: E402
-from vaswani_plugin.serving.loading import load_model  # noqa: E402
+from vaswani_plugin.serving.loading import add_export_arguments, load_for_export  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 # transformers' beam score is log P / |Y|^p, §6.1's (GNMT) log P / ((5 + |Y|) / 6)^0.6; p = LENGTH_PENALTY agreed
@@ -212,18 +212,13 @@ def export(model, source_dictionary, target_dictionary, output_dir, *, source_la
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="vaswani_plugin.serving.export_huggingface", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", required=True, help="a vaswani_transformer checkpoint")
-    parser.add_argument("--data", required=True, help="its data-bin (fairseq-preprocess output): the dictionaries")
-    parser.add_argument("--output", required=True, help="the transformers model directory to write")
+    add_export_arguments(parser, "the transformers model directory to write")
     subwords = parser.add_mutually_exclusive_group(required=True)
     subwords.add_argument("--bpe-codes", help="subword-nmt codes of a Moses + BPE model (En-De, the quickstart)")
     subwords.add_argument("--sentencepiece", help="sentencepiece model of a word-piece model (En-Fr)")
     parser.add_argument("--dtype", choices=tuple(DTYPES), default="float32", help="weight type written")
     parser.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS,
                         help="the generation config's length limit (default: fairseq-generate's 200)")
-    parser.add_argument("--source-lang", help="default: the checkpoint's, else the data-bin's")
-    parser.add_argument("--target-lang", help="default: the checkpoint's, else the data-bin's")
-    parser.add_argument("--force", action="store_true", help="replace --output if it exists")
     run_command(parser, export_command, argv)
 
 
@@ -231,10 +226,7 @@ def export_command(args) -> None:
     for option, path in (("--bpe-codes", args.bpe_codes), ("--sentencepiece", args.sentencepiece)):
         if path is not None and not Path(path).is_file():
             raise VaswaniConfigError(f"{option} {path}: no such file")
-    if Path(args.output).exists() and not args.force:
-        raise VaswaniConfigError(f"{args.output} exists; choose another --output, or --force to replace it")
-    print(f"loading {args.checkpoint} with the dictionaries of {args.data}", flush=True)
-    task, model = load_model(args.checkpoint, args.data, args.source_lang, args.target_lang, "--checkpoint")
+    task, model = load_for_export(args)
     source_lang, target_lang = task.cfg.source_lang, task.cfg.target_lang
     print(f"writing {args.output} (transformers {transformers.__version__}, MarianMTModel, {args.dtype})",
           flush=True)

@@ -1,5 +1,6 @@
 """The one way the package's commands load a vaswani_transformer checkpoint with the dictionaries of a data-bin."""
 
+import argparse
 import pickle
 from pathlib import Path
 from typing import Optional
@@ -53,3 +54,21 @@ def load_model(path, data, source_lang: Optional[str] = None, target_lang: Optio
         raise VaswaniConfigError(f"the dictionaries in --data {data} are not the ones {path} was trained with") \
             from None
     return task, models[0].eval()
+
+
+def add_export_arguments(parser: argparse.ArgumentParser, output_help: str) -> None:
+    """The options every export command takes: the checkpoint, its data-bin, the languages, the output."""
+    parser.add_argument("--checkpoint", required=True, help="a vaswani_transformer checkpoint")
+    parser.add_argument("--data", required=True, help="its data-bin (fairseq-preprocess output): the dictionaries")
+    parser.add_argument("--output", required=True, help=output_help)
+    parser.add_argument("--source-lang", help="default: the checkpoint's, else the data-bin's")
+    parser.add_argument("--target-lang", help="default: the checkpoint's, else the data-bin's")
+    parser.add_argument("--force", action="store_true", help="replace --output if it exists")
+
+
+def load_for_export(args):
+    """(task, model) of an export command's --checkpoint and --data, once --output is known to be free."""
+    if Path(args.output).exists() and not args.force:
+        raise VaswaniConfigError(f"{args.output} exists; choose another --output, or --force to replace it")
+    print(f"loading {args.checkpoint} with the dictionaries of {args.data}", flush=True)
+    return load_model(args.checkpoint, args.data, args.source_lang, args.target_lang, "--checkpoint")
