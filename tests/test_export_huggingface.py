@@ -1,8 +1,10 @@
 """The transformers export (vaswani_plugin.serving.export_huggingface), checked against the plugin's own model:
 logits of random models of every variant Marian holds, the same after save_pretrained -> from_pretrained, greedy
-and beam decoding of a trained model against fairseq's generator, the refusals. Broken on purpose, each of these
-fails: the residual permutation left out (sinusoids interleaved against Marian's [sin | cos]); an attention's
-input columns not permuted; <pad> left possible in the generation config; decoding from <pad> (Marian's default).
+and beam decoding of trained models against fairseq's generator and fairseq-interactive's pipeline (the hub), on
+test2016 too, the refusals. Broken on purpose, each of these fails: the residual permutation left out (sinusoids
+interleaved against Marian's [sin | cos]); an attention's input columns not permuted; <pad> left possible in the
+generation config; decoding from <pad> (Marian's default); the tokenizer ending the source in <s>; the command's
+missing-extra message.
 """
 
 import importlib.util
@@ -301,3 +303,26 @@ def test_without_transformers_the_command_says_how_to_install_it(monkeypatch):
                  if re.search(r"^\s*(from|import) (transformers|vaswani_plugin\.serving\.export_huggingface)\b",
                               path.read_text(encoding="utf-8"), re.M)]
     assert importers == ["export_huggingface.py"]
+
+
+def test_command_exports_a_checkpoint_that_translates_raw_text_as_the_hub(trained, tmp_path, capsys):
+    """python -m ...export_huggingface on the trained reversal checkpoint, then the directory alone (AutoTokenizer,
+    AutoModelForSeq2SeqLM, beam 4 at fairseq's --lenpen 1): fairseq's hub (fairseq-interactive's pipeline)
+    translations of the same raw lines; the written generation config is §6.1's beam with the measured penalty."""
+    from test_hub import BPE_CODES, RAW
+    from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerModel
+
+    checkpoint, data, sources = trained
+    codes = tmp_path / "codes"
+    codes.write_text(BPE_CODES)
+    output = tmp_path / "hf"
+    export_huggingface.main(["--checkpoint", str(checkpoint), "--data", str(data), "--output", str(output),
+                             "--bpe-codes", str(codes)])
+    assert f"exported {checkpoint} -> {output}: d_model 32, N 1/2" in capsys.readouterr().out
+    config = export_huggingface.transformers.GenerationConfig.from_pretrained(output)
+    assert (config.num_beams, config.length_penalty, config.max_new_tokens) == (4, 0.5, 200)
+    lines = [" ".join(words) for words in sources[:20]] + RAW
+    hub = VaswaniTransformerModel.from_pretrained(
+        str(checkpoint.parent), checkpoint_file=checkpoint.name, data_name_or_path=str(data), tokenizer="moses",
+        moses_no_escape=True, bpe="subword_nmt", bpe_codes=str(codes))
+    assert translate_raw(output, lines, length_penalty=1.0, max_new_tokens=201) == hub.translate(lines, beam=4)

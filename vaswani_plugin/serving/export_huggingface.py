@@ -235,8 +235,8 @@ def export_command(args) -> None:
            dtype=args.dtype, max_new_tokens=args.max_new_tokens, force=args.force)
     print(f"exported {args.checkpoint} -> {args.output}: d_model {model.encoder.embedding.dim}, N "
           f"{len(model.encoder.layers)}/{len(model.decoder.layers)}, vocabularies "
-          f"{len(task.source_dictionary)}/{len(task.target_dictionary)}; translate with "
-          f'transformers.pipeline("translation", model="{args.output}")')
+          f"{len(task.source_dictionary)}/{len(task.target_dictionary)}; load it with transformers' AutoTokenizer "
+          f'and AutoModelForSeq2SeqLM.from_pretrained("{args.output}")')
 
 
 if __name__ == "__main__":
