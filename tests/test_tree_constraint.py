@@ -13,7 +13,7 @@ from fairseq.dataclass.configs import GenerationConfig
 from cli_helpers import SHARED_DATA
 from conftest import build_model, random_tokens
 from vaswani_plugin.errors import VaswaniConfigError
-from vaswani_plugin.scoring.trees import Tree, clean, delinearise, linearise, read_trees, repair
+from vaswani_plugin.scoring.trees import Tree, clean, delinearise, is_one_tree, linearise, read_trees, repair
 from vaswani_plugin.generation.beam_search import BeamSearchGenerator
 from vaswani_plugin.generation.generators import GnmtSequenceGenerator
 from vaswani_plugin.generation.tree_constraint import TreeConstrainedBeamSearch, TreeConstraint
@@ -92,7 +92,7 @@ def test_every_hypothesis_is_a_tree_over_exactly_its_words_and_unconstrained_one
             ids = hypothesis["tokens"].tolist()
             assert ids[-1] == target.eos() and target.eos() not in ids[:-1] and not never & set(ids)
             tokens = target.string(hypothesis["tokens"]).split()
-            assert repair(tokens, count) == tokens  # nothing to repair
+            assert repair(tokens, count) == tokens and is_one_tree(tokens)  # nothing to repair, one root
             words = [f"w{i}" for i in range(count)]
             tree = delinearise(tokens, words)
             assert tree.words() == words and linearise(tree, keep_words=False) == tokens  # each ) its own label
@@ -132,7 +132,7 @@ def test_with_word_leaves_every_hypothesis_places_exactly_the_input_words_in_ord
             assert ids[-1] == joined.eos() and joined.eos() not in ids[:-1]
             assert [t for t in ids[:-1] if is_leaf[t]] == words
             tokens = joined.string(hypothesis["tokens"]).split()
-            assert repair(tokens, count) == tokens
+            assert repair(tokens, count) == tokens and is_one_tree(tokens)
             assert hypothesis["score"].item() == pytest.approx(
                 hypothesis["positional_scores"].sum().item() / ((5 + len(ids)) / 6) ** 0.3, rel=1e-5)
     # A leaf's score: the log of the probability of every leaf, for the best hypothesis of the first sentence.
@@ -162,10 +162,12 @@ def test_an_empty_sentence_gets_the_empty_tree_and_too_long_ones_are_refused():
     _, hypotheses = decode(task, model, sample, max_len_b=3)
     assert [h["tokens"].tolist() for h in hypotheses[1]] == [[target.eos()]]
     assert all(target.string(h[0]["tokens"]).count("XX") == 3 for h in (hypotheses[0], hypotheses[2]))
-    # 8 words cannot fit in 0 x 9 + 5 tokens: refused in one line, naming the sentence by its id.
-    with pytest.raises(VaswaniConfigError, match=r"sentence 101 of the input has 8 words, but decoding ends after 5 "
+    # 4 words and the root's two brackets cannot fit in 0 x 5 + 5 tokens: refused in one line, naming the
+    # sentence by its id (3 words fit).
+    with pytest.raises(VaswaniConfigError, match=r"sentence 101 of the input has 4 words, but decoding ends after 5 "
                                                  r"tokens .*raise --max-len-b"):
-        decode(task, model, random_sample(source, [2, 8], seed=3), max_len_a=0, max_len_b=5)
+        decode(task, model, random_sample(source, [2, 4], seed=3), max_len_a=0, max_len_b=5)
+    decode(task, model, random_sample(source, [2, 3], seed=3), max_len_a=0, max_len_b=5)
 
 
 def test_the_task_refuses_what_it_cannot_constrain():
@@ -208,15 +210,17 @@ OPENINGS = {"(S", "(NP", "(VP", "(PP"}
 
 
 @pytest.mark.parametrize("prefix, words, max_len, expected", [
-    ("", 2, 100, {"XX"} | OPENINGS),
+    ("", 2, 100, OPENINGS),  # the root first: no word outside it
     ("(S", 2, 100, {"XX"} | OPENINGS),  # no )S before S holds a child
     ("(S (NP XX", 2, 100, {"XX", ")NP"} | OPENINGS),  # only the innermost closes
-    ("(S (NP XX )NP", 2, 100, {"XX", ")S"} | OPENINGS),
+    ("(S (NP XX )NP", 2, 100, {"XX"} | OPENINGS),  # the root stays open while a word is left
     ("(S (NP XX )NP XX", 2, 100, {")S"}),  # no words left: nothing opens, no XX
     ("(S (NP XX )NP XX )S", 2, 100, {"</s>"}),
-    ("XX XX", 2, 100, {"</s>"}),
-    ("(S XX", 2, 5, {"XX", ")S"}),  # an opening would need 1 word + 2 closes + </s>: 4 tokens after step 2 of 5
-    ("(S XX", 2, 6, {"XX", ")S"} | OPENINGS),
+    ("(S XX )S", 2, 100, set()),  # a root closed early: a forest would follow
+    ("(S XX )S (S", 2, 100, set()),
+    ("XX XX", 2, 100, set()),  # words outside any root
+    ("(S XX", 2, 5, {"XX"}),  # an opening would need 1 word + 2 closes + </s>: 4 tokens after step 2 of 5
+    ("(S XX", 2, 6, {"XX"} | OPENINGS),
     ("", 0, 100, {"</s>"}),
     ("XX </s>", 1, 100, set()),  # finished, or dead: nothing
     ("XX junk", 2, 100, set()),

@@ -2,8 +2,8 @@
 
 import pytest
 
-from vaswani_plugin.scoring.trees import (PLACEHOLDER, Tree, clean, delinearise, is_bracket, linearise, read_trees,
-                                          repair)
+from vaswani_plugin.scoring.trees import (PLACEHOLDER, Tree, clean, delinearise, is_bracket, is_one_tree, linearise,
+                                          read_trees, repair)
 from cli_helpers import SHARED_DATA
 
 PTB_SAMPLE = SHARED_DATA / "ptb_sample"
@@ -97,3 +97,15 @@ def test_delinearise_refuses_malformed_sequences():
         with pytest.raises(ValueError):
             delinearise(tokens, WORDS)
     assert isinstance(delinearise(GOLD, WORDS), Tree)
+
+
+@pytest.mark.parametrize("tokens, expected", [
+    ("(S w1 (NP w2 )NP )S", True),
+    ("(S w1 )S (NP w2 )NP", False),  # two constituents at the top
+    ("(S w1 )S w2", False),  # a word after the root closed
+    ("w1 (S w2 )S", False),  # a word before it
+    ("w1 w2", False),
+    ("", False),
+])
+def test_one_tree_is_one_constituent_over_everything(tokens, expected):
+    assert is_one_tree(tokens.split()) is expected

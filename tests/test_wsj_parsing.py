@@ -289,3 +289,12 @@ def test_right_branching_baseline_scores_as_counted_by_hand(tmp_path, capsys):
     # Both sentences: 2 of 3 test brackets match, 2 of 4 gold ones: P 66.67, R 50.00, F1 57.14.
     assert "F1 = 57.14 (labelled bracketing, EVALB COLLINS.prm, 2 of 2 sentences scored)" in printed
     assert "repaired" not in printed
+
+
+def test_every_output_the_scorer_changes_is_counted_forests_too():
+    """A forest is well-formed but no tree: the tree's unlabelled root gathers it, and it counts as changed, as a
+    repaired output does; one tree does not count."""
+    outputs = ["(S w1 (NP w2 )NP )S", "(S w1 )S (NP w2 )NP", "(S w1 )S w2", "(S w1 (NP w2 )S"]
+    trees, changed = parses.parse_trees(outputs, ["a b"] * 4, ["DT NN"] * 4)
+    assert changed == 3
+    assert trees[0] == "(TOP (S (DT a) (NP (NN b))))"

@@ -1,9 +1,9 @@
 """Beam search that emits only trees over the input's words, for parsing (§6.3; the task's --parse-constrained).
 
-The target is scoring.trees' sequence form, "(S (NP The cat )NP (VP sat )VP . )S" (or with XX leaves). At every
-step a hypothesis may continue with the next word (or XX) while words remain, (LABEL while the length limit
-leaves room, the innermost )LABEL once it holds a child, and </s> once every word is placed and every bracket
-closed: every finished hypothesis is a well-formed tree over exactly the input's words. It is fairseq's
+The target is scoring.trees' sequence form, "(S (NP The cat )NP (VP sat )VP . )S" (or with XX leaves). A
+hypothesis opens one root first; inside it, it may continue with the next word (or XX) while words remain, (LABEL
+while the length limit leaves room, the innermost )LABEL once it holds a child (the root's once every word is
+placed), and </s> once the root is closed: every finished hypothesis is one tree over exactly the input's words. It is fairseq's
 prefix-constrained beam search as one boolean mask a step, inside fairseq's BeamSearch. Placing a word scores
 all leaves' probability together (where the word goes, not which word). Details: docs/reference.md.
 """
@@ -110,15 +110,19 @@ class TreeConstraint:
             after_opening = torch.zeros(rows, dtype=torch.bool, device=device)
         left = words - placed.sum(1)
         alive = (opening | closing | placed).all(1) & (depths >= 0).all(1) & (left >= 0)
+        if step:  # one root: the first token opens it, and no token but its closing one leaves it
+            alive &= opening[:, 0] & (depths[:, :-1] > 0).all(1)
+        inside = depth > 0
         allowed = torch.zeros(rows, self.vocabulary_size, dtype=torch.bool, device=device)
         if self.leaves_are_words:
-            placing = (alive & (left > 0)).nonzero().squeeze(1)
+            placing = (alive & inside & (left > 0)).nonzero().squeeze(1)
             allowed[placing, input_words[placing, placed[placing].sum(1)]] = True
         else:
-            allowed[:, self.placeholder] = alive & (left > 0)
-        allowed[:, self.openings] = (alive & (left > 0) & (left + depth + 2 <= max_len - step))[:, None]
+            allowed[:, self.placeholder] = alive & inside & (left > 0)
+        opens = alive & (left > 0) & (left + depth + 2 <= max_len - step) & (inside if step else True)
+        allowed[:, self.openings] = opens[:, None]
         allowed[:, self.eos] = alive & (left == 0) & (depth == 0)
-        closable = (alive & (depth > 0) & ~after_opening).nonzero().squeeze(1)
+        closable = (alive & inside & ~after_opening & ((depth > 1) | (left == 0))).nonzero().squeeze(1)
         if len(closable):
             # The innermost open constituent: the last opening after which the depth is the current depth.
             innermost = opening[closable] & (depths[closable] == depth[closable, None])
@@ -148,13 +152,15 @@ class TreeConstrainedBeamSearch(BeamSearch):
 
     def check_sources(self, source_lengths: Sequence[int], where: str) -> None:
         """A one-line error if a sentence (its length with </s>) has more words than any tree can hold within
-        the length limit; fairseq's limit grows with a batch's longest sentence, so this is the least it is."""
+        the length limit (its words and the root's two brackets); fairseq's limit grows with a batch's longest
+        sentence, so this is the least it is."""
         lengths = np.asarray(source_lengths)
         self.refuse(lengths, length_limit(self.max_len_a, self.max_len_b, lengths, self.model_max_len), where)
 
     def refuse(self, lengths: np.ndarray, limits, where: str, ids: Optional[Sequence[int]] = None) -> None:
         """The error for the first sentence of `lengths` (their ids: `ids`, or their indices) over `limits`."""
-        too_long = np.flatnonzero(lengths - 1 > limits)
+        words = lengths - 1
+        too_long = np.flatnonzero((words > 0) & (words + 2 > limits))
         if len(too_long):
             first = int(too_long[0])
             limit = int(np.broadcast_to(limits, lengths.shape)[first])

@@ -14,7 +14,7 @@ from vaswani_plugin.cli import run_command
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.scoring.evalb import COLLINS, evaluate, summary_lines
 from vaswani_plugin.scoring.bleu import read_hypotheses
-from vaswani_plugin.scoring.trees import Tree, delinearise, repair
+from vaswani_plugin.scoring.trees import Tree, delinearise, is_one_tree, repair
 
 
 def read_lines(path):
@@ -34,12 +34,13 @@ def check_sentences(words, tags, words_path, tags_path):
 
 
 def parse_trees(outputs, words, tags):
-    """(trees as lines, number of outputs that repair changed)."""
+    """(trees as lines, number of outputs that had to change: repaired, or a forest (several constituents or
+    words at the top) that the tree's unlabelled root gathers)."""
     trees, repaired = [], 0
     for output, sentence, sentence_tags in zip(outputs, words, tags):
         tokens, sentence, sentence_tags = output.split(), sentence.split(), sentence_tags.split()
         fixed = repair(tokens, len(sentence))
-        repaired += fixed != tokens
+        repaired += fixed != tokens or not is_one_tree(fixed)
         trees.append(str(delinearise(fixed, sentence, sentence_tags)))
     return trees, repaired
 

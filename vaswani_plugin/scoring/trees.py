@@ -158,6 +158,18 @@ def delinearise(tokens: Sequence[str], words: Sequence[str], tags: Optional[Sequ
     return stack[0]
 
 
+def is_one_tree(tokens: Sequence[str]) -> bool:
+    """Whether a well-formed sequence is one constituent (one root, as every treebank tree), not a forest: its
+    first token opens the bracket that its last token closes."""
+    depth = 0
+    for position, token in enumerate(tokens):
+        depth += token.startswith("(") and is_bracket(token)
+        depth -= token.startswith(")") and is_bracket(token)
+        if depth == 0 and position < len(tokens) - 1:
+            return False
+    return bool(tokens) and is_bracket(tokens[0]) and depth == 0
+
+
 def repair(tokens: Sequence[str], word_count: int) -> List[str]:
     """A well-formed sequence over exactly `word_count` words, from any model output, deterministically:
     closing brackets with nothing open are dropped; leaves beyond the word count are dropped, missing ones are
