@@ -8,9 +8,11 @@ missing-extra message.
 """
 
 import importlib.util
+import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,7 +20,8 @@ from fairseq.data import data_utils
 from fairseq.sequence_generator import SequenceGenerator
 
 from cli_helpers import REPO
-from conftest import build_model, make_dictionary, random_tokens
+from conftest import build_model, lane_job, make_dictionary, random_tokens
+from test_hub import readme_block
 from test_quickstart import quickstart_run  # noqa: F401  (registers the second lane's job this file reads)
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.serving import export_huggingface
@@ -326,3 +329,26 @@ def test_command_exports_a_checkpoint_that_translates_raw_text_as_the_hub(traine
         str(checkpoint.parent), checkpoint_file=checkpoint.name, data_name_or_path=str(data), tokenizer="moses",
         moses_no_escape=True, bpe="subword_nmt", bpe_codes=str(codes))
     assert translate_raw(output, lines, length_penalty=1.0, max_new_tokens=201) == hub.translate(lines, beam=4)
+
+
+@lane_job
+def huggingface_readme_run(tmp_path_factory, lane):
+    """README's "Share on the Hugging Face Hub" block as written, on the quickstart run of the second lane."""
+    root, _ = lane["quickstart_run"].result()
+    command = readme_block("test:huggingface", "sh") \
+        .replace("work/quickstart/checkpoints", str(root / "seed1" / "vaswani_transformer" / "checkpoints")) \
+        .replace("work/quickstart/data", str(root / "data")) \
+        .replace("work/quickstart/hf", str(tmp_path_factory.mktemp("readme") / "hf"))
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    return command, subprocess.run(["bash", "-c", "set -eo pipefail\n" + command], cwd=REPO, env=env,
+                                   capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.e2e
+@pytest.mark.lane("quickstart_run", "huggingface_readme_run")
+def test_the_readme_block_exports_the_quickstart_and_translates_with_transformers_alone(lane):
+    command, result = lane["huggingface_readme_run"].result()
+    assert "work/quickstart" not in command, command
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "exported " in result.stdout
+    assert re.fullmatch(r"\['[^']*'\]", result.stdout.splitlines()[-1]), result.stdout[-500:]
