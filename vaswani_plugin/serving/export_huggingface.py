@@ -106,8 +106,7 @@ def generation_config(config: MarianConfig, target_dictionary, max_new_tokens: i
 
 
 def attention_weights(prefix: str, residual, perm) -> dict:
-    """§3.2.2: W^Q, W^K, W^V read the residual stream (columns permuted), W^O writes it (rows and bias); then the
-    residual's LayerNorm (§3.1), whose parameters follow the coordinates."""
+    """§3.2.2: W^Q, W^K, W^V read the residual stream (columns permuted), W^O writes it (rows and bias)."""
     attention = residual.sublayer
     if attention.self_attention:
         q, k, v = attention.qkv_proj.weight.split((attention.qk_size, attention.qk_size, attention.v_size))
