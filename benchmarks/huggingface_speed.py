@@ -32,12 +32,11 @@ def read_lines(path, count):
 
 def batches(task, count, batch_size):
     """The data-bin's first `count` test sentences in fairseq-generate's batches (every sentence, none dropped)."""
-    from fairseq.data import data_utils
     task.load_dataset("test")
     dataset = task.dataset("test")
     indices = [i for i in dataset.ordered_indices() if i < count]
     return [dataset.collater([dataset[i] for i in indices[start:start + batch_size]])
-            for start in range(0, len(indices), batch_size)], data_utils
+            for start in range(0, len(indices), batch_size)]
 
 
 def plugin_decode(model, task, samples, alpha):
@@ -53,13 +52,21 @@ def plugin_decode(model, task, samples, alpha):
     return out
 
 
-def right_padded(sample, pad):
+def right_padded(net_input, pad):
+    """A fairseq batch's sources (padded on the left) padded on the right, as transformers' tokenizers pad them;
+    and the longest source's length (</s> included)."""
     import torch
-    left, lengths = sample["net_input"]["src_tokens"], sample["net_input"]["src_lengths"]
+    left, lengths = net_input["src_tokens"], net_input["src_lengths"]
     right = torch.full_like(left, pad)
     for row, n in enumerate(lengths.tolist()):
         right[row, :n] = left[row, left.size(1) - n:]
     return right, int(lengths.max())
+
+
+def until_eos(output, eos):
+    """generate's rows as fairseq's hypotheses: after the start token, up to and with </s> (padding dropped)."""
+    rows = [row[1:] for row in output.tolist()]
+    return [row[:row.index(eos) + 1] if eos in row else row for row in rows]
 
 
 def marian_decode(marian, samples, pad, eos, **options):
@@ -67,12 +74,10 @@ def marian_decode(marian, samples, pad, eos, **options):
     out = {}
     with torch.no_grad():
         for sample in samples:
-            ids, longest = right_padded(sample, pad)
+            ids, longest = right_padded(sample["net_input"], pad)
             output = marian.generate(input_ids=ids, attention_mask=ids.ne(pad), max_new_tokens=longest + 51,
                                      **options)
-            for sentence_id, row in zip(sample["id"].tolist(), output.tolist()):
-                row = row[1:]
-                out[sentence_id] = row[:row.index(eos) + 1] if eos in row else row
+            out.update(zip(sample["id"].tolist(), until_eos(output, eos)))
     return out
 
 
@@ -123,7 +128,7 @@ def main(argv=None):
     task, model = load_model(args.checkpoint, args.data, option="--checkpoint")
     source_lang, target_lang = task.cfg.source_lang, task.cfg.target_lang
     dictionary = task.target_dictionary
-    samples, _ = batches(task, args.sentences, args.batch_size)
+    samples = batches(task, args.sentences, args.batch_size)
     sources = read_lines(args.source, args.sentences)
     references = read_lines(args.reference, args.sentences)
     text = TextPipeline(source_lang, target_lang, bpe_codes=args.bpe_codes)

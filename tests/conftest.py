@@ -96,7 +96,6 @@ def trained(reversal_data, reversal_training, tmp_path_factory):
     cross-entropy, all 300 training pairs a batch) so that it translates, saved as a checkpoint fairseq's tools
     read; for the exports' tests. After 120 updates it was unsure enough that an AVX2-only CPU's rounding flipped
     near-ties between torch and CTranslate2."""
-    import torch.nn.functional as F
     from fairseq import checkpoint_utils
     from fairseq.data import data_utils
     from vaswani_plugin.checkpoints.storage import load_checkpoint
@@ -113,24 +112,34 @@ def trained(reversal_data, reversal_training, tmp_path_factory):
         return [torch.tensor([dictionary.index(word) for word in line.split()] + [dictionary.eos()]) for line in lines]
 
     sources, targets = tokens("train", "src"), tokens("train", "tgt")
-    src_tokens = data_utils.collate_tokens(sources, dictionary.pad(), left_pad=True)
-    src_lengths = torch.tensor([len(t) for t in sources])
-    previous = data_utils.collate_tokens(targets, dictionary.pad(), dictionary.eos(), move_eos_to_beginning=True)
-    target = data_utils.collate_tokens(targets, dictionary.pad())
-    torch.manual_seed(0)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    model.train()
-    for _ in range(500):
-        logits, _ = model(src_tokens, src_lengths, previous)
-        loss = F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=dictionary.pad())
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    sample = {"net_input": {
+        "src_tokens": data_utils.collate_tokens(sources, dictionary.pad(), left_pad=True),
+        "src_lengths": torch.tensor([len(t) for t in sources]),
+        "prev_output_tokens": data_utils.collate_tokens(targets, dictionary.pad(), dictionary.eos(),
+                                                        move_eos_to_beginning=True)},
+        "target": data_utils.collate_tokens(targets, dictionary.pad())}
+    train_with_cross_entropy(model, lambda step: sample, 500, lr=1e-2, pad=dictionary.pad())
     checkpoint["model"] = model.state_dict()
     path = tmp_path_factory.mktemp("trained") / "checkpoint.pt"
     torch.save(checkpoint, path)
     test_sources = [line.split() for line in (reversal_data / "test.src").read_text().splitlines()]
     return path, data, test_sources
+
+def train_with_cross_entropy(model, sample_at, updates: int, lr: float, pad: int) -> None:
+    """`updates` updates of Adam on the cross-entropy of sample_at(step) (a fairseq batch), in this process."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    model.train()
+    for step in range(updates):
+        sample = sample_at(step)
+        logits, _ = model(**sample["net_input"])
+        loss = F.cross_entropy(logits.flatten(0, 1), sample["target"].flatten(), ignore_index=pad)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
 
 LANE_JOBS = {}
 

@@ -20,18 +20,20 @@ from fairseq.data import data_utils
 from fairseq.sequence_generator import SequenceGenerator
 
 from cli_helpers import REPO
-from conftest import build_model, lane_job, make_dictionary, random_tokens
+from conftest import build_model, lane_job, make_dictionary, random_tokens, train_with_cross_entropy
 from test_hub import readme_block
 from test_quickstart import quickstart_run  # noqa: F401  (registers the second lane's job this file reads)
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.serving import export_huggingface
 from vaswani_plugin.serving.export_huggingface import MarianMTModel, to_marian
 
-# The benchmark's raw-text path (what transformers 4's pipeline("translation") did), checked here.
+# The benchmark's conversions between fairseq's batches and transformers' and its raw-text path (what
+# transformers 4's pipeline("translation") did), checked here.
 _spec = importlib.util.spec_from_file_location("huggingface_speed", REPO / "benchmarks" / "huggingface_speed.py")
-translate_raw = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(translate_raw)
-translate_raw = translate_raw.translate_raw
+huggingface_speed = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(huggingface_speed)
+right_padded, translate_raw, until_eos = (huggingface_speed.right_padded, huggingface_speed.translate_raw,
+                                          huggingface_speed.until_eos)
 
 VARIANTS = {
     "shared embeddings and output (joined dictionary)": (dict(share_all_embeddings=True), 20, None),
@@ -55,9 +57,7 @@ def batch(source, target, generator):
     Marian (transformers' tokenizers); the target prefixes fairseq's decoder reads, starting from </s>."""
     lengths = [7, 4, 2]
     left = random_tokens(source, 3, 7, generator, lengths=lengths, left_pad=True)
-    right = torch.full_like(left, source.pad())
-    for row, n in enumerate(lengths):
-        right[row, :n] = left[row, 7 - n:]
+    right, _ = right_padded({"src_tokens": left, "src_lengths": torch.tensor(lengths)}, source.pad())
     prefix = random_tokens(target, 3, 6, generator)
     previous = torch.cat([torch.full((3, 1), target.eos()), prefix[:, :-1]], dim=1)
     return left, torch.tensor(lengths), right, previous
@@ -145,21 +145,15 @@ def fairseq_generate(model, source, target, sources, beam, max_len_b):
 
 
 def marian_generate(marian, dictionary, net_input, **options):
-    """transformers' generate on the same sources, padded on the right; each hypothesis from after the start token
-    to its </s> (the padding after it dropped), as fairseq's."""
-    left = net_input["src_tokens"]
-    right = torch.full_like(left, dictionary.pad())
-    for row, n in enumerate(net_input["src_lengths"].tolist()):
-        right[row, :n] = left[row, left.size(1) - n:]
+    """transformers' generate on the same sources, padded on the right; hypotheses as fairseq's."""
+    right, _ = right_padded(net_input, dictionary.pad())
     with torch.no_grad():
         output = marian.generate(input_ids=right, attention_mask=right.ne(dictionary.pad()), **options)
-    hypotheses = [row.tolist()[1:] for row in output]
-    return [row[:row.index(dictionary.eos()) + 1] if dictionary.eos() in row else row for row in hypotheses]
+    return until_eos(output, dictionary.eos())
 
 
 def test_greedy_decoding_equals_fairseqs_on_a_trained_model(trained):
-    """The reversal model of test_ctranslate2_export, trained 500 updates: every test sentence's greedy
-    hypothesis is fairseq's."""
+    """conftest's trained reversal model (500 updates): every test sentence's greedy hypothesis is fairseq's."""
     from fairseq import checkpoint_utils
 
     path, data, sources = trained
@@ -213,23 +207,14 @@ def test_command_errors_are_one_line(tmp_path, capsys):
 def train_tiny(task, updates: int):
     """A tiny shared-embedding model trained `updates` updates on the data-bin's train split (Adam, cross-entropy,
     batches of 2,048 tokens), in this process: it has learnt the common words, and its greedy output is its own."""
-    import torch.nn.functional as F
-
     dictionary = task.source_dictionary
     torch.manual_seed(0)
     model = build_model(dictionary, share_all_embeddings=True, dropout=0.0)
     train = task.dataset("train")
     batches = train.batch_by_size(train.ordered_indices(), max_tokens=2048)
     order = torch.randperm(len(batches), generator=torch.Generator().manual_seed(0)).tolist()
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    model.train()
-    for step in range(updates):
-        sample = train.collater([train[i] for i in batches[order[step % len(order)]]])
-        logits, _ = model(**sample["net_input"])
-        loss = F.cross_entropy(logits.flatten(0, 1), sample["target"].flatten(), ignore_index=dictionary.pad())
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    train_with_cross_entropy(model, lambda step: train.collater([train[i] for i in batches[order[step % len(order)]]]),
+                             updates, lr=3e-3, pad=dictionary.pad())
     return model.eval()
 
 

@@ -171,6 +171,6 @@ def test_the_readme_block_prints_what_fairseq_interactive_prints(model_files, tm
 
 
 def readme_block(marker: str, language: str) -> str:
-    """The LANGUAGE block that follows `<!-- marker -->` in README.md (as tests/test_quickstart.py reads them)."""
+    """The LANGUAGE block that follows `<!-- marker -->` in README.md."""
     after = (REPO / "README.md").read_text(encoding="utf-8").split(f"<!-- {marker} -->", 1)[1]
     return after.split(f"```{language}\n", 1)[1].split("```", 1)[0]

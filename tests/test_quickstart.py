@@ -18,6 +18,7 @@ from matplotlib.image import imread
 
 from cli_helpers import NATIVE_BF16, SHARED_DATA
 from conftest import lane_job
+from test_hub import readme_block
 from test_recipes import NEEDS_CPU_PATH, REPO, TINY, hypotheses, run_recipe
 
 pytestmark = pytest.mark.e2e  # the whole quickstart on the real Multi30k
@@ -119,17 +120,11 @@ def test_benchmark_against_fairseq_transformer(lane):
     assert f"sacrebleu: mean {difference:+.2f} over 1 seed(s)" in result.stdout, result.stdout
 
 
-def readme_block(marker: str) -> str:
-    """The shell block that follows `<!-- marker -->` in README.md."""
-    after = (REPO / "README.md").read_text(encoding="utf-8").split(f"<!-- {marker} -->", 1)[1]
-    return after.split("```sh\n", 1)[1].split("```", 1)[0]
-
-
 @NEEDS_CPU_PATH
 @pytest.mark.lane("quickstart_run")
 def test_translating_your_own_sentence_as_the_readme_says(lane):
     root, _ = lane["quickstart_run"].result()
-    command = readme_block("test:interactive").replace("work/quickstart/data", str(root / "data")) \
+    command = readme_block("test:interactive", "sh").replace("work/quickstart/data", str(root / "data")) \
         .replace("work/quickstart", str(root / "seed1" / "vaswani_transformer"))
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     result = subprocess.run(["bash", "-c", "set -o pipefail\n" + command], cwd=REPO, env=env, capture_output=True,

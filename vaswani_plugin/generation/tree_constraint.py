@@ -3,9 +3,9 @@
 The target is scoring.trees' sequence form, "(S (NP The cat )NP (VP sat )VP . )S" (or with XX leaves). A
 hypothesis opens one root first; inside it, it may continue with the next word (or XX) while words remain, (LABEL
 while the length limit leaves room, the innermost )LABEL once it holds a child (the root's once every word is
-placed), and </s> once the root is closed: every finished hypothesis is one tree over exactly the input's words. It is fairseq's
-prefix-constrained beam search as one boolean mask a step, inside fairseq's BeamSearch. Placing a word scores
-all leaves' probability together (where the word goes, not which word). Details: docs/reference.md.
+placed), and </s> once the root is closed: every finished hypothesis is one tree over exactly the input's words.
+It is fairseq's prefix-constrained beam search as one boolean mask a step, inside fairseq's BeamSearch. Placing a
+word scores all leaves' probability together (where the word goes, not which word). Details: docs/reference.md.
 """
 
 import math
