@@ -21,8 +21,12 @@ word leaves learn far faster (docs/parsing.md).
     1 linearise  W/text/{split}.words (source: the words), W/text/{split}.tree (target: the tree sequence,
                  vaswani_plugin.scoring.trees), W/gold/{split}.trees (cleaned gold trees, one per line, for EVALB) and
                  W/gold/{split}.tags (their part-of-speech tags)
-    2 binarize   W/data-bin: fairseq-preprocess, the --source-vocabulary most frequent words (§6.3: 16K; the rest
-                 <unk>: the scorer takes the words back from the input untouched); word leaves: one joined
+    2 model text W/model/{split}.words, .tree: what the model reads and writes; the text's, or with
+                 --unknown-words signatures every word outside the vocabulary (seen twice in the treebank's own
+                 training trees) as its shape (prepare.word_signatures), and the treebank's training trees
+                 --treebank-copies times before the extra ones
+    3 binarize   W/data-bin: fairseq-preprocess, the --source-vocabulary most frequent words (§6.3: 16K; the rest
+                 <unk>: the scorer takes the words back from W/text untouched); word leaves: one joined
                  dictionary; XX leaves: one per side
 
 Each stage is skipped when its stamp (W/.stamps) says it ran with the same inputs and settings. The data-bin's
@@ -34,15 +38,17 @@ import json
 from pathlib import Path
 from typing import Dict, List
 
-from vaswani_plugin.scoring.trees import clean, linearise, read_trees
+from vaswani_plugin.scoring.trees import clean, is_bracket, linearise, read_trees
 
 from . import binarize
+from .word_signatures import replace_unknown, vocabulary
 from ._common import ArgumentParser, PrepareError, available_cores, log, open_write, positive_int, run_cli
 
 WSJ_SECTIONS = {"train": range(2, 22), "valid": [22], "test": [23]}
 SAMPLE_FILES = {"train": range(1, 150), "valid": range(150, 165), "test": range(165, 180)}
 SOURCE, TARGET = "words", "tree"
 LEAVES = ("words", "XX")
+UNKNOWN_WORDS = ("unk", "signatures")
 TREE_FILES = ("*.ptb", "*.mrg")
 
 
@@ -134,6 +140,48 @@ def write_split(paths: List[Path], work: Path, split: str, max_positions: int, k
     return counts
 
 
+def write_model_text(text: Path, out: Path, splits: List[str], treebank_trees: int, most: int,
+                     word_leaves: bool, signatures: bool, copies: int) -> dict:
+    """The model's text (out/{split}.words, .tree) from the linearised one: with `signatures`, every word outside
+    the vocabulary (seen twice in the treebank's own training trees, the `most` most frequent) replaced by its
+    signature, in the input and, with word leaves, in the tree's leaves; the treebank's training trees `copies`
+    times, before the extra ones."""
+    known = None
+    if signatures:
+        with open(text / f"train.{SOURCE}", encoding="utf-8") as handle:
+            known = vocabulary((line.split() for _, line in zip(range(treebank_trees), handle)), 2, most)
+    replaced = {}
+    for split in splits:
+        with open(text / f"{split}.{SOURCE}", encoding="utf-8") as handle:
+            sentences = handle.read().splitlines()
+        with open(text / f"{split}.{TARGET}", encoding="utf-8") as handle:
+            sequences = handle.read().splitlines()
+        if split == "train":
+            sentences = sentences[:treebank_trees] * copies + sentences[treebank_trees:]
+            sequences = sequences[:treebank_trees] * copies + sequences[treebank_trees:]
+        count = 0
+        with open_write(out / f"{split}.{SOURCE}") as source, open_write(out / f"{split}.{TARGET}") as target:
+            for line, sequence in zip(sentences, sequences):
+                words = line.split()
+                tokens = sequence.split()
+                if known is not None:
+                    shapes = replace_unknown(words, known)
+                    count += sum(a != b for a, b in zip(words, shapes))
+                    words = shapes
+                    if word_leaves:  # the leaves are the words, in order
+                        leaves = iter(shapes)
+                        tokens = [token if is_bracket(token) else next(leaves) for token in tokens]
+                source.write(" ".join(words) + "\n")
+                target.write(" ".join(tokens) + "\n")
+        replaced[split] = count
+    if known is not None:
+        log(f"  vocabulary: {len(known):,} words (seen twice in the treebank's training trees); replaced by their "
+            "signatures: " + ", ".join(f"{split} {count:,} words" for split, count in replaced.items()))
+    if copies > 1:
+        log(f"  training: the treebank's {treebank_trees:,} trees {copies} times")
+    return replaced
+
+
 def run_stage(work: Path, name: str, params: dict, run) -> dict:
     stamp = work / ".stamps" / f"{name}.json"
     if stamp.is_file():
@@ -162,17 +210,22 @@ def prepare(args) -> Path:
         result["train_extra"] = sum(counts["train"][len(counts["train"]) - extra:]) if extra else 0
         return result
 
-    linearised = run_stage(work, "linearise", {"files": {s: [str(p) for p in ps] for s, ps in files.items()},
-                                               "max_positions": args.max_positions, "leaves": args.leaves},
-                         linearise_all)
+    sources = {"files": {s: [str(p) for p in ps] for s, ps in files.items()}, "max_positions": args.max_positions,
+               "leaves": args.leaves}
+    linearised = run_stage(work, "linearise", sources, linearise_all)
     trees = {split: linearised[split] for split in files}
-    # The binarised data follows the text: a new linearisation makes it stale.
-    params = {"source_vocabulary": args.source_vocabulary, "trees": trees, "leaves": args.leaves}
-    data_bin = work / "data-bin"
     words = args.leaves == "words"
+    model_text = work / "model"
+    # The model's text and the binarised data follow the linearised text: new sources make them stale.
+    params = {"sources": sources, "source_vocabulary": args.source_vocabulary, "unknown_words": args.unknown_words,
+              "treebank_copies": args.treebank_copies}
+    run_stage(work, "model_text", params, lambda: write_model_text(
+        work / "text", model_text, list(files), linearised["train"] - linearised["train_extra"],
+        args.source_vocabulary, words, args.unknown_words == "signatures", args.treebank_copies))
+    data_bin = work / "data-bin"
     # Joined, a word is counted once on each side: at least 4 is seen at least twice in training.
     run_stage(work, "binarize", params, lambda: binarize.binarize(
-        SOURCE, TARGET, {split: work / "text" / split for split in files}, data_bin, args.workers,
+        SOURCE, TARGET, {split: model_text / split for split in files}, data_bin, args.workers,
         joined=words, source_words=args.source_vocabulary, threshold=4 if words else None))
     log("prepare.wsj_parsing: done; trees: " + ", ".join(f"{s} {n:,}" for s, n in trees.items()))
     treebank = "WSJ sections 02-21" if args.wsj_dir else "WSJ sample"
@@ -202,6 +255,13 @@ def main(argv=None) -> None:
     parser.add_argument("--leaves", choices=LEAVES, default="words",
                         help="the tree sequences' leaves: the words (default; one joined dictionary, words seen "
                              "once in training become <unk>) or XX (Vinyals & Kaiser's placeholders)")
+    parser.add_argument("--unknown-words", choices=UNKNOWN_WORDS, default="unk",
+                        help="words outside the vocabulary: <unk> (default, §6.3) or signatures of their shape "
+                             "(prepare.word_signatures: <unk-C-ing>, ...; the vocabulary is then the words seen "
+                             "twice in the treebank's own training trees)")
+    parser.add_argument("--treebank-copies", type=positive_int, default=1,
+                        help="the treebank's training trees this many times in the training data (with "
+                             "--extra-train: its weight against the extra trees; default 1)")
     parser.add_argument("--max-positions", type=positive_int, default=1024,
                         help="the model's source and target positions (the architectures' 1024): longer trees "
                              "are left out of training and an error in dev or test")
