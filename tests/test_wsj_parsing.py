@@ -173,6 +173,44 @@ def test_recipe_end_to_end_on_a_few_sample_files(lane):
     assert len((work / "data" / "text" / "train.words").read_text().splitlines()) == wsj + gum
     assert len((work / "data" / "text" / "valid.words").read_text().splitlines()) == len(
         read_trees((root / "ptb" / "wsj_0150.mrg").read_text()))
+    # The sample's defaults: bfloat16 where the CPU has it; unknown words as signatures in what the model reads,
+    # the scorer's words untouched.
+    assert "'bf16_autocast': 'auto'" in log
+    assert "--unknown-words signatures" in result.stderr and "replaced by their signatures: train " in result.stderr
+    model_words = (work / "data" / "model" / "valid.words").read_text().split()
+    words = (work / "data" / "text" / "valid.words").read_text().split()
+    assert len(model_words) == len(words) and "<unk-C>" in model_words
+    assert not any(word.startswith("<unk") for word in words)
+
+
+@pytest.mark.shared_data
+@NEEDS_CPU_PATH
+def test_the_sample_trains_with_gum_beside_it_by_default(tmp_path):
+    """SAMPLE_DIR alone: GUM's trees from the gum_const/const folder beside the sample (../shared/data's layout),
+    the sample's trees twice; EXTRA_TRAIN_TREES=none: the sample alone; no GUM there: one line, nothing run."""
+    copy_sample_files(tmp_path / "data" / "ptb_sample", FIVE_FILES)
+    gum = tmp_path / "data" / "gum_const" / "const"
+    gum.mkdir(parents=True)
+    for name in GUM_FILES:
+        shutil.copy(SHARED_DATA / "gum_const" / "const" / name, gum)
+    sample = tmp_path / "data" / "ptb_sample"
+    wsj = sum(len(read_trees((sample / f"wsj_{n}.mrg").read_text())) for n in FILES["train"])
+    gum_trees = sum(len(read_trees((gum / name).read_text())) for name in GUM_FILES)
+    settings = dict(SAMPLE_DIR=str(sample), STOP_AFTER="prepare")
+    result = run_recipe("wsj_parsing.sh", dict(settings, WORK_DIR=str(tmp_path / "default")))
+    paths = ", ".join(str(gum / name) for name in GUM_FILES)
+    assert f"training trees: {wsj} WSJ sample + {gum_trees} extra ({paths})\n" in result.stderr
+    assert f"training: the treebank's {wsj} trees 2 times\n" in result.stderr
+    model = (tmp_path / "default" / "data" / "model" / "train.words").read_text().splitlines()
+    assert len(model) == 2 * wsj + gum_trees
+    result = run_recipe("wsj_parsing.sh", dict(settings, WORK_DIR=str(tmp_path / "alone"), EXTRA_TRAIN_TREES="none"))
+    assert f"training trees: {wsj} WSJ sample\n" in result.stderr
+    shutil.rmtree(tmp_path / "data" / "gum_const")
+    result = run_recipe("wsj_parsing.sh", dict(settings, WORK_DIR=str(tmp_path / "none")), check=False)
+    assert result.returncode == 1 and list((tmp_path / "none").iterdir()) == []  # nothing prepared
+    assert result.stderr.strip() == (f"wsj_parsing: error: EXTRA_TRAIN_TREES: {gum} does not exist (the sample's "
+                                     "default: GUM's trees beside it, ../shared/data/gum_const/const); set "
+                                     "EXTRA_TRAIN_TREES to GUM's const folder, or to none for the WSJ sample alone")
 
 
 # The LDC treebank's parsed/mrg/wsj layout: sections 02-21 train, 22 dev, 23 test; files in other sections (00, 24)
@@ -212,6 +250,9 @@ def test_recipe_on_the_ldc_layout_uses_sections_02_21_22_23(lane):
                             for s in sections for n in LDC_LAYOUT[s])
         assert len((work / "data" / "text" / f"{split}.words").read_text().splitlines()) == counts[split]
     assert f"training trees: {counts['train']} WSJ sections 02-21\n" in result.stderr
+    # §6.3's vocabulary: the words outside it one <unk>, no signatures.
+    assert "--unknown-words unk" in result.stderr and "'bf16_autocast': '0'" in log  # float32, as §6.3's GPUs
+    assert "<unk-" not in (work / "data" / "model" / "train.words").read_text()
     check_parsed_and_scored(work, result.stderr)
 
 
