@@ -6,7 +6,6 @@ What is written and how it decodes: docs/reference.md#serving-with-ctranslate2.
 """
 
 import argparse
-from pathlib import Path
 
 from vaswani_plugin.errors import CTRANSLATE2_MISSING, MissingExtra, VaswaniConfigError
 
@@ -24,7 +23,7 @@ from fairseq.data import Dictionary
 from vaswani_plugin.cli import run_command
 from vaswani_plugin.models.layers import sinusoidal_positions
 from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerModel
-from vaswani_plugin.serving.loading import add_export_arguments, load_for_export
+from vaswani_plugin.serving.loading import add_export_arguments, load_for_export, refuse_existing_output
 
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 
@@ -172,8 +171,7 @@ def export(model: VaswaniTransformerModel, source_dictionary: Dictionary, target
     (the weights' type on disk; CTranslate2 converts on load to the compute_type asked for)."""
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise VaswaniConfigError(f"--quantization {quantization}: not one of {', '.join(QUANTIZATIONS)}")
-    if Path(output_dir).exists() and not force:
-        raise VaswaniConfigError(f"{output_dir} exists; choose another --output, or --force to replace it")
+    refuse_existing_output(output_dir, force)
     return VaswaniConverter(model, source_dictionary, target_dictionary).convert(
         str(output_dir), quantization=quantization, force=force)
 

@@ -27,7 +27,7 @@ except OSError as error:  # transformers imports any torchaudio installed, and o
 from vaswani_plugin.cli import run_command  # noqa: E402
 from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerModel  # noqa: E402
 from vaswani_plugin.serving.huggingface_tokenizer import write_fsmt_tokenizer, write_marian_tokenizer  # noqa: E402
-from vaswani_plugin.serving.loading import add_export_arguments, load_for_export  # noqa: E402
+from vaswani_plugin.serving.loading import add_export_arguments, load_for_export, refuse_existing_output  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 # transformers' beam score is log P / |Y|^p, §6.1's (GNMT) log P / ((5 + |Y|) / 6)^0.6; p = LENGTH_PENALTY agreed
@@ -195,8 +195,7 @@ def export(model, source_dictionary, target_dictionary, output_dir, *, source_la
         raise VaswaniConfigError(f"--max-new-tokens {max_new_tokens}: at least 1 (the </s>)")
     if dtype not in DTYPES:
         raise VaswaniConfigError(f"--dtype {dtype}: not one of {', '.join(DTYPES)}")
-    if output_dir.exists() and not force:
-        raise VaswaniConfigError(f"{output_dir} exists; choose another --output, or --force to replace it")
+    refuse_existing_output(output_dir, force)
     marian = to_marian(model, source_dictionary, target_dictionary, max_new_tokens).to(DTYPES[dtype])
     output_dir.mkdir(parents=True, exist_ok=True)
     marian.save_pretrained(output_dir)

@@ -66,9 +66,14 @@ def add_export_arguments(parser: argparse.ArgumentParser, output_help: str) -> N
     parser.add_argument("--force", action="store_true", help="replace --output if it exists")
 
 
+def refuse_existing_output(output, force: bool) -> None:
+    """An export never overwrites its --output unless --force says so."""
+    if Path(output).exists() and not force:
+        raise VaswaniConfigError(f"{output} exists; choose another --output, or --force to replace it")
+
+
 def load_for_export(args):
     """(task, model) of an export command's --checkpoint and --data, once --output is known to be free."""
-    if Path(args.output).exists() and not args.force:
-        raise VaswaniConfigError(f"{args.output} exists; choose another --output, or --force to replace it")
+    refuse_existing_output(args.output, args.force)
     print(f"loading {args.checkpoint} with the dictionaries of {args.data}", flush=True)
     return load_model(args.checkpoint, args.data, args.source_lang, args.target_lang, "--checkpoint")
