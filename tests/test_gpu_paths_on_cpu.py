@@ -229,7 +229,7 @@ def test_ddp_with_find_unused_parameters(tmp_path):
 
 
 # The torch release that introduced each API the package uses, found by these patterns in its source.
-# torch.mm(out_dtype=...) (2.8) is used only where present (MM_HAS_OUT_DTYPE), with a fallback.
+# torch.mm(out_dtype=...) (2.8) is used only where a first product shows it works (float16_products_in_float32).
 TORCH_APIS = {
     r"torch\.get_autocast_dtype\(": (2, 4),
     r"torch\.is_autocast_enabled\(\w": (2, 4),  # with a device type
@@ -248,3 +248,72 @@ def test_declared_torch_floor_is_the_apis_used():
     assert declared, "setup.py declares no torch floor"
     assert tuple(map(int, declared.groups())) == max(used.values()), used
     assert callable(torch.get_autocast_dtype) and callable(torch.is_autocast_enabled)
+
+
+def fp16_output_layer_gradients():
+    """Gradients for x and W of the float16 output layer on a case whose per-chunk sums pass 65504 (as in
+    test_float16_weight_gradient_overflows_only_where_autograd_would), and float64's, scaled by 2^-6."""
+    generator = torch.Generator().manual_seed(0)
+    tokens, vocab = 4096, 100
+    features = (torch.randn(tokens, 16, generator=generator) + 8.0).half()
+    weight = (torch.randn(vocab, 16, generator=generator) * 0.01).half()
+    target = torch.randint(4, vocab, (tokens,), generator=generator)
+    target[torch.rand(tokens, generator=generator) < 0.9] = 5
+    x, w = features.clone().requires_grad_(), weight.clone().requires_grad_()
+    (SmoothedLoss(target[None], 0.1, PAD, tokens)(x[None], w)[0] * 2.0**-6).backward()
+    x64, w64 = features.double().requires_grad_(), weight.double().requires_grad_()
+    (smoothed_loss_sum(x64 @ w64.T, target, 0.1) * 2.0**-6).backward()
+    return (x.grad, w.grad), (x64.grad, w64.grad)
+
+
+def float32_kernel(a, b):
+    """A right out_dtype kernel: float16 products summed in float32."""
+    return torch.mm(a.float(), b.float())
+
+
+FAULTY_KERNELS = {  # what a GPU's kernel could get wrong, and what the check says
+    "sums in float16": (lambda a, b: torch.mm(a, b).float(), "gave wrong numbers (relative error inf against"),
+    "ignores a transposed operand's strides": (
+        lambda a, b: torch.mm(torch.as_strided(a, a.shape, (a.size(1), 1)).float(), b.float()), "gave wrong numbers"),
+    "returns float16": (lambda a, b: torch.mm(a, b), "returned torch.float16 (16, 24) for float32 (16, 24)"),
+    "refuses": (lambda a, b: torch.mm(a, b, out_dtype=torch.float32), "refused (NotImplementedError: Could not "
+                                                                       "run 'aten::mm.dtype' with arguments from the "
+                                                                       "'CPU' backend)"),
+}
+
+
+@pytest.mark.parametrize("fault", FAULTY_KERNELS)
+def test_float16_products_fall_back_to_float32_where_the_kernel_fails(fault, monkeypatch, caplog):
+    """The out_dtype kernel (CUDA only: this CPU's torch refuses it, the last case) is tried on a device's first
+    float16 product; a refusal or wrong numbers give float32 products, one log line, and float64's gradients."""
+    kernel, problem = FAULTY_KERNELS[fault]
+    calls = []
+    monkeypatch.setattr(output_layer_loss, "FLOAT16_PRODUCTS_IN_FLOAT32", {})
+    monkeypatch.setattr(output_layer_loss, "mm_out_float32", lambda a, b: calls.append(1) or kernel(a, b))
+    with caplog.at_level("INFO", logger=output_layer_loss.__name__):
+        for _ in range(2):
+            (x_grad, w_grad), (x64, w64) = fp16_output_layer_gradients()
+            torch.testing.assert_close(w_grad.double(), w64, rtol=1e-2, atol=1e-3)
+            torch.testing.assert_close(x_grad.double(), x64, rtol=1e-2, atol=1e-6)
+    assert output_layer_loss.FLOAT16_PRODUCTS_IN_FLOAT32 == {"cpu": False}
+    assert len(calls) <= 2  # the check's two layouts; no product after it
+    (record,) = caplog.records  # one line for the device, however many products
+    assert record.levelname == "WARNING" and record.getMessage().startswith(
+        f"float16 products on cpu: torch.mm(out_dtype=torch.float32) {problem}")
+    assert record.getMessage().endswith("; the operands are converted to float32 instead")
+
+
+def test_float16_products_use_the_kernel_where_it_passes(monkeypatch, caplog):
+    calls = []
+    monkeypatch.setattr(output_layer_loss, "FLOAT16_PRODUCTS_IN_FLOAT32", {})
+    monkeypatch.setattr(output_layer_loss, "mm_out_float32", lambda a, b: calls.append(a.stride()) or
+                        float32_kernel(a, b))
+    with caplog.at_level("INFO", logger=output_layer_loss.__name__):
+        (x_grad, w_grad), (x64, w64) = fp16_output_layer_gradients()
+    torch.testing.assert_close(w_grad.double(), w64, rtol=1e-2, atol=1e-3)
+    torch.testing.assert_close(x_grad.double(), x64, rtol=1e-2, atol=1e-6)
+    assert output_layer_loss.FLOAT16_PRODUCTS_IN_FLOAT32 == {"cpu": True}
+    # The check's two layouts, then the products: ∂loss/∂z row-major for x, its transposed view for W.
+    assert calls[:2] == [(128, 1), (1, 128)] and calls[2:] == [(100, 1), (1, 100)]
+    assert [r.getMessage() for r in caplog.records] == [
+        "float16 products on cpu: torch.mm(out_dtype=torch.float32), checked against float32"]

@@ -5,7 +5,8 @@ The tokens go through in chunks, and each chunk's gradients for x and W are take
 sum kept several whole ones: the largest tensors of a small model's step.
 """
 
-from typing import NamedTuple, Optional
+import logging
+from typing import Dict, NamedTuple, Optional
 
 import torch
 from torch import Tensor
@@ -22,8 +23,11 @@ BYTES_PER_LOGIT = 12
 # float16 ∂loss/∂z, whose entries lie in [-1, 1], is stored times 2^15, as a loss scale would, so that small
 # probabilities keep their precision; the products come back in float32 and are divided again.
 FLOAT16_GRADIENT_SCALE = 2.0**15
-# torch.mm(..., out_dtype=float32): float16 products accumulated and returned in float32 on CUDA (torch >= 2.8).
-MM_HAS_OUT_DTYPE = "dtype" in torch.ops.aten.mm.overloads()
+# Whether torch.mm(a, b, out_dtype=float32) (CUDA, torch >= 2.8: float16 products summed and returned in float32)
+# gives a device's float16 products right, decided on that device's first one: str(device) -> bool.
+FLOAT16_PRODUCTS_IN_FLOAT32: Dict[str, bool] = {}
+
+logger = logging.getLogger(__name__)
 
 
 def chunk_logits_for(device: torch.device) -> int:
@@ -51,13 +55,56 @@ def logits_gradient_(lprobs: Tensor, target: Tensor, epsilon: float, padding_idx
     return grad.scatter_add_(-1, target.unsqueeze(-1), grad.new_full((target.numel(), 1), epsilon - 1.0))
 
 
+def mm_out_float32(a: Tensor, b: Tensor) -> Tensor:
+    """The kernel wide_product prefers for float16 operands: their products summed and returned in float32."""
+    return torch.mm(a, b, out_dtype=torch.float32)
+
+
+def float16_product_problem(device: torch.device) -> Optional[str]:
+    """Why mm_out_float32 cannot do `device`'s float16 products, or None: tried on wide_product's two operand
+    layouts (row-major ∂loss/∂z times W, its transposed view times x) with sums past float16's 65504, and compared
+    with products of the operands in float32."""
+    generator = torch.Generator().manual_seed(0)
+    grad_z = (torch.rand(16, 128, generator=generator) * 2048).half().to(device)  # sums ~1.3e5
+    w = (torch.rand(128, 24, generator=generator) + 0.5).half().to(device)
+    x = (torch.rand(16, 24, generator=generator) + 0.5).half().to(device)
+    with torch.no_grad():
+        for a, b in ((grad_z, w), (grad_z.t(), x)):
+            try:
+                got = mm_out_float32(a, b)
+            except Exception as error:  # no such overload (torch < 2.8), no kernel for this device, ...
+                first = (str(error).split(". ")[0].splitlines() or [""])[0][:200]  # its first sentence
+                return f"refused ({type(error).__name__}: {first})"
+            expected = torch.mm(a.float(), b.float())
+            if got.dtype != torch.float32 or got.shape != expected.shape:
+                return f"returned {got.dtype} {tuple(got.shape)} for float32 {tuple(expected.shape)}"
+            error = ((got - expected).abs() / expected.abs()).max().item()
+            if not error <= 1e-3:  # NaN too
+                return f"gave wrong numbers (relative error {error:.1e} against float32 products)"
+    return None
+
+
+def float16_products_in_float32(device: torch.device) -> bool:
+    """Whether mm_out_float32 does this device's float16 products; decided and logged (one line) on the first."""
+    key = str(device)
+    if key not in FLOAT16_PRODUCTS_IN_FLOAT32:
+        problem = float16_product_problem(device)
+        if problem is None:
+            logger.info(f"float16 products on {key}: torch.mm(out_dtype=torch.float32), checked against float32")
+        else:
+            logger.warning(f"float16 products on {key}: torch.mm(out_dtype=torch.float32) {problem}; the "
+                           "operands are converted to float32 instead")
+        FLOAT16_PRODUCTS_IN_FLOAT32[key] = problem is None
+    return FLOAT16_PRODUCTS_IN_FLOAT32[key]
+
+
 def wide_product(a: Tensor, b: Tensor, out: Optional[Tensor] = None) -> Tensor:
     """a @ b, in float32 for float16 inputs: a chunk's sum over its tokens may pass float16's 65504 before the
     loss scale is applied, where autograd's scaled product would not."""
     if a.dtype != torch.float16:
         return torch.mm(a, b, out=out)
-    if a.is_cuda and MM_HAS_OUT_DTYPE:
-        product = torch.mm(a, b, out_dtype=torch.float32)
+    if float16_products_in_float32(a.device):
+        product = mm_out_float32(a, b)
     else:
         product = torch.mm(a.float(), b.float())
     return product if out is None else out.copy_(product)
