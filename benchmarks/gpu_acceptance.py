@@ -6,26 +6,34 @@ it ends, so that a run cut short (killed at a time limit) still leaves stage (a)
                                              # index, and the command that runs this there
     GPU_ACCEPTANCE_STAND_IN=1 python benchmarks/gpu_acceptance.py ...   # = --device cpu --tiny: the CPU stand-in
 
-On Multi30k (prepared by `python -m prepare.multi30k`: 45 s on 2 CPU cores), on an H100; the minutes are estimates
-(no GPU has run it yet), enforced as caps: a run of a stage not started when the stage's minutes are spent is not run
-(a failed check), speed.py is stopped then, and each training run stops after its updates or its seconds of
-training (fairseq's --stop-time-hours), whichever comes first.
-(a) correctness, at most 3 minutes (about 1.5 estimated): fairseq-train of the plugin's base model (Table 3) for 50
-   updates (30 s at most) in fp16 (--fp16), fp16 autocast (--amp) and bfloat16 autocast (the plugin task's
-   --bf16-autocast): loss of the first and last log window (finite and falling?) and fp16's and amp's loss-scale
-   history; then beam-4 decoding (§6.1: α = 0.6, at most input + 50 tokens) of the first 100 test2016 sentences with
-   the fp16 run's checkpoint, by fairseq-generate on the CPU (--cpu) and on the GPU in float32 (the same hypotheses
-   as the CPU's?) and in fp16 (how many differ from float32's: reported, not a failure);
-(b) speed, at most 6 minutes (about 4.5 estimated): fairseq-train of both the plugin and fairseq's own `transformer`,
-   each with its own criterion, for 200 updates (20 s at most) in each precision: the same data, batch size,
-   optimiser, schedule and seed; target tokens/s (the median of the log windows after the first, which holds the
-   start-up) and peak memory (torch.cuda.max_memory_allocated); then `benchmarks/speed.py --amp --sizes base big
+On Multi30k (prepared by `python -m prepare.multi30k`: 45 s on 2 CPU cores), on an H100. Deadlines count from the
+command's start (GPU_ACCEPTANCE_STARTED, which the GPU kit's command sets before it installs; else this process's
+start): stage (a) has written the report by minute 4, stage (b) by minute 9 (the device tool allows 10). Each stage's
+runs stop MARGIN_S before its deadline: a run not started by then is not run, the run in progress is stopped (its
+worker killed), speed.py too; each is a failed check. Each training run also stops after its updates or its seconds
+of training (fairseq's --stop-time-hours), whichever comes first. The minutes each part takes are estimates: no GPU
+has run it yet.
+(a) correctness: fairseq-train of the plugin's base model (Table 3) for 50 updates (30 s at most) in fp16 (--fp16),
+   fp16 autocast (--amp) and bfloat16 autocast (the plugin task's --bf16-autocast): loss of the first and last log
+   window (finite and falling?), fp16's and amp's loss-scale history, the output layer's float16 products; then, from
+   the checkpoint of the first precision that trained (finished, loss finite and falling), beam-4 decoding (§6.1:
+   α = 0.6, at most input + 50 tokens) of the first 100 test2016 sentences by fairseq-generate on the CPU (--cpu) and
+   on the GPU in float32 and in fp16 (how many differ from float32's: reported, not a failure). The GPU's float32
+   hypotheses against the CPU's: identical, near-ties (both hypotheses scored on the CPU differ by less than twice the
+   drift between the devices' log-probabilities, teacher-forced on the same batch) or real differences; a real
+   difference, or more than NEAR_TIES near-ties, fails;
+(b) speed: fairseq-train of both the plugin and fairseq's own `transformer`, each with its own criterion, for 200
+   updates (20 s at most) in each precision: the same data, batch size, optimiser, schedule and seed; target tokens/s
+   (the median of the log windows after the first, which holds the start-up) and peak memory
+   (torch.cuda.max_memory_allocated over every step: PeakMemory); then `benchmarks/speed.py --amp --sizes base big
    --no-ctranslate2`: training tokens/s, peak memory and MFU, and beam-4 sentences/s, of both implementations.
-Every run is fairseq's own command-line entry point, run in one worker process per stage (CUDA starts once; a run
-that kills the worker is recorded as failed and the worker starts again for the rest). The exit status is 1 when a
-check fails (a run failed or was not run, a loss is not finite or does not fall, the GPU's float32 hypotheses are
-not the CPU's); the report is written either way. The CPU stand-in (--device cpu --tiny, or the variable
-GPU_ACCEPTANCE_STAND_IN=1) runs the same code in fp32 and bfloat16 autocast with a tiny model, its "GPU" the CPU.
+Every run is fairseq's own command-line entry point, run in a worker process (CUDA starts once for a stage's
+training, once for its decoding; a run that kills the worker is recorded as failed and the worker starts again for
+the rest). The exit status is 1 when a check fails (a run failed or was not run, a loss is not finite or does not
+fall, a real difference or too many near-ties); the report is written either way. Without a visible GPU (and without
+the stand-in) nothing runs: the report says what the machine showed of CUDA, and the exit status is 1. The CPU
+stand-in (--device cpu --tiny, or the variable GPU_ACCEPTANCE_STAND_IN=1) runs the same code in fp32 and bfloat16
+autocast with a tiny model, its "GPU" the CPU.
 """
 
 import argparse
@@ -52,8 +60,11 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from speed import SIZES  # noqa: E402  (d_model, d_ff, h, N of the sizes speed.py measures)
 
 PLUGIN = REPO / "vaswani_plugin"
-SKIPPED = "gpu_acceptance: no GPU visible (torch.cuda.is_available() is False): skipped"
 STAND_IN = "GPU_ACCEPTANCE_STAND_IN"  # =1: the CPU stand-in, as --device cpu --tiny
+STARTED = "GPU_ACCEPTANCE_STARTED"  # the command's start, in seconds since the epoch (`date +%s`; default: now)
+MARGIN_S = 20  # a stage's runs are stopped this long before its deadline: time to write the report and the logs
+NEAR_TIES = 5  # at most this many of the decoded sentences may be near-ties between the device and the CPU
+TOLERANCE_FLOOR = 1e-4  # of a near-tie's score gap: float32's rounding in a batch, where the devices agree exactly
 REPORT, LOGS = "gpu_acceptance_report.md", "gpu_acceptance_logs.tar.gz"
 PRECISIONS = {  # fairseq-train arguments of each precision; the same for both implementations
     "fp16": ["--task", "translation", "--fp16"],
@@ -66,6 +77,7 @@ CRITERIA = {  # each implementation with its own criterion, as it is trained
 PLUGIN_ONLY = ["vaswani_transformer"]
 DECODES = {  # stage (a)'s decoding runs: name -> (on the CPU?, --fp16?)
     "cpu": (True, False), "fp32": (False, False), "fp16": (False, True)}
+ALPHA = 0.6  # §6.1's length penalty, of the decoding runs and of the scores that compare their hypotheses
 
 
 @dataclass(frozen=True)
@@ -85,18 +97,19 @@ class Mode:
     check: Runs          # stage (a)
     speed: Runs          # stage (b)
     sentences: int       # the first test sentences, decoded on the CPU and on the device
-    minutes: tuple       # each stage's budget: no run of it starts later, and speed.py is stopped then
+    deadlines: tuple     # minutes after the command's start by which stage (a), then (b), has written the report
     speed_args: tuple    # benchmarks/speed.py's sizes and counts
+    bpe_merges: int      # of the Multi30k it prepares
 
 
 # The base model on Multi30k. Stage (a): a warmup of 250 steps gives a rate of 5.6e-4 at step 50, the paper's order
 # (its peak is 7e-4, at step 4,000), so that the loss falls within 50 updates. Stage (b): 1,000 steps, 2.8e-4 at
 # step 200 (only speed is measured there).
-BASE = Mode("base", 4096, Runs(50, 10, 250, 30), Runs(200, 20, 1000, 20), 100, (3, 6),
-            ("--sizes", "base", "big", "--sentences", "128"))
-TINY = Mode("tiny", 512, Runs(20, 5, 20, 45), Runs(20, 5, 20, 45), 100, (10, 10),
+BASE = Mode("base", 4096, Runs(50, 10, 250, 30), Runs(200, 20, 1000, 20), 100, (4, 9),
+            ("--sizes", "base", "big", "--sentences", "128"), 10000)
+TINY = Mode("tiny", 512, Runs(20, 5, 20, 45), Runs(20, 5, 20, 45), 100, (20, 40),
             ("--sizes", "tiny", "--max-tokens", "512", "--warmup", "1", "--updates", "2", "--sentences", "16",
-             "--pretrain-steps", "0"))
+             "--pretrain-steps", "0"), 500)
 
 
 def say(message):
@@ -116,6 +129,7 @@ OVERFLOW = re.compile(r"gradient overflow detected|AMP: overflow detected")
 TRANSLATED = re.compile(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in ([\d.]+)s "
                         r"\(([\d.]+) sentences/s, ([\d.]+) tokens/s\)")
 HYPOTHESIS = re.compile(r"^H-(\d+)\t([^\t]*)\t(.*)$", re.M)
+PRODUCTS = re.compile(r"\| (float16 products on \S+: .*)$", re.M)  # models/output_layer_loss.py's one line
 
 
 def _number(value):
@@ -215,6 +229,27 @@ def machine(device, kit):
     return rows
 
 
+def cuda_rows():
+    """What this machine shows of CUDA, for the report of a run that found no GPU."""
+    import glob
+    import torch
+    rows = {"torch": f"{torch.__version__} ({'CUDA ' + torch.version.cuda if torch.version.cuda else 'a CPU build'})",
+            "torch.cuda.is_available()": str(torch.cuda.is_available()),
+            "torch.cuda.device_count()": str(torch.cuda.device_count())}
+    try:
+        torch.cuda.init()
+        rows["torch.cuda.init()"] = "no error"
+    except Exception as error:  # the driver's or the build's own words
+        rows["torch.cuda.init()"] = " ".join(f"{type(error).__name__}: {error}".split())
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    rows["CUDA_VISIBLE_DEVICES"] = "not set" if visible is None else f"{visible!r}" + (
+        " (empty: CUDA is shown no GPU)" if not visible.strip() else "")
+    rows["/dev/nvidia*"] = ", ".join(sorted(glob.glob("/dev/nvidia*"))) or "none"
+    rows["nvidia-smi -L"] = _nvidia_smi(["nvidia-smi", "-L"], r".+")
+    rows["Python"] = f"{sys.version.split()[0]} ({sys.executable})"
+    return rows
+
+
 def _fairseq():
     """fairseq's distribution, version and folder, as this Python imports it."""
     spec = importlib.util.find_spec("fairseq")
@@ -278,7 +313,7 @@ def generate_argv(data, subset, checkpoint, fp16, device, results):
     """fairseq-generate's arguments: §6.1's beam search over a split."""
     return [str(x) for x in [
         data, "--user-dir", PLUGIN, "--task", "vaswani_translation", "--path", checkpoint, "--gen-subset", subset,
-        "--beam", "4", "--gnmt-alpha", "0.6", "--max-len-a", "1", "--max-len-b", "50", "--batch-size", "128",
+        "--beam", "4", "--gnmt-alpha", ALPHA, "--max-len-a", "1", "--max-len-b", "50", "--batch-size", "128",
         "--required-batch-size-multiple", "1", "--results-path", results, *DATA_LOADING,
         *(["--fp16"] if fp16 else []), *(["--cpu"] if device == "cpu" else [])]]
 
@@ -302,6 +337,75 @@ def write_first_sentences(data, split, count, dest):
         builder.finalize(f"{out}.idx")
 
 
+def token_log_probs(model, sources, hypotheses, device, dictionary, batch=32):
+    """log p of each hypothesis token (</s> last) given the source and the tokens before it, teacher-forced in
+    float32 on `device`: one CPU tensor per hypothesis."""
+    import torch
+    from fairseq.data import data_utils
+    pad, eos, scores = dictionary.pad(), dictionary.eos(), []
+    with torch.no_grad():
+        for start in range(0, len(hypotheses), batch):
+            src, hyp = sources[start:start + batch], hypotheses[start:start + batch]
+            logits, _ = model(data_utils.collate_tokens(src, pad, left_pad=True).to(device),
+                              torch.tensor([len(tokens) for tokens in src], device=device),
+                              data_utils.collate_tokens(hyp, pad, eos, move_eos_to_beginning=True).to(device))
+            target = data_utils.collate_tokens(hyp, pad).to(device)
+            lprobs = torch.log_softmax(logits.float(), dim=-1).gather(-1, target.unsqueeze(-1)).squeeze(-1).cpu()
+            scores += [lprobs[row, :len(tokens)] for row, tokens in enumerate(hyp)]
+    return scores
+
+
+def compare_on_both_devices(data, checkpoint, cpu_output, device_output, device):
+    """The CPU's and the device's beam-search hypotheses (fairseq-generate's outputs), scored as the search scores
+    them (Σ log p / lp(|Y|), §6.1, α = ALPHA) in float32. drift: the largest |device - CPU| of the running sums of
+    log p over every CPU hypothesis, teacher-forced on both devices (the same batch); a gap up to 2 × drift between
+    two hypotheses can flip their order from one device to the other, so that is the tolerance of a near-tie
+    (TOLERANCE_FLOOR at least). rescored: where the device's hypothesis differs, both scored on the CPU."""
+    import copy
+    from vaswani_plugin.generation.length import gnmt_length_penalty
+    from vaswani_plugin.serving.loading import load_model
+    task, model = load_model(checkpoint, data)
+    model.float()
+    task.load_dataset("test")
+    sources, dictionary = task.dataset("test").src, task.target_dictionary
+    cpu = parse_generate("", Path(cpu_output).read_text())[1]
+    ours = parse_generate("", Path(device_output).read_text())[1]
+
+    def tokens(text):
+        return dictionary.encode_line(text, add_if_not_exist=False, append_eos=True).long()
+
+    def scores(ids, hypotheses, on, at):
+        found = token_log_probs(on, [sources[i] for i in ids], [tokens(hypotheses[i]) for i in ids], at, dictionary)
+        return dict(zip(ids, found))
+
+    ids = sorted(cpu)
+    on_cpu = scores(ids, cpu, model, "cpu")
+    on_device = scores(ids, cpu, copy.deepcopy(model).to(device), device)
+    drift = max([float((on_device[i].cumsum(0) - on_cpu[i].cumsum(0)).abs().max()) for i in ids] or [0.0])
+    changed = [i for i in ids if i in ours and ours[i] != cpu[i]]
+    theirs = scores(changed, ours, model, "cpu")
+
+    def score(lprobs):
+        return float(lprobs.sum()) / gnmt_length_penalty(len(lprobs), ALPHA)
+
+    return dict(drift=drift, tolerance=max(2 * drift, TOLERANCE_FLOOR),
+                scores={str(i): score(on_cpu[i]) for i in ids},
+                rescored={str(i): [score(on_cpu[i]), score(theirs[i])] for i in changed})
+
+
+def agreement(cpu, device, comparison, cap=NEAR_TIES):
+    """The device's hypotheses against the CPU's (sentence id -> text), three ways: identical; near-ties, which
+    both score within comparison's tolerance of each other on the CPU; real differences (farther apart, or a
+    hypothesis that one side lacks). Passed: no real difference and at most `cap` near-ties."""
+    gaps = {int(i): abs(ours - theirs) for i, (ours, theirs) in comparison["rescored"].items()}
+    changed = differing(device, cpu)
+    near = [i for i in changed if i in gaps and gaps[i] <= comparison["tolerance"]]
+    real = [i for i in changed if i not in near]
+    return dict(compared=len(set(cpu) | set(device)), identical=len(set(cpu) | set(device)) - len(changed),
+                near_ties=near, real=real, gaps=gaps, tolerance=comparison["tolerance"], drift=comparison["drift"],
+                passed=not real and len(near) <= cap, cap=cap)
+
+
 def run_job(job):
     """One fairseq command-line run in this process, its log in job["log"]; returns its result."""
     import gc
@@ -309,8 +413,9 @@ def run_job(job):
     handler = logging.FileHandler(job["log"], mode="w")  # fairseq's log format, as its command-line tools set it
     handler.setFormatter(logging.Formatter("%(asctime)s | %(levelname)s | %(name)s | %(message)s",
                                            datefmt="%Y-%m-%d %H:%M:%S"))
-    logging.getLogger().addHandler(handler)
-    logging.getLogger().setLevel(logging.INFO)
+    root, level = logging.getLogger(), logging.getLogger().level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
 
     import torch
     from fairseq import options
@@ -323,28 +428,60 @@ def run_job(job):
     cuda = torch.cuda.is_available() and "--cpu" not in job["argv"]
     if cuda:
         torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
     else:
         _reset_peak_rss()
     start = time.perf_counter()
     result = {}
     try:
-        if job["tool"] == "train":  # fairseq-train's cli_main
-            args = options.parse_args_and_arch(options.get_training_parser(), job["argv"])
-            distributed_utils.call_main(convert_namespace_to_omegaconf(args), fairseq_cli.train.main)
-        elif job["tool"] == "generate":  # fairseq-generate's cli_main
-            fairseq_cli.generate.main(options.parse_args_and_arch(options.get_generation_parser(), job["argv"]))
-        else:
-            write_first_sentences(*job["argv"])
+        with PeakMemory(torch.cuda if cuda else None) as peak:
+            if job["tool"] == "train":  # fairseq-train's cli_main
+                args = options.parse_args_and_arch(options.get_training_parser(), job["argv"])
+                distributed_utils.call_main(convert_namespace_to_omegaconf(args), fairseq_cli.train.main)
+            elif job["tool"] == "generate":  # fairseq-generate's cli_main
+                fairseq_cli.generate.main(options.parse_args_and_arch(options.get_generation_parser(), job["argv"]))
+            elif job["tool"] == "compare":
+                result.update(compare_on_both_devices(*job["argv"]))
+            else:
+                write_first_sentences(*job["argv"])
     except (Exception, SystemExit) as error:  # fairseq's argument errors exit; the next job still runs
         logging.getLogger("gpu_acceptance").exception("the run failed")
         result["error"] = f"{type(error).__name__}: {error}"
     finally:
-        logging.getLogger().removeHandler(handler)
+        root.removeHandler(handler)
+        root.setLevel(level)
         handler.close()
     result["seconds"] = time.perf_counter() - start
-    result["peak_memory_mb"] = torch.cuda.max_memory_allocated() / 2**20 if cuda else _peak_rss_mb()
+    result["peak_memory_mb"] = peak.megabytes if cuda else _peak_rss_mb()
     return result
+
+
+class PeakMemory:
+    """torch.cuda.max_memory_allocated over a whole run, though fairseq's trainer resets that counter after every
+    step (to log gb_free): while it is entered, torch.cuda.reset_peak_memory_stats first records the peak so far.
+    `cuda` None (a CPU run): nothing to follow."""
+
+    def __init__(self, cuda):
+        self.cuda, self.peak = cuda, 0
+
+    def __enter__(self):
+        if self.cuda is not None:
+            self.reset = self.cuda.reset_peak_memory_stats
+            self.reset()
+            self.cuda.reset_peak_memory_stats = self.record_and_reset
+        return self
+
+    def record_and_reset(self, *args, **kwargs):
+        self.peak = max(self.peak, self.cuda.max_memory_allocated(*args, **kwargs))
+        self.reset(*args, **kwargs)
+
+    def __exit__(self, *exc):
+        if self.cuda is not None:
+            self.peak = max(self.peak, self.cuda.max_memory_allocated())
+            self.cuda.reset_peak_memory_stats = self.reset
+
+    @property
+    def megabytes(self):
+        return self.peak / 2**20
 
 
 def _reset_peak_rss():
@@ -372,22 +509,42 @@ def worker(jobs_file):
         Path(job["result"]).write_text(json.dumps(result))
 
 
-def run_jobs(jobs, work, log, deadline=None, late=None):
-    """Run all jobs in worker processes: one, unless a run kills it (then that run failed, the rest go on). No job
-    starts after `deadline` (time.time()); its result is then the error `late`."""
+def run_jobs(jobs, work, log, deadline=None, end="the deadline"):
+    """Run all jobs in worker processes: one, unless a run kills it (then that run failed, the rest go on). At
+    `deadline` (time.time()) the worker is stopped: the run in progress then failed ("stopped at END"), and the runs
+    not started are not run ("not run: past END")."""
+    late = f"not run: past {end}"
     pending = [dict(job, deadline=deadline, late=late) for job in jobs]
     with open(log, "w") as out:
         while pending:
+            if deadline is not None and time.time() > deadline:
+                for job in pending:
+                    Path(job["result"]).write_text(json.dumps({"error": late}))
+                break
             (work / "jobs.json").write_text(json.dumps(pending))
             say(f"worker: {', '.join(job['name'] for job in pending)} (log {log})")
-            done = subprocess.run([sys.executable, __file__, "--worker", str(work / "jobs.json")], stdout=out,
-                                  stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONPATH=_pythonpath()))
+            status = run_until([sys.executable, __file__, "--worker", str(work / "jobs.json")],
+                               None if deadline is None else deadline - time.time(), stdout=out,
+                               stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONPATH=_pythonpath()))
+            error = f"stopped at {end}" if status is None else \
+                f"the worker died (exit status {status}) in this run; see {log}"
             unfinished = [job for job in pending if not Path(job["result"]).exists()]
             if unfinished:
-                error = f"the worker died (exit status {done.returncode}) in this run; see {log}"
                 Path(unfinished[0]["result"]).write_text(json.dumps({"error": error}))
             pending = unfinished[1:]
     return {job["name"]: json.loads(Path(job["result"]).read_text()) for job in jobs}
+
+
+def run_until(command, seconds, **popen):
+    """Run a command, its whole process group (it and what it started) killed after `seconds` (None: no limit):
+    its exit status, or None if it was stopped."""
+    process = subprocess.Popen(command, start_new_session=True, **popen)
+    try:
+        return process.wait(timeout=None if seconds is None else max(0.0, seconds))
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        return None
 
 
 def _pythonpath():
@@ -425,7 +582,9 @@ def training_section(title, runs, mode, training, precisions, impls):
              f"fairseq-train with --log-format json --log-interval {runs.log_interval}, stopped after {runs.steps} "
              f"updates or {runs.seconds:g} s of training; loss (base 2, label smoothed) of the first and last log "
              f"window; tokens/s: target tokens, the median `wps` of the windows after the first; peak memory: "
-             f"torch.cuda.max_memory_allocated (CPU stand-in: the worker's peak RSS in the run); loss scale: fp16 "
+             f"torch.cuda.max_memory_allocated over the whole run, every step's peak included (the worker reads it "
+             f"before fairseq's trainer resets it after each step; CPU stand-in: the worker's peak RSS in the run); "
+             f"loss scale: fp16 "
              f"and amp only, first → last logged value; overflows: fairseq's overflow notes.", "",
              "| precision | implementation | steps | loss first → last | finite and falling | tokens/s "
              "| peak MB | loss scale | overflows |", "|---|---|---|---|---|---|---|---|---|"]
@@ -435,6 +594,11 @@ def training_section(title, runs, mode, training, precisions, impls):
         lines += ["", "Loss-scale history (update: scale, one value per log window):", ""]
         lines += [f"- {p}, {i}: " + ", ".join(f"{step}: {scale:g}" for step, scale in training[p, i]["loss_scales"])
                   for p, i in scaled]
+    products = [(p, i) for p in precisions for i in impls if training[p, i].get("products")]
+    if products:
+        lines += ["", "The output layer's float16 products (models/output_layer_loss.py, its line in the run's log):",
+                  ""]
+        lines += [f"- {p}, {i}: {training[p, i]['products'][0]}" for p, i in products]
     return lines
 
 
@@ -443,22 +607,30 @@ def decoding_section(decoding, device):
     on = "GPU" if device == "cuda" else "stand-in device (the CPU)"
     names = {"cpu": "CPU, float32", "fp32": f"{on}, float32", "fp16": f"{on}, fp16"}
     lines = [f"## (a) Beam-4 decoding: the {on} against the CPU", "",
-             f"fairseq-generate --beam 4 --gnmt-alpha 0.6 --batch-size 128 of the first {decoding['sentences']} "
-             f"test sentences (a data-bin of their own, first-sentences/), from {decoding['checkpoint']} checkpoint: "
-             f"on the CPU (--cpu), and on the {on} without and with --fp16; each its own timing line.", "",
+             f"fairseq-generate --beam 4 --gnmt-alpha {ALPHA} --batch-size 128 of the first {decoding['sentences']} "
+             f"test sentences (a data-bin of their own, first-sentences/), from {decoding['checkpoint']} checkpoint "
+             f"(the first of fp16, amp and bf16 autocast that trained): on the CPU (--cpu), and on the {on} without "
+             f"and with --fp16; each its own timing line.", "",
              "| run | sentences | sentences/s | tokens/s | seconds |", "|---|---|---|---|---|"]
     for name, title in names.items():
         timing = decoding[name]
         lines.append(f"| {title} | {timing['sentences']} | {timing['sentences_per_s']:.1f} | "
                      f"{timing['tokens_per_s']:.1f} | {timing['seconds']:.1f} |" if "sentences" in timing
                      else f"| {title} | FAILED: {timing['error']} | | | |")
-    if "sentences" in decoding["cpu"] and "sentences" in decoding["fp32"]:
-        total, changed = decoding["compared"], decoding["not_cpu"]
-        lines += ["", f"{on} float32 against the CPU: {total - len(changed)} of {total} hypotheses identical."]
-        hypotheses, scores = decoding["hypotheses"], decoding["scores"]
-        for i in changed[:10]:
-            lines += [f"- sentence {i}: CPU ({_f(scores['cpu'].get(i), '.4f')}) `{hypotheses['cpu'].get(i)}`; "
-                      f"{on} ({_f(scores['fp32'].get(i), '.4f')}) `{hypotheses['fp32'].get(i)}`"]
+    found = decoding.get("agreement")
+    if found:
+        hypotheses, gaps = decoding["hypotheses"], found["gaps"]
+        lines += ["", f"{on} float32 against the CPU, of {found['compared']} sentences: {found['identical']} "
+                      f"identical, {len(found['near_ties'])} near-ties, {len(found['real'])} real differences "
+                      f"(passes with no real difference and at most {found['cap']} near-ties). Both hypotheses of a "
+                      f"sentence are scored on the CPU as the search scores them (Σ log p / lp(|Y|), α = {ALPHA}); "
+                      f"a near-tie's scores differ by at most {found['tolerance']:.2e}: twice the drift between the "
+                      f"devices, {found['drift']:.2e}, the largest difference of running sums of log p over the "
+                      f"CPU's hypotheses teacher-forced on both in float32 (at least {TOLERANCE_FLOOR:g})."]
+        for kind, ids in (("near-tie", found["near_ties"]), ("REAL DIFFERENCE", found["real"])):
+            for i in ids[:10]:
+                lines += [f"- sentence {i}, {kind} (gap {_f(gaps.get(i), '.2e')}): CPU `{hypotheses['cpu'].get(i)}`; "
+                          f"{on} `{hypotheses['fp32'].get(i)}`"]
     if "sentences" in decoding["fp32"] and "sentences" in decoding["fp16"]:
         lines += ["", f"fp16 / float32 sentences/s: "
                       f"{decoding['fp16']['sentences_per_s'] / decoding['fp32']['sentences_per_s']:.2f}; "
@@ -510,11 +682,13 @@ def checks_section(title, checks):
 def render_report(facts):
     """The markdown report from the facts main() gathered: stage (a), and stage (b) once it has run."""
     mode, shown, a, b = facts["mode"], facts["precisions"], facts["a"], facts.get("b")
-    stages = f"stage (a) {a['minutes']:.1f} of at most {mode.minutes[0]}" + (
-        f", stage (b) {b['minutes']:.1f} of at most {mode.minutes[1]}" if b else "")
+    stages = "; ".join(f"stage ({name}) {part['minutes']:.1f}, ended at minute {part['ended']:.1f} of at most "
+                       f"{deadline}" for name, part, deadline in zip("ab", (a, b), mode.deadlines) if part)
     lines = ["# GPU acceptance of vaswani_plugin", "",
              f"- date: {facts['date']}", f"- command: `{facts['command']}`",
-             f"- data: {facts['data']}", f"- wall time: {facts['wall_minutes']:.1f} minutes ({stages})", "",
+             f"- data: {facts['data']}",
+             f"- wall time: {facts['wall_minutes']:.1f} minutes from the command's start (the install and the data: "
+             f"{facts['data_ready']:.1f}; {stages})", "",
              "## Machine", "", "| | |", "|---|---|"]
     lines += [f"| {key} | {value} |" for key, value in facts["machine"].items()]
     lines += [""] + training_section("(a) Training", mode.check, mode, a["training"], shown, PLUGIN_ONLY)
@@ -534,11 +708,26 @@ def render_report(facts):
     return "\n".join(lines) + "\n"
 
 
+def render_not_run_report(why, command, text, rows=None):
+    """The report of a run that measured nothing: why, in a title, a paragraph and a table of `rows`."""
+    lines = [f"# GPU acceptance of vaswani_plugin: NOT RUN, {why}", "",
+             f"- date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}", f"- command: `{command}`", "",
+             text]
+    if rows:
+        lines += ["", "| | |", "|---|---|"] + [f"| {key} | {value} |" for key, value in rows.items()]
+    return "\n".join(lines) + "\n"
+
+
+def write_text_atomically(path, text):
+    """Replace the file whole, never half written (a run killed meanwhile leaves the one before)."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    os.replace(partial, path)
+
+
 def write_report(facts, report, logs):
-    """The report (replaced whole, never half written) and, with --report-dir, an archive of the logs so far."""
-    partial = report.with_name(report.name + ".partial")
-    partial.write_text(render_report(facts))
-    os.replace(partial, report)
+    """The report and, with --report-dir, an archive of the logs so far."""
+    write_text_atomically(report, render_report(facts))
     if logs:
         work = facts["work"]
         with tarfile.open(logs.with_name(logs.name + ".partial"), "w:gz") as archive:
@@ -566,40 +755,63 @@ def described(job):
 
 
 def trained(work, results, name):
-    """A training run's summary from its log, with the worker's result (seconds, peak memory, error)."""
+    """A training run's summary from its log, with the worker's result (seconds, peak memory, error) and the
+    output layer's float16 product line, if it logged one."""
     log = work / "logs" / f"{name}.log"
-    summary = summarize_training(*parse_train_log(log.read_text() if log.exists() else ""))
-    return {**summary, **results[name]}
+    text = log.read_text() if log.exists() else ""
+    summary = summarize_training(*parse_train_log(text))
+    return {**summary, **results[name], "products": PRODUCTS.findall(text)[:1]}
+
+
+def decoded_precision(training, precisions, checkpoints):
+    """The first precision whose run trained (finished, saved its checkpoint, loss finite and falling): stage (a)
+    decodes its checkpoint; None if none did."""
+    for precision in precisions:
+        row = training[precision, PLUGIN_ONLY[0]]
+        if "error" not in row and row.get("finite") and row.get("falling") and \
+                (checkpoints / precision / "checkpoint_last.pt").is_file():
+            return precision
+    return None
 
 
 def stage_a(context):
-    """Correctness: the plugin trained in each precision, its checkpoint decoded on the CPU and on the device."""
+    """Correctness: the plugin trained in each precision; the first that trained decoded on the CPU and on the
+    device, and their hypotheses compared."""
     work, data, mode, device, precisions = (context[k] for k in ("work", "data", "mode", "device", "precisions"))
+    deadline, end = context["ends"][0]
     started, first, checkpoints = time.time(), work / "first-sentences", work / "checkpoints"
     specs = [("first-sentences", "subset", [str(data), "test", str(mode.sentences), str(first)])]
-    specs += [(f"train-a-{p}", "train", train_argv(data, mode, mode.check, p, PLUGIN_ONLY[0], device,
-                                                   checkpoints if p == precisions[0] else None)) for p in precisions]
-    specs += [(f"generate-{name}", "generate", generate_argv(first, "test", checkpoints / "checkpoint_last.pt", fp16,
-                                                            "cpu" if cpu else device, work / f"generate-{name}"))
-              for name, (cpu, fp16) in DECODES.items()]
+    specs += [(f"train-a-{p}", "train", train_argv(data, mode, mode.check, p, PLUGIN_ONLY[0], device, checkpoints / p))
+              for p in precisions]
     jobs = stage_jobs(work, specs)
-    results = run_jobs(jobs, work, work / "worker-a.log", started + 60 * mode.minutes[0],
-                       f"not run: stage (a)'s {mode.minutes[0]} minutes were spent")
-
+    results = run_jobs(jobs, work, work / "worker-a-train.log", deadline, end)
     training = {(p, i): {"note": "needs a GPU"} for p in context["shown"] for i in CRITERIA}
     for precision in precisions:
         training[precision, PLUGIN_ONLY[0]] = trained(work, results, f"train-a-{precision}")
-    decoding = {"checkpoint": f"the {precisions[0]} run's", "sentences": mode.sentences, "hypotheses": {},
-                "scores": {}}
+
+    chosen = decoded_precision(training, precisions, checkpoints)
+    checkpoint = checkpoints / str(chosen) / "checkpoint_last.pt"
+    outputs = {name: work / f"generate-{name}" for name in DECODES}
+    specs = [(f"generate-{name}", "generate", generate_argv(first, "test", checkpoint, fp16, "cpu" if cpu else device,
+                                                            outputs[name])) for name, (cpu, fp16) in DECODES.items()]
+    specs.append(("compare", "compare", [str(first), str(checkpoint), str(outputs["cpu"] / "generate-test.txt"),
+                                         str(outputs["fp32"] / "generate-test.txt"), device]))
+    decodes = stage_jobs(work, specs)
+    if chosen is None:
+        results.update({job["name"]: {"error": "not run: no precision trained"} for job in decodes})
+    else:
+        results.update(run_jobs(decodes, work, work / "worker-a-decode.log", deadline, end))
+    jobs += decodes
+
+    decoding = {"checkpoint": f"the {chosen} run's" if chosen else "none (no precision trained)",
+                "sentences": mode.sentences, "hypotheses": {}, "scores": {}}
     for name in DECODES:
-        output = work / f"generate-{name}" / "generate-test.txt"
+        output = outputs[name] / "generate-test.txt"
         log = work / "logs" / f"generate-{name}.log"
         timing, decoding["hypotheses"][name], decoding["scores"][name] = parse_generate(
             log.read_text() if log.exists() else "", output.read_text() if output.exists() else "")
         decoding[name] = timing or {"error": results[f"generate-{name}"].get("error", "no timing line in its log")}
     hypotheses = decoding["hypotheses"]
-    decoding["not_cpu"] = differing(hypotheses["fp32"], hypotheses["cpu"])
-    decoding["compared"] = len(set(hypotheses["fp32"]) | set(hypotheses["cpu"]))
     decoding["fp16_differing"] = differing(hypotheses["fp16"], hypotheses["fp32"])
     checks = training_checks(training, precisions, PLUGIN_ONLY)
     if "error" in results["first-sentences"]:
@@ -607,26 +819,33 @@ def stage_a(context):
                        False))
     checks += [(f"beam-4 decoding ran: {name}", "sentences" in decoding[name]) for name in DECODES]
     on = "GPU" if device == "cuda" else "stand-in device"
-    same = decoding["compared"] - len(decoding["not_cpu"])
-    checks.append((f"beam 4 in float32: the {on}'s hypotheses are the CPU's ({same} of {decoding['compared']})",
-                   "sentences" in decoding["cpu"] and decoding["compared"] > 0 and not decoding["not_cpu"]))
+    if "error" in results["compare"]:
+        checks.append((f"beam 4 in float32: the {on}'s hypotheses compared with the CPU's "
+                       f"({results['compare']['error']})", False))
+    else:
+        found = decoding["agreement"] = agreement(hypotheses["cpu"], hypotheses["fp32"], results["compare"])
+        checks += [(f"beam 4 in float32: no real difference between the {on}'s hypotheses and the CPU's "
+                    f"({found['identical']} identical, {len(found['near_ties'])} near-ties, {len(found['real'])} "
+                    f"real differences of {found['compared']})", found["compared"] > 0 and not found["real"]),
+                   (f"beam 4 in float32: at most {found['cap']} near-ties ({len(found['near_ties'])})",
+                    len(found["near_ties"]) <= found["cap"])]
     return dict(training=training, decoding=decoding, checks=checks, jobs=jobs, results=results,
-                minutes=(time.time() - started) / 60)
+                minutes=(time.time() - started) / 60, ended=context["minute"]())
 
 
 def stage_b(context):
     """Speed: both implementations trained in each precision, then benchmarks/speed.py."""
     work, data, mode, device, precisions = (context[k] for k in ("work", "data", "mode", "device", "precisions"))
+    deadline, end = context["ends"][1]
     started = time.time()
-    deadline, late = started + 60 * mode.minutes[1], f"not run: stage (b)'s {mode.minutes[1]} minutes were spent"
     jobs = stage_jobs(work, [(f"train-b-{p}-{impl}", "train", train_argv(data, mode, mode.speed, p, impl, device))
                              for p in precisions for impl in CRITERIA])
-    results = run_jobs(jobs, work, work / "worker-b.log", deadline, late)
+    results = run_jobs(jobs, work, work / "worker-b.log", deadline, end)
     training = {(p, i): {"note": "needs a GPU"} for p in context["shown"] for i in CRITERIA}
     for precision in precisions:
         for impl in CRITERIA:
             training[precision, impl] = trained(work, results, f"train-b-{precision}-{impl}")
-    speed = run_speed(data, mode, device, work, deadline - time.time(), mode.minutes[1])
+    speed = run_speed(data, mode, device, work, deadline - time.time(), end)
     checks = training_checks(training, precisions, CRITERIA)
     checks.append(("benchmarks/speed.py ran" + (f" ({speed['error']})" if speed["error"] else ""),
                    not speed["error"]))
@@ -634,7 +853,7 @@ def stage_b(context):
         checks += [(f"MFU measured: {size} {impl}", row["mfu"] is not None)
                    for (size, impl), row in speed["rows"].items()]
     return dict(training=training, speed=speed, checks=checks, jobs=jobs, results=results,
-                minutes=(time.time() - started) / 60)
+                minutes=(time.time() - started) / 60, ended=context["minute"]())
 
 
 def training_checks(training, precisions, impls):
@@ -685,6 +904,10 @@ def parse_args(argv):
         parser.error(f"--kit {args.kit}: no kit.json there (made by benchmarks/gpu_kit.sh)")
     if args.kit and not json.loads((args.kit / "kit.json").read_text()).get("complete"):
         parser.error(f"--kit {args.kit}: its build did not finish: run benchmarks/gpu_kit.sh again")
+    started = os.environ.get(STARTED, "")
+    if started and not re.fullmatch(r"\d+(\.\d+)?", started):
+        parser.error(f"{STARTED}={started}: the command's start in seconds since the epoch, as `date +%s` prints it")
+    args.started = float(started) if started else time.time()
     return args
 
 
@@ -692,45 +915,72 @@ def main(argv=None):
     args = parse_args(argv)
     if args.worker:
         return worker(args.worker)
+    mode = TINY if args.tiny else BASE
+    work = (args.work_dir or Path("work/gpu_acceptance")).resolve()
+    report_dir = (args.report_dir or (work if args.work_dir else REPO / "benchmarks")).resolve()
+    report, logs = report_dir / REPORT, report_dir / LOGS if args.report_dir else None
+    command = (f"{STAND_IN}=1 " if os.environ.get(STAND_IN) == "1" else "") + shlex.join(
+        ["python", "benchmarks/gpu_acceptance.py", *(argv or sys.argv[1:])])
     import torch
     if args.device == "cuda" and not torch.cuda.is_available():
-        print(SKIPPED)
-        return 0
+        rows = cuda_rows()
+        report_dir.mkdir(parents=True, exist_ok=True)
+        write_text_atomically(report, render_not_run_report(
+            "no GPU visible", command, "torch.cuda.is_available() is False: nothing was prepared, trained or "
+            "measured. What this machine showed of CUDA:", rows))
+        die(f"no GPU visible (torch.cuda.is_available() is False; torch.cuda.init(): {rows['torch.cuda.init()']}); "
+            f"report written to {report}")
     if importlib.util.find_spec("fairseq") is None:
         die(f"fairseq is not importable by {sys.executable}: install the plugin with fairseq (README \"Set-up\"), "
             "or the GPU kit's wheels (benchmarks/gpu_kit.sh); set PYTHON to the environment that has it")
     if args.data and not all(any(args.data.glob(f"{split}.*.bin")) for split in ("train", "test")):
         die(f"--data {args.data}: no binarised train and test splits there (fairseq-preprocess output)")
-    started = time.perf_counter()
-    mode = TINY if args.tiny else BASE
-    work = (args.work_dir or Path("work/gpu_acceptance")).resolve()
-    report_dir = (args.report_dir or (work if args.work_dir else REPO / "benchmarks")).resolve()
-    report, logs = report_dir / REPORT, report_dir / LOGS if args.report_dir else None
-    say(f"work in {work}; the report will be {report}" + (f", the logs {logs}" if logs else ""))
+    started = args.started
+
+    def minute():
+        return (time.time() - started) / 60
+
+    # Each stage's runs end MARGIN_S before its deadline, which leaves the time to write the report and the logs.
+    ends = [(started + 60 * minutes - MARGIN_S, f"stage ({stage})'s end, {MARGIN_S} s before minute {minutes} of "
+             "the command") for stage, minutes in zip("ab", mode.deadlines)]
+    say(f"work in {work}; the report will be {report}" + (f", the logs {logs}" if logs else "")
+        + f"; minute {minute():.1f} of the command")
     precisions = ["fp16", "amp", "bf16-autocast"] if args.device == "cuda" else ["fp32", "bf16-autocast"]
     shown = ["fp16", "amp", "bf16-autocast"] + (["fp32"] if "fp32" in precisions else [])  # GPU rows always
-    for stale in ("logs", "results", "checkpoints", "first-sentences", *(f"generate-{name}" for name in DECODES)):
-        shutil.rmtree(work / stale, ignore_errors=True)
+    for stale in ("logs", "results", "checkpoints", "first-sentences", *(f"generate-{name}" for name in DECODES),
+                  "speed.txt"):
+        if (work / stale).is_dir():
+            shutil.rmtree(work / stale)
+        elif (work / stale).exists():
+            (work / stale).unlink()
     for folder in ("logs", "results"):
         (work / folder).mkdir(parents=True)
     report_dir.mkdir(parents=True, exist_ok=True)
 
-    data = args.data.resolve() if args.data else prepare_multi30k(work, args.raw_dir and args.raw_dir.resolve())
-    prefix = f"{STAND_IN}=1 " if os.environ.get(STAND_IN) == "1" else ""
+    try:
+        data = args.data.resolve() if args.data else prepare_multi30k(
+            work, args.raw_dir and args.raw_dir.resolve(), mode.bpe_merges, *ends[0])
+    except NotPrepared as error:
+        log = (work / "prepare.log").read_text() if (work / "prepare.log").exists() else ""
+        write_text_atomically(report, render_not_run_report("Multi30k not prepared", command, "\n".join(
+            [f"{error}. The last lines of {work / 'prepare.log'}:", "", "```", *log.splitlines()[-20:], "```"])))
+        die(f"{error}; report written to {report}")
     facts = dict(mode=mode, precisions=shown, device=args.device, machine=machine(args.device, args.kit), work=work,
-                 data=data, date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                 command=prefix + shlex.join(["python", "benchmarks/gpu_acceptance.py", *(argv or sys.argv[1:])]))
-    context = dict(work=work, data=data, mode=mode, device=args.device, precisions=precisions, shown=shown)
+                 data=data, date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), command=command,
+                 data_ready=minute())
+    context = dict(work=work, data=data, mode=mode, device=args.device, precisions=precisions, shown=shown,
+                   ends=ends, minute=minute)
     checks = []
     for stage, run in (("a", stage_a), ("b", stage_b)):
-        say(f"stage ({stage}): at most {mode.minutes['ab'.index(stage)]} minutes")
+        say(f"stage ({stage}): from minute {minute():.1f} until {ends['ab'.index(stage)][1]}")
         facts[stage] = run(context)
         checks += facts[stage]["checks"]
         done = [facts[s] for s in "ab" if s in facts]
-        facts.update(wall_minutes=(time.perf_counter() - started) / 60, commands=[
+        facts.update(wall_minutes=minute(), commands=[
             (described(job), part["results"][job["name"]]) for part in done for job in part["jobs"]])
         write_report(facts, report, logs)
-        say(f"stage ({stage}) done in {facts[stage]['minutes']:.1f} minutes; written to {report}")
+        say(f"stage ({stage}) done in {facts[stage]['minutes']:.1f} minutes, at minute {minute():.1f} of the "
+            f"command; written to {report}")
     failed = [what for what, ok in checks if not ok]
     print(f"gpu_acceptance: report written to {report}")
     print(f"gpu_acceptance: {len(checks) - len(failed)} of {len(checks)} checks passed"
@@ -738,44 +988,47 @@ def main(argv=None):
     return 1 if failed else 0
 
 
-def prepare_multi30k(work, raw_dir):
-    """Multi30k as the quickstart prepares it; the data-bin's path."""
+class NotPrepared(Exception):
+    """Multi30k could not be prepared in time: nothing to measure."""
+
+
+def prepare_multi30k(work, raw_dir, merges, deadline, end):
+    """Multi30k as the quickstart prepares it (the tiny mode with fewer BPE merges), stopped at `deadline` (stage
+    (a)'s `end`: no stage could run after it); the data-bin's path."""
     raw_dir = raw_dir or next(
         (path for path in (REPO.parent / "shared/data/multi30k", REPO / "shared/data/multi30k") if path.is_dir()),
         None)
-    command = [sys.executable, "-m", "prepare.multi30k", "--work-dir", str(work / "data"),
+    command = [sys.executable, "-m", "prepare.multi30k", "--work-dir", str(work / "data"), "--bpe-merges", str(merges),
                *(["--raw-dir", str(raw_dir)] if raw_dir else [])]
     say(f"preparing Multi30k: {shlex.join(command[1:])} (log {work / 'prepare.log'})")
+    if time.time() >= deadline:
+        raise NotPrepared(f"Multi30k not prepared: past {end}")
     with open(work / "prepare.log", "w") as log:
-        done = subprocess.run(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                              env=dict(os.environ, PYTHONPATH=_pythonpath()))
-    if done.returncode != 0:
-        die(f"preparing Multi30k failed; see {work / 'prepare.log'}")
+        status = run_until(command, deadline - time.time(), cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                           env=dict(os.environ, PYTHONPATH=_pythonpath()))
+    if status is None:
+        raise NotPrepared(f"preparing Multi30k was stopped at {end}")
+    if status != 0:
+        raise NotPrepared(f"preparing Multi30k failed (exit status {status})")
     return work / "data" / "data-bin"
 
 
-def run_speed(data, mode, device, work, seconds, minutes):
-    """benchmarks/speed.py on the same data, stopped (its whole process group) after `seconds`: its printed table,
-    parsed, as far as it got."""
+def run_speed(data, mode, device, work, seconds, end):
+    """benchmarks/speed.py on the same data, stopped (its whole process group) after `seconds`, at `end`: its
+    printed table, parsed, as far as it got."""
     command = ["benchmarks/speed.py", "--data", str(data), "--device", device, "--no-ctranslate2",
                *(["--amp"] if device == "cuda" else []), *mode.speed_args]
     result = dict(command=f"python {shlex.join(command)}", output="", rows={}, error=None)
     if seconds <= 0:
-        return dict(result, error=f"not run: stage (b)'s {minutes} minutes were spent")
+        return dict(result, error=f"not run: past {end}")
     say(f"python {shlex.join(command)} (at most {seconds:.0f} s)")
     with open(work / "speed.txt", "w") as out:
-        process = subprocess.Popen([sys.executable, *command], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                   env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True)
-        try:
-            status = process.wait(timeout=seconds)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)  # speed.py and the worker processes it started
-            process.wait()
-            status = None
+        status = run_until([sys.executable, *command], seconds, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                           env=dict(os.environ, PYTHONUNBUFFERED="1"))
     output = (work / "speed.txt").read_text()
     result.update(output=output, rows=parse_speed_table(output))
     if status is None:
-        result["error"] = f"stopped after {seconds:.0f} s, at the end of stage (b)'s {minutes} minutes"
+        result["error"] = f"stopped after {seconds:.0f} s, at {end}"
     elif status != 0:
         result["error"] = f"exit status {status}: {(output.strip().splitlines() or [''])[-1]}"
     elif not result["rows"]:

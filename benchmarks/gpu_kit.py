@@ -16,7 +16,8 @@ at most 50 MiB in all:
   as prepare.download does. The kit folder is git-ignored (a folder in the repository that git would take in is
   refused): the data's licence forbids committing it;
 - kit.json: the Python version, the packages' versions, the date and the commit it was built from.
-The command installs the wheels with pip --no-index --target under $TMPDIR (default /tmp), puts that on
+The command notes its start (GPU_ACCEPTANCE_STARTED: the acceptance's deadlines count from it), installs the
+wheels with pip --no-index --target under $TMPDIR (default /tmp), puts that on
 PYTHONPATH and runs the acceptance with the kit's Multi30k, its work under $TMPDIR and its report, with an archive of
 the logs, in $OUT when that is set (the device tool's), else in the kit folder. The device tool runs it from the
 repository root with carry: [".gpu_kit"]. --python-version 3.11 builds a kit for this machine's Python instead: the
@@ -184,10 +185,11 @@ def commit():
     return f"git {done.stdout.strip()}" if done.returncode == 0 else "not a git checkout"
 
 
-def git_ignored(path):
-    """Whether git leaves the path out; True where there is no git or no checkout (nothing to guard then)."""
+def git_ignored(folder):
+    """Whether git leaves the folder out, made yet or not (asked as FOLDER/: .gitignore's `/.gpu_kit/` names a
+    folder); True where there is no git or no checkout (nothing to guard then)."""
     try:
-        done = subprocess.run(["git", "-C", str(REPO), "check-ignore", "-q", str(path)], capture_output=True)
+        done = subprocess.run(["git", "-C", str(REPO), "check-ignore", "-q", f"{folder}/"], capture_output=True)
     except OSError:
         return True
     return done.returncode != 1
@@ -197,10 +199,10 @@ def command(kit):
     """The command that installs the kit and runs the acceptance, from the repository root of the GPU machine."""
     where = os.path.relpath(kit, REPO) if kit.is_relative_to(REPO) else str(kit)
     quoted = shlex.quote(where)
-    return (f'python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "${{TMPDIR:-/tmp}}/'
-            f'gpu_kit" {quoted}/*.whl && PYTHONPATH="${{TMPDIR:-/tmp}}/gpu_kit" python3 benchmarks/gpu_acceptance.py '
-            f'--kit {quoted} --raw-dir {quoted}/multi30k --work-dir "${{TMPDIR:-/tmp}}/gpu_acceptance" '
-            f'--report-dir "${{OUT:-{where}}}"')
+    return (f'export GPU_ACCEPTANCE_STARTED=$(date +%s) && python3 -m pip install -q --no-index --no-deps --no-compile '
+            f'--upgrade --target "${{TMPDIR:-/tmp}}/gpu_kit" {quoted}/*.whl && PYTHONPATH="${{TMPDIR:-/tmp}}/gpu_kit" '
+            f'python3 benchmarks/gpu_acceptance.py --kit {quoted} --raw-dir {quoted}/multi30k --work-dir '
+            f'"${{TMPDIR:-/tmp}}/gpu_acceptance" --report-dir "${{OUT:-{where}}}"')
 
 
 def build(kit, python_version, raw_dir):

@@ -1,8 +1,10 @@
 """benchmarks/gpu_kit.sh: the kit a GPU machine without a package index needs, built once a session for this Python
-on the second lane (tests/gpu_kit_jobs.py): at most 50 MiB, one wheel of each package, each for this CPython on
-manylinux x86_64 or pure Python; every module a run imports comes from the GPU image's packages or the kit; the
-printed command fits the device tool and, run here as it would be run there, installs the kit and writes both
-stages' report to $OUT; the builder's one-line errors."""
+on the second lane (tests/gpu_kit_jobs.py) by the documented command in a clone of the repository, into the default
+.gpu_kit/ with the shared Multi30k: at most 50 MiB, one wheel of each package, each for this CPython on manylinux
+x86_64 or pure Python; every module a run imports comes from the GPU image's packages or the kit; the printed
+command fits the device tool and, run there as it would be run on the GPU machine, installs the kit and writes both
+stages' report to $OUT; git sees nothing new in the clone after the build and the runs; the builder's one-line
+errors."""
 
 import ast
 import importlib.metadata
@@ -18,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import REPO
-from gpu_kit_jobs import PYTHON_VERSION
+from gpu_kit_jobs import PYTHON_VERSION, git_status
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 import gpu_kit  # noqa: E402
@@ -30,9 +32,10 @@ LEFT_OUT = {"ctranslate2": "the [ctranslate2] extra, a 43 MB wheel: the acceptan
 
 
 def built_kit(lane):
-    kit, raw, built = lane["gpu_kit"].result()
+    """(the clone, its kit folder, the raw Multi30k the kit copied, the builder's CompletedProcess)."""
+    clone, kit, raw, built, _ = lane["gpu_kit"].result()
     assert built.returncode == 0, built.stderr[-3000:]
-    return kit, raw, built
+    return clone, kit, raw, built
 
 
 def wheels(kit):
@@ -42,9 +45,10 @@ def wheels(kit):
         yield name, version, python, abi, platforms.split(".")
 
 
+@pytest.mark.shared_data
 @pytest.mark.lane("gpu_kit")
 def test_kit_is_at_most_50_mib_with_one_wheel_of_each_package_for_this_python(lane):
-    kit, raw, _ = built_kit(lane)
+    _, kit, raw, _ = built_kit(lane)
     assert sum(path.stat().st_size for path in kit.rglob("*") if path.is_file()) <= 50 * 2**20
     found = list(wheels(kit))
     names = [gpu_kit.normalize(name) for name, *_ in found]
@@ -57,9 +61,11 @@ def test_kit_is_at_most_50_mib_with_one_wheel_of_each_package_for_this_python(la
             assert version == importlib.metadata.version(name.replace("_", "-")), name
     manifest = json.loads((kit / "kit.json").read_text())
     assert manifest["complete"] and manifest["python"] == PYTHON_VERSION
-    assert sorted(path.name for path in (kit / "multi30k").iterdir()) == sorted(path.name for path in raw.iterdir())
-    for path in raw.iterdir():
-        assert (kit / "multi30k" / path.name).read_bytes() == path.read_bytes()
+    names = ["test_2016_flickr.de.gz", "test_2016_flickr.en.gz", "train.de.gz", "train.en.gz", "val.de.gz",
+             "val.en.gz"]
+    assert sorted(path.name for path in (kit / "multi30k").iterdir()) == names
+    for name in names:
+        assert (kit / "multi30k" / name).read_bytes() == (raw / name).read_bytes()
 
 
 # A run's imports: fairseq-train's and fairseq-generate's modules and the command lines of the acceptance parsed as
@@ -121,9 +127,10 @@ def standard(module):
     return bool(spec and spec.origin) and Path(spec.origin).parent == Path(sysconfig.get_paths()["stdlib"])
 
 
+@pytest.mark.shared_data
 @pytest.mark.lane("gpu_kit")
 def test_every_module_a_run_imports_is_in_the_gpu_image_or_the_kit(lane):
-    kit, _, _ = built_kit(lane)
+    _, kit, _, _ = built_kit(lane)
     done = subprocess.run([sys.executable, "-c", RECORD_IMPORTS.format(repo=str(REPO))], capture_output=True,
                           text=True, timeout=300, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -145,33 +152,60 @@ def test_every_module_a_run_imports_is_in_the_gpu_image_or_the_kit(lane):
     assert not missing, f"neither in the GPU image nor in the kit: {missing}"
 
 
+@pytest.mark.shared_data
 @pytest.mark.lane("gpu_kit")
 def test_the_last_line_printed_is_the_command_and_fits_the_device_tool(lane):
-    kit, _, built = built_kit(lane)
+    clone, kit, _, built = built_kit(lane)
     command = built.stdout.splitlines()[-1]
     assert built.stdout.count("\n") == 1  # the progress went to stderr
-    assert command == gpu_kit.command(kit) and len(command) <= 2000
-    assert command.startswith("python3 -m pip install -q --no-index --no-deps --no-compile ")
-    default = gpu_kit.command(REPO / ".gpu_kit")  # as the device tool runs it: carry [".gpu_kit"]
-    assert len(default) <= 2000 and " .gpu_kit/*.whl && " in default and '--report-dir "${OUT:-.gpu_kit}"' in default
-    assert f"{kit} is outside the repository: the device tool carries only paths inside it" in built.stderr
+    assert kit == clone / ".gpu_kit" and len(command) <= 2000  # as the device tool runs it: carry [".gpu_kit"]
+    assert command.startswith("export GPU_ACCEPTANCE_STARTED=$(date +%s) && python3 -m pip install -q --no-index "
+                              "--no-deps --no-compile ")
+    assert " .gpu_kit/*.whl && " in command and '--report-dir "${OUT:-.gpu_kit}"' in command
+    assert command == gpu_kit.command(REPO / ".gpu_kit")  # the same from this checkout
+    assert "outside the repository" not in built.stderr
+    outside = gpu_kit.command(Path("/elsewhere/kit"))
+    assert " /elsewhere/kit/*.whl && " in outside and '--report-dir "${OUT:-/elsewhere/kit}"' in outside
 
 
+@pytest.mark.shared_data
+@pytest.mark.lane("gpu_kit", "gpu_acceptance_stand_in", "gpu_acceptance_without_gpu")
+def test_git_sees_nothing_new_in_the_clone_after_the_build_and_the_runs(lane):
+    """The kit folder, the stand-in's run and a run without a GPU and without WORK_DIR (its report in benchmarks/)
+    leave `git status` clean; so would the recipes' and benchmarks' default work/."""
+    clone, kit, _, _ = built_kit(lane)
+    assert lane["gpu_kit"].result()[-1] == ""
+    assert lane["gpu_acceptance_stand_in"].result()[-1] == ""
+    done, status = lane["gpu_acceptance_without_gpu"].result()
+    assert done.returncode == 1 and (clone / "benchmarks" / "gpu_acceptance_report.md").is_file()
+    assert status == ""
+    (clone / "work" / "quickstart").mkdir(parents=True)
+    (clone / "work" / "quickstart" / "train.log").write_text("a local run's output")
+    assert git_status(clone) == ""
+    assert (kit / "kit.json").is_file()
+
+
+@pytest.mark.shared_data
 @pytest.mark.lane("gpu_kit", "gpu_acceptance_stand_in")
 def test_the_command_installs_the_kit_and_writes_both_stages_to_out(lane):
-    kit, _, _ = built_kit(lane)
-    work, out, command, done = lane["gpu_acceptance_stand_in"].result()
+    built_kit(lane)
+    work, out, command, done, _ = lane["gpu_acceptance_stand_in"].result()
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert sorted(path.name for path in out.iterdir()) == ["gpu_acceptance_logs.tar.gz", "gpu_acceptance_report.md"]
     report = (out / "gpu_acceptance_report.md").read_text()
     site = work.parent / "gpu_kit"  # ${TMPDIR:-/tmp}/gpu_kit: the kit's fairseq, not this environment's
     assert f"| fairseq | ve-fairseq {importlib.metadata.version('ve-fairseq')}, {site / 'fairseq'} |" in report
-    assert f"| GPU kit | {kit}: built " in report
+    assert "| GPU kit | .gpu_kit: built " in report  # as the command names it
     assert "## (a) Checks" in report and "## (b) Checks" in report and "FAIL" not in report
     archived = subprocess.run(["tar", "tzf", str(out / "gpu_acceptance_logs.tar.gz")], capture_output=True,
                               text=True, check=True).stdout.split()
     assert {"gpu_acceptance/logs/train-a-fp32.log", "gpu_acceptance/logs/train-b-fp32-transformer.log",
             "gpu_acceptance/speed.txt", "gpu_acceptance/prepare.log"} <= set(archived)
+
+
+def test_the_default_kit_folder_is_ignored_before_it_exists(tmp_path):
+    """git is asked about the folder, not a file of that name: .gitignore's `/.gpu_kit/` names a folder."""
+    assert gpu_kit.git_ignored(REPO / ".gpu_kit") and not gpu_kit.git_ignored(REPO / "benchmarks" / "kit")
 
 
 def test_builder_errors_are_one_line(tmp_path, capsys):
