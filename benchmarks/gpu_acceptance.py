@@ -751,6 +751,10 @@ def described(job):
     if job["tool"] == "subset":
         data, split, count, dest = job["argv"]
         return f"the first {count} sentences of {split} in {data}, written to {dest}"
+    if job["tool"] == "compare":
+        data, checkpoint, cpu, device_output, device = job["argv"]
+        return (f"{cpu} and {device_output} scored by {checkpoint}, teacher-forced on the CPU and on {device} "
+                "(compare_on_both_devices)")
     return f"fairseq-{job['tool']} {shlex.join(job['argv'])}"
 
 
