@@ -27,9 +27,9 @@ has run it yet.
    (the median of the log windows after the first, which holds the start-up) and peak memory
    (torch.cuda.max_memory_allocated over every step: PeakMemory); then `benchmarks/speed.py --amp --sizes base big
    --no-ctranslate2`: training tokens/s, peak memory and MFU, and beam-4 sentences/s, of both implementations.
-Every run is fairseq's own command-line entry point, run in a worker process (CUDA starts once for a stage's
-training, once for its decoding; a run that kills the worker is recorded as failed and the worker starts again for
-the rest). The exit status is 1 when a check fails (a run failed or was not run, a loss is not finite or does not
+Every run is fairseq's own command-line entry point, run in one worker process per stage (CUDA starts once; stage
+(a)'s worker chooses the checkpoint to decode when its training runs have ended; a run that kills the worker is
+recorded as failed and the worker starts again for the rest). The exit status is 1 when a check fails (a run failed or was not run, a loss is not finite or does not
 fall, a real difference or too many near-ties); the report is written either way. Without a visible GPU (and without
 the stand-in) nothing runs: the report says what the machine showed of CUDA, and the exit status is 1. The CPU
 stand-in (--device cpu --tiny, or the variable GPU_ACCEPTANCE_STAND_IN=1) runs the same code in fp32 and bfloat16
@@ -78,6 +78,7 @@ PLUGIN_ONLY = ["vaswani_transformer"]
 DECODES = {  # stage (a)'s decoding runs: name -> (on the CPU?, --fp16?)
     "cpu": (True, False), "fp32": (False, False), "fp16": (False, True)}
 ALPHA = 0.6  # §6.1's length penalty, of the decoding runs and of the scores that compare their hypotheses
+CHOSEN = "{the checkpoint stage (a) decodes}"  # in a decoding job's argv: the worker puts the checkpoint it chose
 
 
 @dataclass(frozen=True)
@@ -99,17 +100,17 @@ class Mode:
     sentences: int       # the first test sentences, decoded on the CPU and on the device
     deadlines: tuple     # minutes after the command's start by which stage (a), then (b), has written the report
     speed_args: tuple    # benchmarks/speed.py's sizes and counts
-    bpe_merges: int      # of the Multi30k it prepares
+    prepare_args: tuple  # prepare.multi30k's options beyond its defaults (the quickstart's data)
 
 
 # The base model on Multi30k. Stage (a): a warmup of 250 steps gives a rate of 5.6e-4 at step 50, the paper's order
 # (its peak is 7e-4, at step 4,000), so that the loss falls within 50 updates. Stage (b): 1,000 steps, 2.8e-4 at
 # step 200 (only speed is measured there).
 BASE = Mode("base", 4096, Runs(50, 10, 250, 30), Runs(200, 20, 1000, 20), 100, (4, 9),
-            ("--sizes", "base", "big", "--sentences", "128"), 10000)
+            ("--sizes", "base", "big", "--sentences", "128"), ())
 TINY = Mode("tiny", 512, Runs(20, 5, 20, 45), Runs(20, 5, 20, 45), 100, (20, 40),
             ("--sizes", "tiny", "--max-tokens", "512", "--warmup", "1", "--updates", "2", "--sentences", "16",
-             "--pretrain-steps", "0"), 500)
+             "--pretrain-steps", "0"), ("--train-lines", "2000", "--bpe-merges", "500"))
 
 
 def say(message):
@@ -502,10 +503,17 @@ def _peak_rss_mb():
 
 def worker(jobs_file):
     """Run the jobs one after another; each one's result goes to its own file as soon as it is known. A job whose
-    deadline (time.time()) has passed is not run: its result says so."""
+    deadline (time.time()) has passed is not run: its result says so. A decoding job of stage (a) ("decodes": the
+    work folder and the precisions) runs on the checkpoint chosen when it starts: CHOSEN in its argv."""
     for job in json.loads(Path(jobs_file).read_text()):
-        late = job.get("deadline") is not None and time.time() > job["deadline"]
-        result = {"error": job["late"]} if late else run_job(job)
+        if job.get("deadline") is not None and time.time() > job["deadline"]:
+            result = {"error": job["late"]}
+        elif "decodes" in job:
+            _, checkpoint = decoded_checkpoint(Path(job["decodes"]["work"]), job["decodes"]["precisions"])
+            result = {"error": "not run: no precision trained"} if checkpoint is None else \
+                run_job(dict(job, argv=[str(checkpoint) if x == CHOSEN else x for x in job["argv"]]))
+        else:
+            result = run_job(job)
         Path(job["result"]).write_text(json.dumps(result))
 
 
@@ -609,7 +617,7 @@ def decoding_section(decoding, device):
     lines = [f"## (a) Beam-4 decoding: the {on} against the CPU", "",
              f"fairseq-generate --beam 4 --gnmt-alpha {ALPHA} --batch-size 128 of the first {decoding['sentences']} "
              f"test sentences (a data-bin of their own, first-sentences/), from {decoding['checkpoint']} checkpoint "
-             f"(the first of fp16, amp and bf16 autocast that trained): on the CPU (--cpu), and on the {on} without "
+             f"(the first precision that trained): on the CPU (--cpu), and on the {on} without "
              f"and with --fp16; each its own timing line.", "",
              "| run | sentences | sentences/s | tokens/s | seconds |", "|---|---|---|---|---|"]
     for name, title in names.items():
@@ -767,6 +775,19 @@ def trained(work, results, name):
     return {**summary, **results[name], "products": PRODUCTS.findall(text)[:1]}
 
 
+def decoded_checkpoint(work, precisions):
+    """Stage (a)'s decoded precision and its checkpoint (decoded_precision), or (None, None), from the training
+    runs' results and logs in `work`: the worker decides with it when decoding starts, the report after."""
+    training = {}
+    for precision in precisions:
+        name = f"train-a-{precision}"
+        path = work / "results" / f"{name}.json"
+        result = json.loads(path.read_text()) if path.exists() else {"error": "no result"}
+        training[precision, PLUGIN_ONLY[0]] = trained(work, {name: result}, name)
+    chosen = decoded_precision(training, precisions, work / "checkpoints")
+    return chosen, chosen and work / "checkpoints" / chosen / "checkpoint_last.pt"
+
+
 def decoded_precision(training, precisions, checkpoints):
     """The first precision whose run trained (finished, saved its checkpoint, loss finite and falling): stage (a)
     decodes its checkpoint; None if none did."""
@@ -787,25 +808,21 @@ def stage_a(context):
     specs = [("first-sentences", "subset", [str(data), "test", str(mode.sentences), str(first)])]
     specs += [(f"train-a-{p}", "train", train_argv(data, mode, mode.check, p, PLUGIN_ONLY[0], device, checkpoints / p))
               for p in precisions]
-    jobs = stage_jobs(work, specs)
-    results = run_jobs(jobs, work, work / "worker-a-train.log", deadline, end)
+    # The decoding jobs run in the same worker (CUDA starts once), on the checkpoint it chooses after training.
+    outputs = {name: work / f"generate-{name}" for name in DECODES}
+    decodes = [(f"generate-{name}", "generate", generate_argv(first, "test", CHOSEN, fp16, "cpu" if cpu else device,
+                                                              outputs[name])) for name, (cpu, fp16) in DECODES.items()]
+    decodes.append(("compare", "compare", [str(first), CHOSEN, str(outputs["cpu"] / "generate-test.txt"),
+                                           str(outputs["fp32"] / "generate-test.txt"), device]))
+    jobs = stage_jobs(work, specs) + [dict(job, decodes=dict(work=str(work), precisions=precisions))
+                                      for job in stage_jobs(work, decodes)]
+    results = run_jobs(jobs, work, work / "worker-a.log", deadline, end)
     training = {(p, i): {"note": "needs a GPU"} for p in context["shown"] for i in CRITERIA}
     for precision in precisions:
         training[precision, PLUGIN_ONLY[0]] = trained(work, results, f"train-a-{precision}")
-
-    chosen = decoded_precision(training, precisions, checkpoints)
-    checkpoint = checkpoints / str(chosen) / "checkpoint_last.pt"
-    outputs = {name: work / f"generate-{name}" for name in DECODES}
-    specs = [(f"generate-{name}", "generate", generate_argv(first, "test", checkpoint, fp16, "cpu" if cpu else device,
-                                                            outputs[name])) for name, (cpu, fp16) in DECODES.items()]
-    specs.append(("compare", "compare", [str(first), str(checkpoint), str(outputs["cpu"] / "generate-test.txt"),
-                                         str(outputs["fp32"] / "generate-test.txt"), device]))
-    decodes = stage_jobs(work, specs)
-    if chosen is None:
-        results.update({job["name"]: {"error": "not run: no precision trained"} for job in decodes})
-    else:
-        results.update(run_jobs(decodes, work, work / "worker-a-decode.log", deadline, end))
-    jobs += decodes
+    chosen, checkpoint = decoded_checkpoint(work, precisions)
+    for job in jobs:  # the report's list of runs: as they ran
+        job["argv"] = [str(checkpoint) if x == CHOSEN and checkpoint else x for x in job["argv"]]
 
     decoding = {"checkpoint": f"the {chosen} run's" if chosen else "none (no precision trained)",
                 "sentences": mode.sentences, "hypotheses": {}, "scores": {}}
@@ -963,7 +980,7 @@ def main(argv=None):
 
     try:
         data = args.data.resolve() if args.data else prepare_multi30k(
-            work, args.raw_dir and args.raw_dir.resolve(), mode.bpe_merges, *ends[0])
+            work, args.raw_dir and args.raw_dir.resolve(), mode.prepare_args, *ends[0])
     except NotPrepared as error:
         log = (work / "prepare.log").read_text() if (work / "prepare.log").exists() else ""
         write_text_atomically(report, render_not_run_report("Multi30k not prepared", command, "\n".join(
@@ -996,13 +1013,13 @@ class NotPrepared(Exception):
     """Multi30k could not be prepared in time: nothing to measure."""
 
 
-def prepare_multi30k(work, raw_dir, merges, deadline, end):
-    """Multi30k as the quickstart prepares it (the tiny mode with fewer BPE merges), stopped at `deadline` (stage
-    (a)'s `end`: no stage could run after it); the data-bin's path."""
+def prepare_multi30k(work, raw_dir, options, deadline, end):
+    """Multi30k as the quickstart prepares it (the tiny mode: a part of it, fewer BPE merges), stopped at `deadline`
+    (stage (a)'s `end`: no stage could run after it); the data-bin's path."""
     raw_dir = raw_dir or next(
         (path for path in (REPO.parent / "shared/data/multi30k", REPO / "shared/data/multi30k") if path.is_dir()),
         None)
-    command = [sys.executable, "-m", "prepare.multi30k", "--work-dir", str(work / "data"), "--bpe-merges", str(merges),
+    command = [sys.executable, "-m", "prepare.multi30k", "--work-dir", str(work / "data"), *options,
                *(["--raw-dir", str(raw_dir)] if raw_dir else [])]
     say(f"preparing Multi30k: {shlex.join(command[1:])} (log {work / 'prepare.log'})")
     if time.time() >= deadline:

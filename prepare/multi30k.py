@@ -1,6 +1,6 @@
 """Multi30k task 1 English-German, from its public release to a fairseq data-bin: the quickstart's data.
 
-    python -m prepare.multi30k --work-dir W [--raw-dir R] [--bpe-merges 10000]
+    python -m prepare.multi30k --work-dir W [--raw-dir R] [--bpe-merges 10000] [--train-lines N]
 
 The stages and layout of `python -m prepare.wmt14` (stamps, resumption, W/prepare.json, the data-bin on
 stdout), with Multi30k in place of the WMT14 archives:
@@ -15,7 +15,7 @@ stdout), with Multi30k in place of the WMT14 archives:
 import argparse
 import gzip
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Optional
 
 from . import download, wmt14
 from ._common import LINE_BREAKING, ArgumentParser, PrepareError, available_cores, log, open_write, positive_int, \
@@ -24,8 +24,9 @@ from ._common import LINE_BREAKING, ArgumentParser, PrepareError, available_core
 SPLITS = {"train": "train", "valid": "val", "test": "test_2016_flickr"}  # fairseq split -> Multi30k name
 
 
-def extract_multi30k(raw: Dict[str, Path], out_dir: Path) -> Dict[str, int]:
-    """Unzip every split into out_dir/{train,valid,test}.{en,de}; returns split -> sentence pairs."""
+def extract_multi30k(raw: Dict[str, Path], out_dir: Path, train_lines: Optional[int] = None) -> Dict[str, int]:
+    """Unzip every split into out_dir/{train,valid,test}.{en,de} (of train only the first `train_lines` pairs, if
+    given); returns split -> sentence pairs."""
     counts = {}
     for split, name in SPLITS.items():
         lines = {}
@@ -35,6 +36,8 @@ def extract_multi30k(raw: Dict[str, Path], out_dir: Path) -> Dict[str, int]:
                     open_write(Path(out_dir) / f"{split}.{lang}") as out:
                 lines[lang] = 0
                 for line in text:
+                    if split == "train" and lines[lang] == train_lines:
+                        break
                     out.write(line.rstrip("\n").translate(LINE_BREAKING) + "\n")
                     lines[lang] += 1
         if lines["en"] != lines["de"]:
@@ -59,12 +62,12 @@ class Pipeline(wmt14.Pipeline):
         fetch.title = "Multi30k task 1, raw" + (f" (offline, from {self.raw_dir})" if self.raw_dir else "")
         fetch.params = {"dataset": "multi30k"}
         extract.title = "plain text: train, valid (val), test (test_2016_flickr)"
-        extract.params = {"dataset": "multi30k"}
+        extract.params = {"dataset": "multi30k", "train_lines": self.args.train_lines}
         return stages
 
     def extract(self) -> dict:
         raw = {name: download.locate(name, self.raw_dir, self.raw) for name in self.raw_names}
-        return extract_multi30k(raw, self.text)
+        return extract_multi30k(raw, self.text, self.args.train_lines)
 
 
 def parse_args(argv=None):
@@ -75,10 +78,12 @@ def parse_args(argv=None):
                         help="offline: read SPLIT.{en,de}.gz from here, download nothing (default: $RAW_DIR)")
     parser.add_argument("--bpe-merges", type=positive_int, default=10000,
                         help="joint BPE merge operations (default 10000)")
+    parser.add_argument("--train-lines", type=positive_int, default=None,
+                        help="keep only the first N training pairs (quick trials)")
     parser.add_argument("--workers", type=positive_int, default=available_cores(),
                         help="processes (default: the available cores)")
     args = parser.parse_args(argv)
-    args.pair, args.train_lines = "en-de", None
+    args.pair = "en-de"
     return wmt14.check_dirs(parser, args)
 
 

@@ -229,6 +229,32 @@ def test_stage_a_decodes_the_first_precision_that_trained(tmp_path):
     assert chosen(good, good, good) == "amp"
 
 
+def test_stage_a_s_worker_decodes_the_checkpoint_it_chooses_after_training(tmp_path):
+    """From the training runs' results and logs on disk: fp16 failed, amp trained, so a decoding job runs on amp's
+    checkpoint (here a job that fails naming the path it was given); with none trained it is not run."""
+    work = tmp_path / "work"
+    for folder in ("results", "logs", "checkpoints/amp", "checkpoints/bf16-autocast"):
+        (work / folder).mkdir(parents=True)
+    (work / "results" / "train-a-fp16.json").write_text(json.dumps({"error": "RuntimeError: CUDA error"}))
+    for precision in ("amp", "bf16-autocast"):
+        (work / "results" / f"train-a-{precision}.json").write_text(json.dumps({"seconds": 1.0}))
+        (work / "logs" / f"train-a-{precision}.log").write_text(fairseq_json_log(FP16_LOG))
+        (work / "checkpoints" / precision / "checkpoint_last.pt").write_bytes(b"")
+    precisions = ["fp16", "amp", "bf16-autocast"]
+    checkpoint = work / "checkpoints" / "amp" / "checkpoint_last.pt"
+    assert gpu_acceptance.decoded_checkpoint(work, precisions) == ("amp", checkpoint)
+    job = dict(name="decode", tool="subset", argv=[gpu_acceptance.CHOSEN, "test", "1", str(tmp_path / "dest")],
+               log=str(tmp_path / "decode.log"), result=str(tmp_path / "decode.json"),
+               decodes=dict(work=str(work), precisions=precisions))
+    results = gpu_acceptance.run_jobs([job], tmp_path, tmp_path / "worker.log")
+    assert results["decode"]["error"] == f"FileNotFoundError: no test.*.idx in {checkpoint}"
+    (work / "logs" / "train-a-amp.log").write_text(fairseq_json_log([dict(w, loss=float("nan")) for w in FP16_LOG]))
+    (work / "checkpoints" / "bf16-autocast" / "checkpoint_last.pt").unlink()
+    assert gpu_acceptance.decoded_checkpoint(work, precisions) == (None, None)
+    results = gpu_acceptance.run_jobs([job], tmp_path, tmp_path / "worker.log")
+    assert results["decode"] == {"error": "not run: no precision trained"}
+
+
 def test_near_ties_and_real_differences_between_two_devices(trained, tmp_path):
     """Two tokens made indistinguishable (one embedding row copied onto another: the model shares its embeddings)
     give a hypothesis an exact tie with the CPU's; dropping a word from one is a real difference. The scores that

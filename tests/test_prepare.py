@@ -159,6 +159,10 @@ def test_multi30k_extraction_of_the_real_files(tmp_path):
             assert len(extracted) == counts[split]
             assert extracted[0] == gzip_lines(MULTI30K / f"{name}.{lang}.gz")[0]
     assert lines(tmp_path / "train.en")[0].startswith("Two young, White males are outside near many bushes")
+    # --train-lines N: the first N training pairs, the other splits whole.
+    assert extract_multi30k(raw, tmp_path / "first", train_lines=100) == {"train": 100, "valid": 1_014, "test": 1_000}
+    for lang in ("en", "de"):
+        assert lines(tmp_path / "first" / f"train.{lang}") == lines(tmp_path / f"train.{lang}")[:100]
 
 
 def test_multi30k_sides_of_different_lengths_are_an_error(tmp_path):
