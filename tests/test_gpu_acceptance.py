@@ -246,13 +246,17 @@ def test_stage_a_s_worker_decodes_the_checkpoint_it_chooses_after_training(tmp_p
     job = dict(name="decode", tool="subset", argv=[gpu_acceptance.CHOSEN, "test", "1", str(tmp_path / "dest")],
                log=str(tmp_path / "decode.log"), result=str(tmp_path / "decode.json"),
                decodes=dict(work=str(work), precisions=precisions))
-    results = gpu_acceptance.run_jobs([job], tmp_path, tmp_path / "worker.log")
-    assert results["decode"]["error"] == f"FileNotFoundError: no test.*.idx in {checkpoint}"
+    (tmp_path / "jobs.json").write_text(json.dumps([job]))
+
+    def decoded():
+        gpu_acceptance.worker(tmp_path / "jobs.json")  # the worker's loop, in this process
+        return json.loads((tmp_path / "decode.json").read_text())
+
+    assert decoded()["error"] == f"FileNotFoundError: no test.*.idx in {checkpoint}"
     (work / "logs" / "train-a-amp.log").write_text(fairseq_json_log([dict(w, loss=float("nan")) for w in FP16_LOG]))
     (work / "checkpoints" / "bf16-autocast" / "checkpoint_last.pt").unlink()
     assert gpu_acceptance.decoded_checkpoint(work, precisions) == (None, None)
-    results = gpu_acceptance.run_jobs([job], tmp_path, tmp_path / "worker.log")
-    assert results["decode"] == {"error": "not run: no precision trained"}
+    assert decoded() == {"error": "not run: no precision trained"}
 
 
 def test_near_ties_and_real_differences_between_two_devices(trained, tmp_path):
@@ -368,8 +372,8 @@ def test_the_run_in_progress_at_the_deadline_is_stopped(tmp_path):
     jobs = [dict(name=name, tool="train", argv=[], log=str(tmp_path / log), result=str(tmp_path / f"{name}.json"))
             for name, log in (("forever", "blocking.log"), ("next", "next.log"))]
     started = time.monotonic()
-    results = gpu_acceptance.run_jobs(jobs, tmp_path, tmp_path / "worker.log", time.time() + 3, "the end")
-    assert 3 <= time.monotonic() - started < 30
+    results = gpu_acceptance.run_jobs(jobs, tmp_path, tmp_path / "worker.log", time.time() + 2, "the end")
+    assert 2 <= time.monotonic() - started < 30
     assert results == {"forever": {"error": "stopped at the end"}, "next": {"error": "not run: past the end"}}
 
 
@@ -402,20 +406,21 @@ def test_without_a_gpu_a_report_of_what_the_machine_showed_and_exit_1(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["past stage (a)'s end", "prepare fails"])
-def test_multi30k_not_prepared_is_a_report_and_exit_1(case, tmp_path):
+def test_multi30k_not_prepared_is_a_report_and_exit_1(case, tmp_path, monkeypatch, capsys):
     """The command started an hour ago (past stage (a)'s end: nothing is started), or prepare.multi30k fails
     (no raw files): no stage runs; the report says why, with the end of prepare's log."""
     (tmp_path / "raw").mkdir()
     late = case == "past stage (a)'s end"
-    env = dict(os.environ, GPU_ACCEPTANCE_STARTED=str(int(time.time()) - 3600 * late), OMP_NUM_THREADS="1")
+    monkeypatch.setenv("GPU_ACCEPTANCE_STARTED", str(int(time.time()) - 3600 * late))
     out, work = tmp_path / "out", tmp_path / "work"
-    result = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--tiny", "--raw-dir",
-                             str(tmp_path / "raw"), "--work-dir", str(work), "--report-dir", str(out)],
-                            capture_output=True, text=True, timeout=120, env=env)
+    with pytest.raises(SystemExit) as exit:  # main(), in this process
+        gpu_acceptance.main(["--device", "cpu", "--tiny", "--raw-dir", str(tmp_path / "raw"), "--work-dir",
+                             str(work), "--report-dir", str(out)])
     why = ("Multi30k not prepared: past stage (a)'s end, 20 s before minute 20 of the command" if late else
            "preparing Multi30k failed (exit status 1)")
-    assert result.returncode == 1 and result.stdout == ""
-    assert result.stderr.splitlines()[-1] == \
+    printed = capsys.readouterr()
+    assert exit.value.code == 1 and printed.out == ""
+    assert printed.err.splitlines()[-1] == \
         f"gpu_acceptance: error: {why}; report written to {out / 'gpu_acceptance_report.md'}"
     report = (out / "gpu_acceptance_report.md").read_text()
     assert report.startswith("# GPU acceptance of vaswani_plugin: NOT RUN, Multi30k not prepared\n")
