@@ -95,6 +95,24 @@ def test_a_loss_that_is_not_finite_or_does_not_fall_fails_the_check(losses, fini
     assert [ok for _, ok in checks] == [False, False]
 
 
+def test_the_output_layers_float16_line_is_read_from_the_log(monkeypatch):
+    """models/output_layer_loss.py's one line about a device's float16 products, as fairseq-train logs it (this
+    CPU's torch refuses the out_dtype kernel), is what the report shows for the run."""
+    from vaswani_plugin.models import output_layer_loss
+    text = io.StringIO()
+    handler = logging.StreamHandler(text)
+    handler.setFormatter(logging.Formatter("%(asctime)s | %(levelname)s | %(name)s | %(message)s"))
+    monkeypatch.setattr(output_layer_loss, "FLOAT16_PRODUCTS_IN_FLOAT32", {})
+    output_layer_loss.logger.addHandler(handler)
+    try:
+        output_layer_loss.float16_products_in_float32(torch.device("cpu"))
+    finally:
+        output_layer_loss.logger.removeHandler(handler)
+    (line,) = text.getvalue().splitlines()
+    assert gpu_acceptance.PRODUCTS.findall(text.getvalue()) == [line.split(" | ", 3)[3]]
+    assert line.split(" | ", 3)[3].startswith("float16 products on cpu: torch.mm(out_dtype=torch.float32) refused")
+
+
 def test_generate_timing_and_hypotheses():
     log = ("2026-11-23 12:00:00 | INFO | fairseq_cli.generate | Translated 1,000 sentences (12,345 tokens) in 2.5s "
            "(400.00 sentences/s, 4938.00 tokens/s)\n")
