@@ -29,11 +29,11 @@ has run it yet.
    --no-ctranslate2`: training tokens/s, peak memory and MFU, and beam-4 sentences/s, of both implementations.
 Every run is fairseq's own command-line entry point, run in one worker process per stage (CUDA starts once; stage
 (a)'s worker chooses the checkpoint to decode when its training runs have ended; a run that kills the worker is
-recorded as failed and the worker starts again for the rest). The exit status is 1 when a check fails (a run failed or was not run, a loss is not finite or does not
-fall, a real difference or too many near-ties); the report is written either way. Without a visible GPU (and without
-the stand-in) nothing runs: the report says what the machine showed of CUDA, and the exit status is 1. The CPU
-stand-in (--device cpu --tiny, or the variable GPU_ACCEPTANCE_STAND_IN=1) runs the same code in fp32 and bfloat16
-autocast with a tiny model, its "GPU" the CPU.
+recorded as failed and the worker starts again for the rest). The exit status is 1 when a check fails (a run failed
+or was not run, a loss is not finite or does not fall, a real difference or too many near-ties); the report is
+written either way. Without a visible GPU (and without the stand-in) nothing runs: the report says what the machine
+showed of CUDA, and the exit status is 1. The CPU stand-in (--device cpu --tiny, or the variable
+GPU_ACCEPTANCE_STAND_IN=1) runs the same code in fp32 and bfloat16 autocast with a tiny model, its "GPU" the CPU.
 """
 
 import argparse
@@ -825,11 +825,11 @@ def stage_a(context):
         job["argv"] = [str(checkpoint) if x == CHOSEN and checkpoint else x for x in job["argv"]]
 
     decoding = {"checkpoint": f"the {chosen} run's" if chosen else "none (no precision trained)",
-                "sentences": mode.sentences, "hypotheses": {}, "scores": {}}
+                "sentences": mode.sentences, "hypotheses": {}}
     for name in DECODES:
         output = outputs[name] / "generate-test.txt"
         log = work / "logs" / f"generate-{name}.log"
-        timing, decoding["hypotheses"][name], decoding["scores"][name] = parse_generate(
+        timing, decoding["hypotheses"][name], _ = parse_generate(
             log.read_text() if log.exists() else "", output.read_text() if output.exists() else "")
         decoding[name] = timing or {"error": results[f"generate-{name}"].get("error", "no timing line in its log")}
     hypotheses = decoding["hypotheses"]
