@@ -203,6 +203,13 @@ def test_the_command_installs_the_kit_and_writes_both_stages_to_out(lane):
             "gpu_acceptance/speed.txt", "gpu_acceptance/prepare.log"} <= set(archived)
 
 
+def test_docs_show_the_command_the_default_kit_prints():
+    """docs/results.md "GPU" shows the command to run on the GPU machine: the one the default kit prints."""
+    text = (REPO / "docs" / "results.md").read_text(encoding="utf-8")
+    shown = re.search(r"^```sh\n(export GPU_ACCEPTANCE_STARTED=.*)\n```$", text, re.M)
+    assert shown and shown[1] == gpu_kit.command(REPO / ".gpu_kit")
+
+
 def test_the_default_kit_folder_is_ignored_before_it_exists(tmp_path):
     """git is asked about the folder, not a file of that name: .gitignore's `/.gpu_kit/` names a folder."""
     assert gpu_kit.git_ignored(REPO / ".gpu_kit") and not gpu_kit.git_ignored(REPO / "benchmarks" / "kit")
