@@ -115,6 +115,13 @@ def build_model(spec, dictionary):
     return model, args
 
 
+def to_device(sample, device):
+    """A fairseq sample (nested dicts of tensors) on `device`."""
+    import torch
+    return {k: to_device(v, device) if isinstance(v, dict) else v.to(device) if torch.is_tensor(v) else v
+            for k, v in sample.items()}
+
+
 def training_flops(args, dictionary, sample) -> float:
     """Model FLOPs of one training step (3 x forward, matrix products only), non-padding tokens."""
     d, ff, vocab = args.encoder_embed_dim, args.encoder_ffn_embed_dim, len(dictionary)
@@ -146,10 +153,6 @@ def worker(spec) -> dict:
         criterion = VaswaniLabelSmoothedCrossEntropy(task, label_smoothing=0.1, sentence_avg=False,
                                                      loss_chunk_logits=spec["loss_chunk_logits"])
 
-    def to_device(sample):
-        return {k: to_device(v) if isinstance(v, dict) else v.to(device) if torch.is_tensor(v) else v
-                for k, v in sample.items()}
-
     def synchronize():
         if device.type == "cuda":
             torch.cuda.synchronize()
@@ -158,7 +161,7 @@ def worker(spec) -> dict:
     batches = train.batch_by_size(train.ordered_indices(), max_tokens=spec["max_tokens"])
     order = torch.randperm(len(batches), generator=torch.Generator().manual_seed(0)).tolist()
     steps = spec["warmup"] + spec["updates"]
-    samples = [to_device(train.collater([train[i] for i in batches[j]])) for j in (order * steps)[:steps]]
+    samples = [to_device(train.collater([train[i] for i in batches[j]]), device) for j in (order * steps)[:steps]]
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
     scaler = torch.amp.GradScaler("cuda", enabled=spec["amp"])
     precision = dict(dtype=torch.float16, enabled=spec["amp"])
@@ -199,14 +202,15 @@ def worker(spec) -> dict:
     # trainings drew different dropout masks, so only the starting weights are the same).
     model = build_model(spec, dictionary)[0].to(device).eval()
     indices = list(range(min(spec["sentences"], len(test))))
-    batches = [to_device(test.collater([test[i] for i in indices[first:first + 128]]))
+    batches = [to_device(test.collater([test[i] for i in indices[first:first + 128]]), device)
                for first in range(0, len(indices), 128)]
     for generator_name, generator_class, options in generators(spec["impl"]):
         for name, beam in (("beam4", 4), ("greedy", 1)):
             generator = generator_class([model], dictionary, beam_size=beam, max_len_a=1, max_len_b=50, **options)
             outputs, generated, score = [], 0, 0.0
             with torch.no_grad(), torch.autocast(device.type, dtype=torch.float16, enabled=spec["amp"]):
-                generator.generate([model], to_device(test.collater([test[i] for i in indices[:8]])))  # warm-up
+                warm_up = to_device(test.collater([test[i] for i in indices[:8]]), device)
+                generator.generate([model], warm_up)
                 synchronize()
                 start = time.perf_counter()
                 for sample in batches:
@@ -290,8 +294,10 @@ def pretrain(spec) -> dict:
     import vaswani_plugin  # noqa: F401
     from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
 
+    device = torch.device(spec["device"])  # on the GPU too: 300 base updates on its host's CPU took minutes
     dictionary, train, _ = load_data(spec)
     model, args = build_model(dict(spec, impl="transformer", checkpoint=None), dictionary)
+    model = model.to(device)
     criterion = LabelSmoothedCrossEntropyCriterion(Namespace(target_dictionary=dictionary), sentence_avg=False,
                                                    label_smoothing=0.1)
     batches = train.batch_by_size(train.ordered_indices(), max_tokens=spec["max_tokens"])
@@ -306,7 +312,7 @@ def pretrain(spec) -> dict:
         for group in optimizer.param_groups:
             group["lr"] = peak * min(step / warmup, (warmup / step) ** 0.5)
         batch = batches[order[step % len(order)]]
-        loss, _, log = criterion(model, train.collater([train[i] for i in batch]))
+        loss, _, log = criterion(model, to_device(train.collater([train[i] for i in batch]), device))
         (loss / log["ntokens"]).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

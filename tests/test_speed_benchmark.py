@@ -110,12 +110,16 @@ def test_smoke_on_gpu_with_amp_reports_mfu():
     assert re.search(r"tiny +vaswani_transformer .* \d+\.\d%$", output, re.M)
 
 
-def speed_main(*argv):
-    """benchmarks/speed.py's main, in this process (its option checks come before any work)."""
+def speed_module():
     spec = importlib.util.spec_from_file_location("speed", REPO / "benchmarks" / "speed.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.main(list(argv))
+    return module
+
+
+def speed_main(*argv):
+    """benchmarks/speed.py's main, in this process (its option checks come before any work)."""
+    return speed_module().main(list(argv))
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -142,3 +146,19 @@ def test_without_ctranslate2_one_line_unless_left_out(monkeypatch, capsys):
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "benchmarks/speed.py: error: ctranslate2 is not installed (the [ctranslate2] extra): install it, or pass "
         "--no-ctranslate2")
+
+
+def test_pretraining_runs_on_the_measured_device(monkeypatch, tmp_path):
+    """The weights generation starts from are trained on --device, the model and every batch moved there: on the
+    GPU kit's H100 they were trained on its host's CPU, and 300 base updates outlasted speed.py's 4 minutes."""
+    speed = speed_module()
+    moved = []
+    to = torch.nn.Module.to
+    monkeypatch.setattr(torch.nn.Module, "to", lambda self, *args, **kwargs: moved.append(args) or to(self, *args,
+                                                                                                     **kwargs))
+    batches = []
+    to_device = speed.to_device
+    monkeypatch.setattr(speed, "to_device", lambda sample, device: batches.append(device) or to_device(sample, device))
+    speed.pretrain(dict(size="tiny", data=None, device="cpu", max_tokens=256, steps=2,
+                        pretrain_to=str(tmp_path / "tiny.pt")))
+    assert (torch.device("cpu"),) in moved and batches and set(batches) == {torch.device("cpu")}
