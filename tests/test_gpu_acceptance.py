@@ -95,6 +95,19 @@ def test_a_loss_that_is_not_finite_or_does_not_fall_fails_the_check(losses, fini
     assert [ok for _, ok in checks] == [False, False]
 
 
+def test_one_log_window_cannot_show_a_falling_loss():
+    """The H100's first stage (b) run logged one window (20 updates in its 20 s): its first loss is its last."""
+    summary = gpu_acceptance.summarize_training(*gpu_acceptance.parse_train_log(
+        fairseq_json_log(window_stats([12.4], [7000.0]))))
+    assert summary["windows"] == 1 and not summary["falling"]
+    training = {("fp16", impl): dict(summary, peak_memory_mb=2044.0) for impl in gpu_acceptance.PLUGIN_ONLY}
+    (check,) = gpu_acceptance.training_checks(training, ["fp16"], gpu_acceptance.PLUGIN_ONLY)
+    assert check == ("fp16 vaswani_transformer: trained 25 steps, loss finite and falling (one log window: no later "
+                     "loss to compare)", False)
+    assert "| 12.400 → 12.400 | NO (one log window: no later loss to compare) |" in \
+        gpu_acceptance.training_rows(training, ["fp16"], gpu_acceptance.PLUGIN_ONLY)[0]
+
+
 def test_the_output_layers_float16_line_is_read_from_the_log(monkeypatch):
     """models/output_layer_loss.py's one line about a device's float16 products, as fairseq-train logs it (this
     CPU's torch refuses the out_dtype kernel), is what the report shows for the run."""
@@ -601,6 +614,14 @@ def test_stand_in_decodes_the_first_100_test_sentences_on_cpu_and_device_and_cou
         assert table_row(report, "(a) Beam-4", title)[1:4] == ["100", f"{float(timing[2]):.1f}",
                                                              f"{float(timing[3]):.1f}"]
         assert ("'fp16': True" in log) == (name == "fp16") and "'cpu': True" in log
+        # On the device, an untimed run of the same decoding came first (CUDA's kernels load at their first use).
+        warm_up = work / f"warm-up-{name}" / "generate-test.txt"
+        assert warm_up.exists() == (name != "cpu")
+        if name != "cpu":
+            assert warm_up.read_text() == text
+            runs = report[report.index("## Runs"):]
+            assert runs.index(f"--results-path {warm_up.parent} ") < \
+                runs.index(f"--results-path {work / f'generate-{name}'} ")
     same = sum(hypotheses["fp32"][i] == hypotheses["cpu"][i] for i in hypotheses["cpu"])
     assert f"stand-in device (the CPU) float32 against the CPU, of 100 sentences: {same} identical, " \
         f"{100 - same} near-ties, 0 real differences" in report
