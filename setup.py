@@ -7,7 +7,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["vaswani_plugin", "vaswani_plugin.*"]),
-    python_requires=">=3.9",
+    python_requires=">=3.11,<3.13",  # ve-fairseq 0.12.3 has wheels for 3.11 and 3.12 only (tests/test_setup.py)
     # torch >= 2.4 for torch.get_autocast_dtype(device) (tests/test_gpu_paths_on_cpu.py pins this to the APIs
     # used). fairseq is an extra so that installing the plugin into an environment with its own fairseq never
     # replaces it.
