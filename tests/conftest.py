@@ -7,6 +7,7 @@ import os
 # suite took 15 minutes so, 9 on one thread each).
 os.environ["OMP_NUM_THREADS"] = "1"
 
+import shlex  # noqa: E402
 import time  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
@@ -17,8 +18,9 @@ from fairseq.data import Dictionary  # noqa: E402
 
 torch.set_num_threads(1)
 
-import cli_helpers  # noqa: E402  (SHARED_DATA read at collection, so that a test run can point it elsewhere)
-from cli_helpers import PAPER_TRAINING, REPO, TEST_SENTENCES, TINY_MODEL, run, write_reversal_corpus
+import cli_helpers  # noqa: E402
+import doc_blocks  # noqa: E402  (SHARED_DATA read at collection, so that a test run can point it elsewhere)
+from cli_helpers import TEST_SENTENCES, TINY_MODEL, run, write_reversal_corpus
 import vaswani_plugin  # noqa: E402,F401  (registers the plugin's components)
 from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerModel
 
@@ -79,14 +81,22 @@ def reversal_corpus(tmp_path_factory):
     return root
 
 
+# The README's own-pipeline training made tiny as a user would, with arguments appended (the last one counts).
+OWN_PIPELINE_TINY = [*TINY_MODEL, "--max-tokens", "1000", "--cpu", "--seed", "1", "--max-update", "6",
+                     "--save-interval-updates", "2", "--log-format", "json", "--log-interval", "1"]
+
+
 @pytest.fixture(scope="session")
 def reversal_training(reversal_data, tmp_path_factory):
-    """fairseq-train with the plugin's three names, run from the repo root with `--user-dir vaswani_plugin`."""
-    save_dir = tmp_path_factory.mktemp("checkpoints")
-    result = run("train", reversal_data / "joined", "--user-dir", "vaswani_plugin", "--arch", "vaswani_transformer",
-                 "--share-all-embeddings", *TINY_MODEL, *PAPER_TRAINING, "--max-update", "6",
-                 "--save-dir", save_dir, "--log-format", "json", "--log-interval", "1", cwd=REPO)
-    return save_dir, result.stdout + result.stderr
+    """The README's own-pipeline fairseq-train (the plugin's three names, Adam, eq. 3, §5.4) as written, on the
+    reversal corpus, in a folder of its own (its checkpoints/ relative to it): (the checkpoints' folder, log)."""
+    train = doc_blocks.commands(doc_blocks.block("README.md", "test:own-pipeline"))[0]
+    folder = tmp_path_factory.mktemp("own_pipeline")
+    command = doc_blocks.substituted(train, {"fairseq-train DATA": f"fairseq-train {reversal_data / 'joined'}",
+                                             '"$(python -m vaswani_plugin)"': cli_helpers.plugin_dir()})
+    result = doc_blocks.run_shell(f"{command} {shlex.join(OWN_PIPELINE_TINY)}", folder)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return folder / "checkpoints", result.stdout + result.stderr
 
 
 

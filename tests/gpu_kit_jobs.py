@@ -10,6 +10,7 @@ import sys
 
 from cli_helpers import REPO, SHARED_DATA
 from conftest import lane_job
+from doc_blocks import block, commands
 
 PYTHON_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
 GIT = ["git", "-c", "user.name=tests", "-c", "user.email=tests@localhost"]
@@ -46,7 +47,8 @@ def gpu_kit(tmp_path_factory, lane):
     the raw files it copied, the builder's CompletedProcess, `git status` after)."""
     clone = clone_of_the_working_tree(tmp_path_factory.mktemp("gpu_kit") / "clone")
     raw = SHARED_DATA / "multi30k"
-    built = subprocess.run(["bash", "benchmarks/gpu_kit.sh", "--python-version", PYTHON_VERSION, "--raw-dir", str(raw)],
+    command = commands(block("docs/recipes.md", "test:gpu-acceptance"))[1]  # bash benchmarks/gpu_kit.sh
+    built = subprocess.run(["bash", "-c", f"{command} --python-version {PYTHON_VERSION} --raw-dir {raw}"],
                            cwd=clone, env=dict(os.environ, PYTHON=sys.executable), capture_output=True, text=True,
                            timeout=600)
     return clone, clone / ".gpu_kit", raw, built, git_status(clone)
@@ -78,6 +80,7 @@ def gpu_acceptance_without_gpu(tmp_path_factory, lane):
     as a user would first try it (its report in benchmarks/): (its CompletedProcess, `git status` after)."""
     clone = lane["gpu_kit"].result()[0]
     env = {key: value for key, value in os.environ.items() if key not in ("WORK_DIR", "GPU_ACCEPTANCE_STAND_IN")}
-    done = subprocess.run(["bash", "benchmarks/gpu_acceptance.sh"], cwd=clone, capture_output=True, text=True,
+    command = commands(block("docs/recipes.md", "test:gpu-acceptance"))[0]  # bash benchmarks/gpu_acceptance.sh
+    done = subprocess.run(["bash", "-c", command], cwd=clone, capture_output=True, text=True,
                           timeout=300, env=dict(env, CUDA_VISIBLE_DEVICES="", PYTHON=sys.executable))
     return done, git_status(clone)

@@ -1,4 +1,5 @@
-"""`python -m vaswani_plugin.checkpoints.average`: checkpoint averaging of §6.1."""
+"""`python -m vaswani_plugin.checkpoints.average`: checkpoint averaging of §6.1. The documented commands, on a real
+training's checkpoints and then decoded: tests/test_doc_commands.py and tests/test_fairseq_commands.py."""
 
 import subprocess
 import sys
@@ -7,7 +8,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from cli_helpers import PAPER_TRAINING, TEST_SENTENCES, TINY_MODEL, plugin_dir, run, write_reversal_corpus
 from vaswani_plugin.checkpoints.average import average_checkpoints, last_checkpoints, main
 from vaswani_plugin.errors import VaswaniConfigError
 
@@ -86,46 +86,3 @@ def test_errors_are_one_line(tmp_path):
     fake_checkpoint(tmp_path / "wide.pt", 3, 30, weight=torch.zeros(3, 5))
     with pytest.raises(VaswaniConfigError, match=r"weight has shape \(3, 5\) in .*wide.pt but \(3, 4\) in"):
         average_checkpoints([tmp_path / "checkpoint_1_10.pt", tmp_path / "wide.pt"])
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A tiny vaswani_transformer, 2 updates an epoch: checkpoint<epoch>.pt and checkpoint_<epoch>_<updates>.pt.
-
-    fairseq writes an update checkpoint only within an epoch, so updates 1, 3 and 5 here.
-    """
-    root = tmp_path_factory.mktemp("averaging")
-    write_reversal_corpus(root, {"train": 200, "valid": 20, "test": TEST_SENTENCES})
-    run("preprocess", "--source-lang", "src", "--target-lang", "tgt", "--trainpref", root / "train",
-        "--validpref", root / "valid", "--testpref", root / "test", "--workers", "1", "--joined-dictionary",
-        "--destdir", root / "data", cwd=root)
-    run("train", root / "data", "--user-dir", plugin_dir(), "--arch", "vaswani_transformer", "--share-all-embeddings",
-        *TINY_MODEL, *PAPER_TRAINING, "--max-update", "6", "--save-interval-updates", "1",
-        "--save-dir", root / "checkpoints", cwd=root)
-    return root
-
-
-def test_averaged_training_checkpoints_load_with_fairseq_generate(trained, tmp_path, monkeypatch, capsys):
-    checkpoints = trained / "checkpoints"
-    update_checkpoints = sorted(checkpoints.glob("checkpoint_*_*.pt"), key=lambda p: int(p.stem.split("_")[2]))
-    assert len(update_checkpoints) >= 3
-    result = average_here("--inputs", checkpoints, "--num-update-checkpoints", "2", "--output", tmp_path / "avg.pt",
-                          cwd=tmp_path, monkeypatch=monkeypatch, capsys=capsys)
-    assert result.stdout.splitlines()[1:] == [f"  {p}" for p in update_checkpoints[-2:]]
-    states = [torch.load(p, weights_only=True) for p in update_checkpoints[-2:]]
-    averaged = torch.load(tmp_path / "avg.pt", weights_only=True)
-    first, second = (state["model"] for state in states)
-    assert not torch.equal(first["encoder.embedding.embed_tokens.weight"],
-                           second["encoder.embedding.embed_tokens.weight"])
-    assert averaged["model"].keys() == first.keys()
-    for key, value in averaged["model"].items():
-        assert torch.equal(value, ((first[key].double() + second[key].double()) / 2).float()), key
-    assert averaged["optimizer_history"] == states[1]["optimizer_history"]
-    generated = run("generate", trained / "data", "--user-dir", plugin_dir(), "--path", tmp_path / "avg.pt",
-                    "--beam", "4", "--required-batch-size-multiple", "1", "--cpu", cwd=tmp_path)
-    assert sum(line.startswith("H-") for line in generated.stdout.splitlines()) == TEST_SENTENCES
-
-    epochs = average_here("--inputs", checkpoints, "--num-epoch-checkpoints", "2", "--output",
-                          tmp_path / "epochs.pt", cwd=tmp_path, monkeypatch=monkeypatch, capsys=capsys)
-    epoch_checkpoints = sorted(checkpoints.glob("checkpoint[0-9]*.pt"), key=lambda p: int(p.stem[10:]))
-    assert epochs.stdout.splitlines()[1:] == [f"  {p}" for p in epoch_checkpoints[-2:]]

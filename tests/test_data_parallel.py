@@ -29,6 +29,7 @@ from fairseq.data import Dictionary, LanguagePairDataset
 from fairseq.data.indexed_dataset import MMapIndexedDataset
 
 from conftest import lane_job
+from doc_blocks import block, commands, substituted
 from test_recipes import CPU_ONLY, NEEDS_CPU_PATH, REPO, TINY, hypotheses, run_common, tiny_env
 from vaswani_plugin.precision import bf16_autocast_enabled
 from wmt_mirror import build_mirror
@@ -66,15 +67,15 @@ def stub_scontrol(root: Path) -> Path:
     return stub
 
 
-def start(root: Path, name: str, settings: dict, command=()) -> subprocess.Popen:
-    """The base recipe in the background (behind COMMAND, a launcher), as test_recipes.run_recipe runs it, its
-    output in root/NAME.out and root/NAME.err."""
+def start(root: Path, name: str, settings: dict, command=(), shell=None) -> subprocess.Popen:
+    """The base recipe in the background (behind COMMAND, a launcher; or SHELL, a documentation block's line that
+    runs it), as test_recipes.run_recipe runs it, its output in root/NAME.out and root/NAME.err."""
     env = dict(os.environ, PYTHON=sys.executable, OMP_NUM_THREADS="1", **CPU_ONLY)
     env.update({key: str(value) for key, value in settings.items()})  # PATH too, with scontrol's stub
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
     with open(root / f"{name}.out", "w") as out, open(root / f"{name}.err", "w") as err:
-        return subprocess.Popen([*command, "bash", str(REPO / "recipes" / "wmt14_en_de_base.sh")], env=env,
-                                stdout=out, stderr=err, cwd=REPO, start_new_session=True)
+        argv = ["bash", "-c", shell] if shell else [*command, "bash", str(REPO / "recipes" / "wmt14_en_de_base.sh")]
+        return subprocess.Popen(argv, env=env, stdout=out, stderr=err, cwd=REPO, start_new_session=True)
 
 
 def wait_for(root: Path, runs: dict, timeout=600):
@@ -113,10 +114,16 @@ def data_parallel_runs(tmp_path_factory, lane):
     runs = {"torchrun": start(root, "torchrun", tiny_env(root / "torchrun", root / "raw", root / "data", **SETTINGS),
                               torchrun),
             "one": start(root, "one", tiny_env(root / "one", root / "raw", root / "data", **SETTINGS))}
+    # docs/recipes.md's two NUM_NODES lines, made eight as a user would: the same line on each, its NODE_RANK.
+    first, second = commands(block(REPO / "docs" / "recipes.md", "test:num-nodes"))
+    assert second == first.replace("NODE_RANK=0", "NODE_RANK=1")
     port = free_port()
-    runs.update({f"node{rank}": start(root, f"node{rank}", tiny_env(
-        root / "eight", root / "raw", root / "data", NUM_NODES=8, NODE_RANK=rank, MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=port, **EIGHT)) for rank in range(8)})
+    eight = tiny_env(root / "eight", root / "raw", root / "data", **EIGHT)
+    runs.update({f"node{rank}": start(root, f"node{rank}", eight,
+                                      shell=substituted(first, {"NUM_NODES=2": "NUM_NODES=8",
+                                                                "NODE_RANK=0": f"NODE_RANK={rank}",
+                                                                "MASTER_PORT=29500": f"MASTER_PORT={port}"}))
+                 for rank in range(8)})
     outputs.update(wait_for(root, runs))
     return root, outputs
 
@@ -354,3 +361,63 @@ def test_a_job_whose_workers_cannot_agree_is_a_one_line_error(gpus, job, message
     result = run_common(tmp_path, "detect_devices", gpus=gpus, **settings)
     assert result.returncode == 1 and result.stderr.strip().splitlines()[-1] == f"test: error: {message}"
     assert "world size" not in result.stderr
+
+
+def plan(tmp_path: Path, block_text: str, launcher: str, gpus: int = 8, **settings):
+    """A docs/recipes.md block for GPUs, planned on this machine: run as written from a folder holding the
+    repository's recipes/, with `launcher` (srun or torchrun) a stub that starts one of the workers it would (the
+    variables in `settings` are what it would give that worker), a stand-in python that reports GPUS GPUs and
+    prints every command instead of running it, and STOP_AFTER=train. Returns the training command's arguments
+    and the recipe's stderr."""
+    folder = tmp_path / "job"
+    (folder / "bin").mkdir(parents=True)
+    for name in ("recipes", "prepare", "vaswani_plugin"):
+        (folder / name).symlink_to(REPO / name)
+    fake_python = folder / "bin" / "python"
+    fake_python.write_text(f'#!/bin/sh\nif [ "$1" = -c ]; then echo {gpus}; elif [ "$2" = prepare.longest ]; then '
+                           'echo 100 train; else echo "python $*"; fi\n')
+    stub = folder / "bin" / launcher
+    # srun's options, or torchrun's up to --no-python, are the launcher's; what follows is the worker's command.
+    skip = 'while [ "$1" != bash ]; do shift; done' if launcher == "srun" else \
+        'while [ "$1" != --no-python ]; do shift; done; shift'
+    stub.write_text(f"#!/bin/sh\n{skip}\nexec \"$@\"\n")
+    for path in (fake_python, stub):
+        path.chmod(0o755)
+    env = dict(os.environ, PYTHON=str(fake_python), STOP_AFTER="train", **settings)
+    env["PATH"] = f"{folder / 'bin'}:{settings.get('PATH', os.environ['PATH'])}"
+    result = subprocess.run(["bash", "-c", block_text], cwd=folder, env=env, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    (train,) = [line for line in result.stdout.splitlines() if line.startswith("python -m fairseq_cli.train ")]
+    return train.split()[3:], result.stderr
+
+
+def parsed_by_fairseq(argv):
+    """fairseq-train's parser on these arguments (the plugin's options included): its namespace, or its error."""
+    from fairseq import options
+    at = argv.index("--user-dir") + 1  # the job folder's link to this package: the package imported here
+    argv = [*argv[:at], str(Path(argv[at]).resolve()), *argv[at + 1:]]
+    return options.parse_args_and_arch(options.get_training_parser(), argv)
+
+
+def test_the_sbatch_and_torchrun_blocks_plan_and_fairseq_accepts_their_arguments(tmp_path):
+    """docs/recipes.md's sbatch script (2 nodes of 8 GPUs) and torchrun lines, planned without GPUs or training:
+    the worker's launch plan is the one the block promises, and fairseq-train's parser accepts its arguments."""
+    recipes_md = REPO / "docs" / "recipes.md"
+    script = block(recipes_md, "test:sbatch")
+    # srun's task 11 of 16: node 1's fourth GPU.
+    argv, err = plan(tmp_path / "sbatch", script, "srun",
+                     **slurm_step(tasks=16, nodes=2, rank=11, tmp_path=tmp_path))
+    args = parsed_by_fairseq(argv)
+    assert (args.arch, args.fp16, args.distributed_world_size, args.distributed_rank, args.device_id) == \
+        ("vaswani_transformer_big", True, 16, 11, 3)
+    assert (args.max_tokens, args.update_freq, args.max_update) == (1563, [1], 300000)
+    assert args.save_dir == str(tmp_path / "sbatch" / "job" / "work" / "wmt14_en_de_big" / "checkpoints")
+    assert "16 workers" in (REPO / "docs" / "recipes.md").read_text()  # what the text after the block says
+    one_node, two_nodes = commands(block(recipes_md, "test:torchrun"))
+    for line, world, settings in ((one_node, 8, TORCHRUN),
+                                  (two_nodes, 16, dict(TORCHRUN, RANK="13", WORLD_SIZE="16", GROUP_RANK="1"))):
+        argv, _ = plan(tmp_path / str(world), line, "torchrun", **settings)
+        args = parsed_by_fairseq(argv)
+        assert (args.distributed_world_size, args.distributed_rank, args.device_id, args.max_tokens) == \
+            (world, int(settings["RANK"]), 5, 3125 if world == 8 else 1563)

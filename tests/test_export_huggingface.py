@@ -21,7 +21,7 @@ from fairseq.sequence_generator import SequenceGenerator
 
 from cli_helpers import REPO
 from conftest import build_model, lane_job, make_dictionary, random_tokens, train_with_cross_entropy
-from test_hub import readme_block
+from doc_blocks import block
 from test_quickstart import quickstart_run  # noqa: F401  (registers the second lane's job this file reads)
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.serving import export_huggingface
@@ -320,7 +320,7 @@ def test_command_exports_a_checkpoint_that_translates_raw_text_as_the_hub(traine
 def huggingface_readme_run(tmp_path_factory, lane):
     """README's "Share on the Hugging Face Hub" block as written, on the quickstart run of the second lane."""
     root, _ = lane["quickstart_run"].result()
-    command = readme_block("test:huggingface", "sh") \
+    command = block("README.md", "test:huggingface") \
         .replace("work/quickstart/checkpoints", str(root / "seed1" / "vaswani_transformer" / "checkpoints")) \
         .replace("work/quickstart/data", str(root / "data")) \
         .replace("work/quickstart/hf", str(tmp_path_factory.mktemp("readme") / "hf"))

@@ -1,8 +1,12 @@
 """Through fairseq's own command-line tools, as a user runs them (subprocesses, other working directories)."""
 
 import json
+import re
 
 import pytest
+import torch
+
+import doc_blocks
 
 from cli_helpers import PAPER_TRAINING, REPO, TEST_SENTENCES, TINY_MODEL, plugin_dir, run
 
@@ -51,9 +55,9 @@ def test_resume_from_checkpoint_last_continues_the_schedule(reversal_data, rever
 
 def test_generate_from_another_directory_with_alignment(reversal_data, reversal_training, tmp_path):
     save_dir, _ = reversal_training
-    result = run("generate", reversal_data / "joined", "--user-dir", plugin_dir(), "--path", save_dir / "checkpoint_best.pt",
-                 "--beam", "4", "--batch-size", "16", "--required-batch-size-multiple", "1", "--print-alignment",
-                 "--cpu", cwd=tmp_path)
+    result = run("generate", reversal_data / "joined", "--user-dir", plugin_dir(), "--path",
+                 save_dir / "checkpoint_best.pt", "--beam", "4", "--batch-size", "16", "--required-batch-size-multiple",
+                 "1", "--print-alignment", "--cpu", cwd=tmp_path)
     lines = result.stdout.splitlines()
     hypotheses = [line for line in lines if line.startswith("H-")]
     alignments = {line.split("\t")[0][2:]: line.split("\t")[1] for line in lines if line.startswith("A-")}
@@ -136,3 +140,33 @@ def test_checkpoint_without_user_dir_fails_as_the_readme_says(reversal_data, rev
     readme = (REPO / "README.md").read_text()
     assert last_line in readme and '"Available models: {}"' in readme
 
+
+
+def test_the_readme_pipeline_stops_averages_and_decodes(reversal_data, reversal_training):
+    """README's "own fairseq pipeline" block as written: the training (reversal_training) stops at its
+    --max-update and writes the interval checkpoints that the averaging reads; the decoding runs §6.1's search
+    with its length limit on every test sentence."""
+    save_dir, log = reversal_training
+    folder = save_dir.parent
+    assert [int(r["num_updates"]) for r in logged(log, "train_inner")][-1] == 6 and "done training" in log
+    interval = sorted(save_dir.glob("checkpoint_*_*.pt"), key=lambda path: int(path.stem.split("_")[-1]))
+    assert [int(path.stem.split("_")[-1]) for path in interval] == [2, 4]  # within epochs of 3 updates
+    _, average, generate = doc_blocks.commands(doc_blocks.block("README.md", "test:own-pipeline"))
+    user_dir = {'"$(python -m vaswani_plugin)"': plugin_dir()}
+    # Two interval checkpoints here, where the block averages 5: the user's change, appended (the last counts).
+    result = doc_blocks.run_shell(average + " --num-update-checkpoints 2", folder)
+    assert result.returncode == 0, result.stderr[-3000:]
+    states = [torch.load(path, weights_only=True)["model"] for path in interval]
+    for name, value in torch.load(folder / "avg.pt", weights_only=True)["model"].items():
+        torch.testing.assert_close(value, (states[0][name] + states[1][name]) / 2)
+    command = doc_blocks.substituted(generate, {"fairseq-generate DATA": f"fairseq-generate {reversal_data / 'joined'}",
+                                                **user_dir})
+    result = doc_blocks.run_shell(command, folder)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "'search': 'paper'" in result.stderr and "'max_len_a': 1.0, 'max_len_b': 50" in result.stderr
+    sources = dict(re.findall(r"^S-(\d+)\t(.*)$", result.stdout, re.M))
+    hypotheses = dict(re.findall(r"^H-(\d+)\t\S+\t(.*)$", result.stdout, re.M))
+    assert sorted(map(int, hypotheses)) == list(range(TEST_SENTENCES))
+    # §6.1's limit, input + 50 tokens before </s>, the input's </s> counted (generation/length.py): this barely
+    # trained model runs to it.
+    assert max(len(hypotheses[i].split()) - (len(sources[i].split()) + 1) for i in hypotheses) == 50

@@ -22,7 +22,8 @@ import pytest
 from fairseq import hub_utils
 from fairseq.tasks.translation import TranslationTask
 
-from cli_helpers import REPO, plugin_dir, run
+from cli_helpers import plugin_dir, run
+from doc_blocks import block, substituted
 from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerModel
 from vaswani_plugin.tasks.vaswani_translation import VaswaniTranslationTask
 
@@ -123,11 +124,6 @@ def test_a_task_name_alone_changes_nothing(model_files):
 SENTENCE = "A little girl climbs into a wooden playhouse."
 REVERSAL_SENTENCE = "w12 w0 w2 w14 w9."
 LANGUAGES = {"en": "src", "de": "tgt"}
-def substituted(block: str, replacements) -> str:
-    for old, new in replacements.items():
-        assert old in block, f"the README block no longer has {old!r}:\n{block}"
-        block = block.replace(old, new)
-    return block
 
 
 def test_the_readme_block_prints_what_fairseq_interactive_prints(model_files, tmp_path, monkeypatch, capsys):
@@ -135,11 +131,11 @@ def test_the_readme_block_prints_what_fairseq_interactive_prints(model_files, tm
     save_dir, joined, codes, _ = model_files
     paths = {"work/quickstart/data/data-bin": str(joined), "work/quickstart/data/bpe/codes": str(codes),
              "checkpoint_average.pt": "checkpoint_last.pt", SENTENCE: REVERSAL_SENTENCE}
-    block = substituted(readme_block("test:hub", "python"), {**paths, "work/quickstart/checkpoints": str(save_dir)})
+    script = substituted(block("README.md", "test:hub"), {**paths, "work/quickstart/checkpoints": str(save_dir)})
     # The hub's languages (keyword arguments) and fairseq-interactive's (options) become the reversal pair.
-    block = re.sub(r'\b(source_lang|target_lang)="(en|de)"', lambda m: f'{m[1]}="{LANGUAGES[m[2]]}"', block)
-    assert "work/quickstart" not in block, block
-    # The block runs here, as a user's script would; the hub's beam search reports its best score, in base 2 as
+    script = re.sub(r'\b(source_lang|target_lang)="(en|de)"', lambda m: f'{m[1]}="{LANGUAGES[m[2]]}"', script)
+    assert "work/quickstart" not in script, script
+    # The script runs here, as a user's script would; the hub's beam search reports its best score, in base 2 as
     # fairseq-interactive's D- line.
     scores, generate = [], hub_utils.GeneratorHubInterface.generate
 
@@ -150,12 +146,12 @@ def test_the_readme_block_prints_what_fairseq_interactive_prints(model_files, tm
 
     monkeypatch.setattr(hub_utils.GeneratorHubInterface, "generate", reporting_generate)
     monkeypatch.chdir(tmp_path)
-    exec(compile(block, "README.md, the block after <!-- test:hub -->", "exec"), {"__name__": "__main__"})
+    exec(compile(script, "README.md, the block after <!-- test:hub -->", "exec"), {"__name__": "__main__"})
     printed = capsys.readouterr().out.splitlines()[-1]
     (score,) = scores
     env = {k: v for k, v in os.environ.items() if k != "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"}
 
-    command = substituted(readme_block("test:interactive", "sh"),
+    command = substituted(block("README.md", "test:interactive"),
                           {**paths, "work/quickstart/checkpoints/": f"{save_dir}/",
                            "--source-lang en --target-lang de": "--source-lang src --target-lang tgt"})
     assert "work/quickstart" not in command, command
@@ -168,9 +164,3 @@ def test_the_readme_block_prints_what_fairseq_interactive_prints(model_files, tm
     assert printed == expected and expected
     # The same options too (beam, length penalty, maximum length): the same score.
     assert float(score) == pytest.approx(float(expected_score), abs=1e-5)
-
-
-def readme_block(marker: str, language: str) -> str:
-    """The LANGUAGE block that follows `<!-- marker -->` in README.md."""
-    after = (REPO / "README.md").read_text(encoding="utf-8").split(f"<!-- {marker} -->", 1)[1]
-    return after.split(f"```{language}\n", 1)[1].split("```", 1)[0]

@@ -18,8 +18,8 @@ from matplotlib.image import imread
 
 from cli_helpers import NATIVE_BF16, SHARED_DATA
 from conftest import lane_job
-from test_hub import readme_block
-from test_recipes import NEEDS_CPU_PATH, REPO, TINY, hypotheses, run_recipe
+from doc_blocks import block
+from test_recipes import NEEDS_CPU_PATH, REPO, TINY, hypotheses, ran_the_documented_preparation, run_recipe
 
 pytestmark = pytest.mark.e2e  # the whole quickstart on the real Multi30k
 
@@ -34,7 +34,7 @@ def quickstart_run(tmp_path_factory, lane):
     benchmark finds the plugin's half done."""
     root = tmp_path_factory.mktemp("quickstart")
     env = dict(TINY_QUICKSTART, WORK_DIR=str(root / "seed1" / "vaswani_transformer"), DATA_DIR=str(root / "data"))
-    return root, run_recipe("quickstart.sh", env)
+    return root, run_recipe("quickstart.sh", env, command=block("README.md", "test:quickstart"))
 
 
 @lane_job
@@ -56,6 +56,7 @@ def test_quickstart_from_raw_files_to_bleu_translations_and_pictures(lane):
     sizes = {split: len((data / "text" / f"{split}.de").read_text(encoding="utf-8").splitlines())
              for split in ("train", "valid", "test")}
     assert sizes == {"train": 29000, "valid": 1014, "test": 1000}
+    ran_the_documented_preparation(result.stderr, 2)
     assert (data / "data-bin" / "dict.en.txt").read_text() == (data / "data-bin" / "dict.de.txt").read_text()
 
     # Training stopped by the wall-clock budget; the average is that of the last 2 interval checkpoints.
@@ -124,7 +125,7 @@ def test_benchmark_against_fairseq_transformer(lane):
 @pytest.mark.lane("quickstart_run")
 def test_translating_your_own_sentence_as_the_readme_says(lane):
     root, _ = lane["quickstart_run"].result()
-    command = readme_block("test:interactive", "sh").replace("work/quickstart/data", str(root / "data")) \
+    command = block("README.md", "test:interactive").replace("work/quickstart/data", str(root / "data")) \
         .replace("work/quickstart", str(root / "seed1" / "vaswani_transformer"))
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     result = subprocess.run(["bash", "-c", "set -o pipefail\n" + command], cwd=REPO, env=env, capture_output=True,

@@ -6,6 +6,7 @@ newstest2013 and newstest2014 SGM files from ../shared/data/wmt14, so dev and te
 at 3 tokens (EXTRA_GENERATE_ARGS): an untrained model would otherwise run to input + 50 tokens.
 """
 
+import importlib
 import os
 import re
 import subprocess
@@ -20,6 +21,7 @@ from fairseq.data.indexed_dataset import MMapIndexedDataset
 
 from cli_helpers import NATIVE_BF16, TINY_MODEL
 from conftest import lane_job
+from doc_blocks import block, commands
 from vaswani_plugin import VaswaniConfigError
 from vaswani_plugin.precision import bf16_autocast_enabled
 from wmt_mirror import build_mirror
@@ -32,16 +34,34 @@ NEEDS_CPU_PATH = pytest.mark.skipif(torch.cuda.is_available(), reason="runs the 
 CPU_ONLY = {"CUDA_VISIBLE_DEVICES": ""}
 
 
-def run_recipe(script, env_overrides, *args, check=True, cwd=None):
+def run_recipe(script, env_overrides, *args, check=True, cwd=None, command=None):
     """bash recipes/SCRIPT with this test environment's python first on PATH, on one thread: a second thread
-    does not speed up a tiny model, and spinning OpenMP threads would slow a run on the second lane beside it."""
+    does not speed up a tiny model, and spinning OpenMP threads would slow a run on the second lane beside it.
+    `command`: a documentation block's shell line that runs it, run as written (from the repository root)."""
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", PYTHON=sys.executable,
                OMP_NUM_THREADS="1", **CPU_ONLY, **env_overrides)
-    result = subprocess.run(["bash", str(REPO / "recipes" / script), *args], env=env, capture_output=True,
-                            text=True, timeout=600, cwd=cwd or REPO)
+    argv = ["bash", "-c", command] if command else ["bash", str(REPO / "recipes" / script), *args]
+    result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, cwd=cwd or REPO)
     if check and result.returncode != 0:
         raise AssertionError(f"{script} failed ({result.returncode}):\n{result.stderr[-4000:]}")
     return result
+
+
+def ran_the_documented_preparation(stderr, line):
+    """docs/recipes.md says every recipe prepares its data with one of its three commands: the recipe's logged
+    `stage prepare:` command is line LINE's (module, --pair), with the recipe's own folder and settings; the
+    defaults the block's comments name are the command's."""
+    documented = commands(block("docs/recipes.md", "test:prepare"))[line].split()
+    (logged,) = re.findall(r"stage prepare: (python -m prepare\.\S+ .*)$", stderr, re.M)
+    logged = logged.split()
+    assert logged[:3] == documented[:3], (logged, documented)  # python -m prepare.X
+    module = importlib.import_module(documented[2])
+    ours, theirs = vars(module.parse_args(documented[3:])), vars(module.parse_args(logged[3:]))
+    given = {word[2:].replace("-", "_") for word in documented[3:] if word.startswith("--")} - {"work_dir"}
+    assert {key: ours[key] for key in given} == {key: theirs[key] for key in given}
+    comment = block("docs/recipes.md", "test:prepare").splitlines()[line]
+    for option, value in re.findall(r"--(bpe-merges|spm-vocab) (\d+)", comment.split("#", 1)[1]):
+        assert ours[option.replace("-", "_")] == int(value), comment
 
 
 def tiny_env(work_dir, raw_dir, data_dir, **more):
@@ -161,6 +181,7 @@ def test_en_de_big(lane):
     work = root / "work"
     train_log = (work / "checkpoints" / "train.log").read_text()
     assert "'model': {'_name': 'vaswani_transformer_big'," in train_log and "'dropout': 0.3" in train_log
+    ran_the_documented_preparation(result.stderr, 0)
     assert (work / "checkpoints" / "checkpoint_average.pt").exists()
     assert len(hypotheses(work / "newstest2014.generate.txt")) == 3003
     check_scores(result.stdout, 3003)
@@ -182,6 +203,7 @@ def test_en_fr_big(lane):
     assert binarised_sentences(data / "data-bin", "test", "en-fr") == 3003
     train_log = (work / "checkpoints" / "train.log").read_text()
     assert "'model': {'_name': 'vaswani_transformer_big_en_fr'," in train_log and "'dropout': 0.1" in train_log
+    ran_the_documented_preparation(result.stderr, 1)
     generated = hypotheses(work / "newstest2014.generate.txt")
     assert len(generated) == 3003 and not any("▁" in line for line in generated)
     check_scores(result.stdout, 3003)

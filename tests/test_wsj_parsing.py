@@ -13,12 +13,15 @@ import pytest
 from cli_helpers import REPO, SHARED_DATA, TINY_MODEL
 from conftest import lane_job
 from prepare.wsj_parsing import describe, extra_train_files, write_split
+from doc_blocks import block, commands, substituted
 from test_recipes import NEEDS_CPU_PATH, run_recipe
 from vaswani_plugin.scoring import parses
 from vaswani_plugin.scoring.evalb import evaluate
 from vaswani_plugin.scoring.trees import delinearise, read_trees
 
 FILES = {"train": ["0001", "0002", "0003"], "valid": ["0150"], "test": ["0165"]}
+# docs/parsing.md's paths, which the tests' own replace.
+SAMPLE, LDC = "../shared/data/ptb_sample", "/path/to/treebank_3/parsed/mrg/wsj"
 FIVE_FILES = [number for numbers in FILES.values() for number in numbers]
 GUM_FILES = ["GUM_bio_byron.ptb", "GUM_news_iodine.ptb"]  # 66 trees: the semi-supervised setting's extra trees
 # An untrained model's outputs, cut short: at most input + 4 tokens (a tree over n words needs n + 1 with </s>).
@@ -148,10 +151,11 @@ def wsj_sample_run(tmp_path_factory, lane):
     for name in GUM_FILES:
         shutil.copy(SHARED_DATA / "gum_const" / "const" / name, root / "gum")
     # No interval checkpoint in 6 s (the recipe then decodes checkpoint_last.pt; the LDC run below averages).
-    env = dict(SAMPLE_DIR=str(root / "ptb"), WORK_DIR=str(root / "work"), BUDGET_MINUTES="0.1",
+    env = dict(WORK_DIR=str(root / "work"), BUDGET_MINUTES="0.1",
                SAVE_INTERVAL_UPDATES="1000", AVERAGE_LAST="2", EXTRA_TRAIN_ARGS=" ".join(TINY_MODEL),
                EXTRA_TRAIN_TREES=str(root / "gum"), EXTRA_GENERATE_ARGS=SHORT_OUTPUTS)
-    return root, run_recipe("wsj_parsing.sh", env)
+    sample = commands(block("docs/parsing.md", "test:parsing"))[1]  # the line for anyone, with this sample
+    return root, run_recipe("wsj_parsing.sh", env, command=substituted(sample, {SAMPLE: str(root / "ptb")}))
 
 
 @pytest.mark.e2e
@@ -203,8 +207,18 @@ def test_the_sample_trains_with_gum_beside_it_by_default(tmp_path):
     assert f"training: the treebank's {wsj} trees 2 times\n" in result.stderr
     model = (tmp_path / "default" / "data" / "model" / "train.words").read_text().splitlines()
     assert len(model) == 2 * wsj + gum_trees
-    result = run_recipe("wsj_parsing.sh", dict(settings, WORK_DIR=str(tmp_path / "alone"), EXTRA_TRAIN_TREES="none"))
+    ldc_with_gum, alone = commands(block("docs/parsing.md", "test:parsing-extra-trees"))
+    result = run_recipe("wsj_parsing.sh", dict(STOP_AFTER="prepare", WORK_DIR=str(tmp_path / "alone")),
+                        command=substituted(alone, {SAMPLE: str(sample)}))
     assert f"training trees: {wsj} WSJ sample\n" in result.stderr
+    for section, numbers in LDC_LAYOUT.items():
+        copy_sample_files(tmp_path / "wsj" / section, numbers)
+    result = run_recipe("wsj_parsing.sh", dict(STOP_AFTER="prepare", WORK_DIR=str(tmp_path / "ldc"), CPU="1"),
+                        command=substituted(ldc_with_gum, {"WSJ_DIR=...": f"WSJ_DIR={tmp_path / 'wsj'}",
+                                                           "../shared/data/gum_const/const": str(gum)}))
+    ldc_trees = sum(len(read_trees((tmp_path / "wsj" / section / f"wsj_{n}.mrg").read_text()))
+                    for section in ("02", "21") for n in LDC_LAYOUT[section])
+    assert f"training trees: {ldc_trees} WSJ sections 02-21 + {gum_trees} extra ({paths})\n" in result.stderr
     shutil.rmtree(tmp_path / "data" / "gum_const")
     result = run_recipe("wsj_parsing.sh", dict(settings, WORK_DIR=str(tmp_path / "none")), check=False)
     assert result.returncode == 1 and list((tmp_path / "none").iterdir()) == []  # nothing prepared
@@ -224,10 +238,11 @@ def wsj_ldc_run(tmp_path_factory, lane):
     root = tmp_path_factory.mktemp("wsj-ldc")
     for section, numbers in LDC_LAYOUT.items():
         copy_sample_files(root / "wsj" / section, numbers)
-    env = dict(WSJ_DIR=str(root / "wsj"), WORK_DIR=str(root / "work"), CPU="1", MAX_UPDATE="4", LEAVES="XX",
+    env = dict(WORK_DIR=str(root / "work"), CPU="1", MAX_UPDATE="4", LEAVES="XX",
                SAVE_INTERVAL_UPDATES="2", AVERAGE_LAST="2", TOKENS_PER_STEP="2000", MAX_TOKENS_PER_GPU="2000",
                EXTRA_TRAIN_ARGS=" ".join(TINY_MODEL), EXTRA_GENERATE_ARGS=SHORT_OUTPUTS)
-    return root, run_recipe("wsj_parsing.sh", env)
+    ldc = commands(block("docs/parsing.md", "test:parsing"))[0]  # the paper's row, on CPU (CPU=1)
+    return root, run_recipe("wsj_parsing.sh", env, command=substituted(ldc, {LDC: str(root / "wsj")}))
 
 
 @pytest.mark.e2e

@@ -12,7 +12,7 @@ except ImportError as error:
     raise ImportError(
         "vaswani_plugin needs fairseq, which is not importable here "
         f"({error}). Install it with `pip install 'vaswani_plugin[fairseq]'` "
-        "(ve-fairseq 0.12.3), or use an environment that has its own fairseq."
+        "(ve-fairseq 0.12.3, for Python 3.11 and 3.12)."
     ) from None
 
 from vaswani_plugin.errors import VaswaniConfigError
