@@ -81,9 +81,12 @@ def reversal_corpus(tmp_path_factory):
     return root
 
 
-# The README's own-pipeline training made tiny as a user would, with arguments appended (the last one counts).
-OWN_PIPELINE_TINY = [*TINY_MODEL, "--max-tokens", "1000", "--cpu", "--seed", "1", "--max-update", "6",
-                     "--save-interval-updates", "2", "--log-format", "json", "--log-interval", "1"]
+# The README's own-pipeline training made tiny as a user would: its counts changed, arguments appended (the last
+# one counts).
+OWN_PIPELINE_COUNTS = {"--max-update 100000": "--max-update 6",
+                       "--save-interval-updates 1000": "--save-interval-updates 2"}
+OWN_PIPELINE_TINY = [*TINY_MODEL, "--max-tokens", "1000", "--cpu", "--seed", "1", "--log-format", "json",
+                     "--log-interval", "1"]
 
 
 @pytest.fixture(scope="session")
@@ -93,7 +96,8 @@ def reversal_training(reversal_data, tmp_path_factory):
     train = doc_blocks.commands(doc_blocks.block("README.md", "test:own-pipeline"))[0]
     folder = tmp_path_factory.mktemp("own_pipeline")
     command = doc_blocks.substituted(train, {"fairseq-train DATA": f"fairseq-train {reversal_data / 'joined'}",
-                                             '"$(python -m vaswani_plugin)"': cli_helpers.plugin_dir()})
+                                             '"$(python -m vaswani_plugin)"': cli_helpers.plugin_dir(),
+                                             **OWN_PIPELINE_COUNTS})
     result = doc_blocks.run_shell(f"{command} {shlex.join(OWN_PIPELINE_TINY)}", folder)
     assert result.returncode == 0, result.stderr[-3000:]
     return folder / "checkpoints", result.stdout + result.stderr

@@ -124,10 +124,12 @@ def test_pictures_and_ctranslate2_of_the_quickstart(quickstart_folder):
     assert translation.strip()
 
     _, second = commands(block(REFERENCE, "test:attention-pictures"))
-    # --layer 6 --head 3 are the base model's; the quickstart's has 3 layers of 4 heads: the user's change.
+    # --layer 6 --head 3 are the base model's; the tests' quickstart has 1 encoder layer: the user's change.
     shutil.rmtree(folder / "pictures")
-    run(substituted(second, {"--layer 6": "--layer 3"}), folder)
-    assert len(pictures_in(folder / "pictures")) == 3  # one head of layer 3, each kind of attention
+    run(substituted(second, {"--layer 6": "--layer 1"}), folder)
+    # The chosen layer of each kind of attention: its head 3, and all its heads.
+    assert pictures_in(folder / "pictures") == sorted(f"{kind}_layer1_{which}.png" for which in ("head3", "all_heads")
+                                                      for kind in ("encoder_self", "decoder_self", "encoder_decoder"))
     (folder / "input.txt").write_text("A man is sleeping.\nTwo dogs play in the snow.\n")
     export, translate = commands(block(REFERENCE, "test:ctranslate2-reference"))
     run(export, folder)
