@@ -9,8 +9,7 @@ setup(
     packages=find_packages(include=["vaswani_plugin", "vaswani_plugin.*"]),
     python_requires=">=3.11,<3.13",  # ve-fairseq 0.12.3 has wheels for 3.11 and 3.12 only (tests/test_setup.py)
     # torch >= 2.4 for torch.get_autocast_dtype(device) (tests/test_gpu_paths_on_cpu.py pins this to the APIs
-    # used). fairseq is an extra so that installing the plugin into an environment with its own fairseq never
-    # replaces it.
+    # used). fairseq is an extra: ve-fairseq 0.12.3, the only fairseq the plugin is tested with (README).
     install_requires=["torch>=2.4"],
     extras_require={
         "fairseq": ["ve-fairseq==0.12.3"],
