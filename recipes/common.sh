@@ -25,6 +25,9 @@
 #   STOP_AFTER           a stage (prepare, train, ...: the recipe's `stages` line) after which the recipe stops; a
 #                        re-run without it goes on from there
 #   CPU=1                allow running without a GPU (slow: for trying the pipeline out)
+#   DRY_RUN=1            print the launch plan, what each stage would do and every command as it would run it
+#                        (stdout); download, prepare, train and write nothing. Give NUM_GPUS on a machine without
+#                        the GPUs
 #   PEAK_TFLOPS          per-GPU peak for the training-cost line (default: looked up by GPU name)
 #
 # SLURM: run the recipe as the tasks of an srun step, one task per GPU or one per node; each finds its rank, the
@@ -51,12 +54,36 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PLUGIN="$REPO/vaswani_plugin"
 RECIPE=${RECIPE:-$(basename "$0" .sh)}
 WORK_DIR=${WORK_DIR:-$PWD/work/$RECIPE}
-mkdir -p "$WORK_DIR" && WORK_DIR=$(cd "$WORK_DIR" && pwd)
+DRY_RUN=${DRY_RUN:-0}
+if [ "$DRY_RUN" = 1 ]; then
+    WORK_DIR=$(realpath -m "$WORK_DIR")  # read, never created
+else
+    mkdir -p "$WORK_DIR" && WORK_DIR=$(cd "$WORK_DIR" && pwd)
+fi
 PYTHON=${PYTHON:-python3}
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 
 say() { echo "[$RECIPE $(date +%H:%M:%S)] $*" >&2; }
 die() { echo "$RECIPE: error: $*" >&2; exit 1; }
+[[ "$DRY_RUN" =~ ^[01]$ ]] || die "DRY_RUN=$DRY_RUN: use 1 (print what would run, run nothing) or 0"
+
+# quoted WORDS...: the words as one shell command line, each quoted where it needs to be.
+quoted() {
+    local line
+    printf -v line '%q ' "$@"
+    echo "${line% }"
+}
+
+# run COMMAND...: run it; with DRY_RUN=1 print it instead (stdout), as it would run. run_to FILE COMMAND...: the
+# same, its output written to FILE.
+run() {
+    if [ "$DRY_RUN" = 1 ]; then quoted "$@"; else "$@"; fi
+}
+run_to() {
+    local file=$1
+    shift
+    if [ "$DRY_RUN" = 1 ]; then echo "$(quoted "$@") > $(quoted "$file")"; else "$@" > "$file"; fi
+}
 
 # stages NAME...: the stages this recipe runs, in order, which STOP_AFTER may name; a STOP_AFTER naming none of them
 # is an error before anything runs (a typo would otherwise go on to a full training run).
@@ -85,6 +112,9 @@ stage() {
     local stamp="$WORK_DIR/.done.$name"
     if [ -f "$stamp" ] && { [ -z "$PREVIOUS_STAMP" ] || [ ! "$PREVIOUS_STAMP" -nt "$stamp" ]; }; then
         say "stage $name: done before, skipped"
+    elif [ "$DRY_RUN" = 1 ]; then
+        say "stage $name: would run"
+        "$@"
     else
         say "stage $name: starting"
         "$@"
@@ -188,7 +218,9 @@ worker_args() {
 detect_devices() {
     local visible=0
     # CUDA_VISIBLE_DEVICES set and empty hides every GPU: no need to import torch (1.5 s) to count none.
-    if [ "${CUDA_VISIBLE_DEVICES-unset}" != "" ]; then
+    if [ "$DRY_RUN" = 1 ] && [ -n "${NUM_GPUS:-}" ] && [ "${CPU:-0}" != 1 ]; then
+        visible=$NUM_GPUS  # the GPUs the run will have, not this machine's
+    elif [ "${CUDA_VISIBLE_DEVICES-unset}" != "" ]; then
         visible=$("$PYTHON" -c "import torch; print(torch.cuda.device_count())") || die "python with torch not found"
     fi
     launcher
@@ -265,6 +297,10 @@ batch_size_for_workers() {
     UPDATE_FREQ=$(( (tokens + WORKERS * per_gpu - 1) / (WORKERS * per_gpu) ))
     MAX_TOKENS=$(( (tokens + WORKERS * UPDATE_FREQ - 1) / (WORKERS * UPDATE_FREQ) ))
     say "batch: $WORKERS worker(s) x $MAX_TOKENS tokens x update-freq $UPDATE_FREQ ~ $tokens tokens per step"
+    if [ "$DRY_RUN" = 1 ]; then
+        say "batch: whether a batch holds the longest sentence is known once the data is prepared (at run time)"
+        return
+    fi
     # fairseq asserts that a batch holds its longest example (train, and valid at the same --max-tokens).
     local longest split
     read -r longest split < <("$PYTHON" -m prepare.longest "$DATA_BIN") && [[ "$longest" =~ ^[0-9]+$ ]] ||
@@ -290,8 +326,9 @@ prepare_data() {
     local args=(--work-dir "$data_dir" "$@")
     [ -n "${RAW_DIR:-}" ] && args+=(--raw-dir "$RAW_DIR")
     say "stage prepare: python -m prepare.$module ${args[*]} ${EXTRA_PREPARE_ARGS:-}"
+    [ "$DRY_RUN" = 0 ] || say "stage prepare: would run (it skips the steps it finished before, each by its settings)"
     # shellcheck disable=SC2086
-    "$PYTHON" -m "prepare.$module" "${args[@]}" ${EXTRA_PREPARE_ARGS:-}
+    run "$PYTHON" -m "prepare.$module" "${args[@]}" ${EXTRA_PREPARE_ARGS:-}
     PREPARED_DIR=$data_dir
     DATA_BIN="$data_dir/data-bin"
     TEXT_DIR="$data_dir/text"
@@ -322,6 +359,11 @@ EMBEDDING_SHARING=(--share-all-embeddings)
 resume_checkpoint() {
     # A first run has nothing to check, and saves the command's start-up (importing fairseq, 3.5 s).
     [ "${RUN_RANK:-0}" = 0 ] && [ -e "$1/checkpoint_last.pt" ] || return 0
+    if [ "$DRY_RUN" = 1 ]; then
+        say "stage train: would resume from $1/checkpoint_last.pt"
+        run "$PYTHON" -m vaswani_plugin.checkpoints.resume "$1"
+        return
+    fi
     "$PYTHON" -m vaswani_plugin.checkpoints.resume "$1" 2>&1 | tee -a "$1/train.log" >&2
 }
 
@@ -333,7 +375,7 @@ resume_checkpoint() {
 train() {
     local save_dir=$1
     shift
-    mkdir -p "$save_dir"
+    [ "$DRY_RUN" = 1 ] || mkdir -p "$save_dir"
     resume_checkpoint "$save_dir"
     # One log per run of the recipe (train.node1.log, train.task1.log, ...), so that theirs never interleave;
     # fairseq's other ranks log warnings only.
@@ -343,17 +385,23 @@ train() {
     # criterion's ε_ls = 0.1 (§5.4) are their defaults, but fairseq's own label_smoothed_cross_entropy, which
     # benchmarks/quickstart_vs_fairseq.sh trains with, has 0.
     # shellcheck disable=SC2086
+    local command=("$PYTHON" -m fairseq_cli.train "$DATA_BIN" --user-dir "$PLUGIN"
+        --task vaswani_translation --bf16-autocast "${BF16:-0}"
+        "${EMBEDDING_SHARING[@]}"
+        --optimizer adam --adam-betas '(0.9,0.98)' --adam-eps 1e-9
+        --lr-scheduler noam
+        --criterion vaswani_label_smoothed_cross_entropy --label-smoothing 0.1
+        --max-tokens "$MAX_TOKENS" --update-freq "$UPDATE_FREQ" --required-batch-size-multiple 1
+        --save-dir "$save_dir" --no-epoch-checkpoints
+        --log-format simple --log-interval 100
+        "${DEVICE_ARGS[@]}" "$@" ${EXTRA_TRAIN_ARGS:-})
+    say "stage train: $(quoted "${command[@]}")"
+    if [ "$DRY_RUN" = 1 ]; then
+        run "${command[@]}"
+        return
+    fi
     { [ "$WORKERS" = 1 ] || echo "[$RECIPE] $RUN_NAME: world size $WORKERS (started as $LAUNCH)"
-    "$PYTHON" -m fairseq_cli.train "$DATA_BIN" --user-dir "$PLUGIN" \
-        --task vaswani_translation --bf16-autocast "${BF16:-0}" \
-        "${EMBEDDING_SHARING[@]}" \
-        --optimizer adam --adam-betas '(0.9,0.98)' --adam-eps 1e-9 \
-        --lr-scheduler noam \
-        --criterion vaswani_label_smoothed_cross_entropy --label-smoothing 0.1 \
-        --max-tokens "$MAX_TOKENS" --update-freq "$UPDATE_FREQ" --required-batch-size-multiple 1 \
-        --save-dir "$save_dir" --no-epoch-checkpoints \
-        --log-format simple --log-interval 100 \
-        "${DEVICE_ARGS[@]}" "$@" ${EXTRA_TRAIN_ARGS:-}; } 2>&1 | tee -a "$save_dir/$log"
+      "${command[@]}"; } 2>&1 | tee -a "$save_dir/$log"
 }
 
 # leave_the_rest_to_run_zero: every run of the recipe but run 0 (node 0, task 0, rank 0) stops after training, so
@@ -367,7 +415,7 @@ leave_the_rest_to_run_zero() {
 
 # average SAVE_DIR N: §6.1, the average of the last N checkpoints.
 average() {
-    "$PYTHON" -m vaswani_plugin.checkpoints.average --inputs "$1" --num-update-checkpoints "$2" \
+    run "$PYTHON" -m vaswani_plugin.checkpoints.average --inputs "$1" --num-update-checkpoints "$2" \
         --output "$1/checkpoint_average.pt"
 }
 
@@ -375,6 +423,11 @@ average() {
 # wall-clock budget left (checkpoint_last.pt alone when there is none).
 average_available() {
     local found
+    if [ "$DRY_RUN" = 1 ]; then
+        say "stage average: the last $2 interval checkpoints, or as many as training writes (checkpoint_last.pt if none)"
+        average "$1" "$2"
+        return
+    fi
     found=$(find "$1" -name 'checkpoint_*_*.pt' | wc -l)
     if [ "$found" -eq 0 ]; then
         say "no interval checkpoint (the budget was too short): using checkpoint_last.pt"
@@ -400,11 +453,11 @@ translate() {
     local joined=(--post-process "$post_process")
     [ "$post_process" != none ] || joined=()
     # shellcheck disable=SC2086
-    "$PYTHON" -m fairseq_cli.generate "$DATA_BIN" --user-dir "$PLUGIN" --task vaswani_translation \
+    run_to "$output" "$PYTHON" -m fairseq_cli.generate "$DATA_BIN" --user-dir "$PLUGIN" --task vaswani_translation \
         --path "$checkpoint" --gen-subset "$subset" --search "${SEARCH:-paper}" --beam "$beam" \
         --gnmt-alpha "$alpha" --max-len-a 1 --max-len-b "$max_len_b" --batch-size "$batch_size" \
         --required-batch-size-multiple 1 "${joined[@]}" \
-        "${EVAL_DEVICE_ARGS[@]}" ${EXTRA_GENERATE_ARGS:-} > "$output"
+        "${EVAL_DEVICE_ARGS[@]}" ${EXTRA_GENERATE_ARGS:-}
 }
 
 # training_cost SAVE_DIR PAPER_MODEL: the Table 2 line.
@@ -413,7 +466,7 @@ training_cost() {
     [ -n "${PEAK_TFLOPS:-}" ] && peak=(--peak-tflops "$PEAK_TFLOPS")
     local fp16=()
     [ "${FP16:-0}" = 1 ] && fp16=(--fp16)
-    "$PYTHON" -m vaswani_plugin.tools.training_cost --checkpoint "$1/checkpoint_last.pt" --gpus "$WORKERS" \
+    run "$PYTHON" -m vaswani_plugin.tools.training_cost --checkpoint "$1/checkpoint_last.pt" --gpus "$WORKERS" \
         --paper "$2" "${peak[@]}" "${fp16[@]}"
 }
 
@@ -421,8 +474,9 @@ training_cost() {
 score() {
     local output=$1 subset=$2
     shift 2
-    "$PYTHON" -m vaswani_plugin.scoring.bleu --generate-output "$output" --reference "$TEXT_DIR/$subset.$TARGET_LANG" \
-        --target-lang "$TARGET_LANG" "$@" | tee "$output.bleu"
+    local command=("$PYTHON" -m vaswani_plugin.scoring.bleu --generate-output "$output"
+                   --reference "$TEXT_DIR/$subset.$TARGET_LANG" --target-lang "$TARGET_LANG" "$@")
+    if [ "$DRY_RUN" = 1 ]; then run "${command[@]}"; else "${command[@]}" | tee "$output.bleu"; fi
 }
 
 # model_parameters SAVE_DIR: the parameter count fairseq-train logged.

@@ -64,13 +64,16 @@ score "$TRANSLATIONS" test --examples 3 --source "$TEXT_DIR/test.en"
 # Attention of the first test sentence: every head of the last layer (Figures 3-5 of the paper).
 PICTURES="$WORK_DIR/attention"
 if [ "$ARCH" = vaswani_transformer ]; then
-    "$PYTHON" -m vaswani_plugin.tools.attention_pictures --path "$CHECKPOINTS/checkpoint_average.pt" --data "$DATA_BIN" \
-        --bpe-codes "$PREPARED_DIR/bpe/codes" --source "$(head -n 1 "$TEXT_DIR/test.en")" \
+    FIRST="{the first test sentence}"
+    [ "$DRY_RUN" = 1 ] || FIRST=$(head -n 1 "$TEXT_DIR/test.en")
+    run "$PYTHON" -m vaswani_plugin.tools.attention_pictures --path "$CHECKPOINTS/checkpoint_average.pt" \
+        --data "$DATA_BIN" --bpe-codes "$PREPARED_DIR/bpe/codes" --source "$FIRST" \
         --output-dir "$PICTURES" || die "attention pictures failed"
 else
     PICTURES="(none: attention pictures are drawn for vaswani_transformer models)"
 fi
 
+[ "$DRY_RUN" = 0 ] || exit 0
 cat >&2 <<EOF
 [$RECIPE] done. Where things are:
   model (average of the last checkpoints): $CHECKPOINTS/checkpoint_average.pt

@@ -64,9 +64,17 @@ for index in "${!VARIANTS[@]}"; do
         --max-update "${MAX_UPDATE:-$steps}" --save-interval-updates 0 $variant_args
     [ "$RUN_RANK" = 0 ] || continue  # run 0 alone validates, translates and scores
     # Dev perplexity per word-piece on all of newstest2013, and BLEU with beam 4, α = 0.6, no averaging.
-    ppl=$("$PYTHON" -m fairseq_cli.validate "$DATA_BIN" --user-dir "$PLUGIN" --task translation \
-        --path "$WORK_DIR/$run/checkpoint_last.pt" --valid-subset valid --max-tokens "$MAX_TOKENS" \
-        --required-batch-size-multiple 1 "${EVAL_DEVICE_ARGS[@]}" 2>&1 | sed -n "s/.*| ppl \([0-9.]*\) |.*/\1/p" | tail -n 1)
+    validate=("$PYTHON" -m fairseq_cli.validate "$DATA_BIN" --user-dir "$PLUGIN" --task translation
+              --path "$WORK_DIR/$run/checkpoint_last.pt" --valid-subset valid --max-tokens "$MAX_TOKENS"
+              --required-batch-size-multiple 1 "${EVAL_DEVICE_ARGS[@]}")
+    if [ "$DRY_RUN" = 1 ]; then
+        run "${validate[@]}"
+        stage "translate-$run" translate "$WORK_DIR/$run/checkpoint_last.pt" valid \
+            "$WORK_DIR/$run/newstest2013.generate.txt" 4 0.6 50 128 "$SUBWORDS"
+        score "$WORK_DIR/$run/newstest2013.generate.txt" valid
+        continue
+    fi
+    ppl=$("${validate[@]}" 2>&1 | sed -n "s/.*| ppl \([0-9.]*\) |.*/\1/p" | tail -n 1)
     [ -n "$ppl" ] || die "fairseq-validate printed no perplexity for $run"
     stage "translate-$run" translate "$WORK_DIR/$run/checkpoint_last.pt" valid \
         "$WORK_DIR/$run/newstest2013.generate.txt" 4 0.6 50 128 "$SUBWORDS"
@@ -77,6 +85,7 @@ for index in "${!VARIANTS[@]}"; do
 done
 
 leave_the_rest_to_run_zero
+[ "$DRY_RUN" = 0 ] || exit 0
 echo "Table 3 row ($ROW), dev = newstest2013, no checkpoint averaging; ours (paper's)"
 printf '%-22s %16s %16s %15s\n' variant "PPL (dev)" "BLEU (dev)" "params"
 printf '%s\n' "${results[@]}"

@@ -62,8 +62,12 @@ PREPARE=(-m prepare.wsj_parsing --work-dir "$DATA_DIR" "${TREEBANK[@]}" --leaves
 # shellcheck disable=SC2206
 [ -z "${EXTRA_TRAIN_TREES:-}" ] || PREPARE+=(--extra-train $EXTRA_TRAIN_TREES)
 say "stage prepare: python ${PREPARE[*]}"
-DATA_BIN=$("$PYTHON" "${PREPARE[@]}") ||
-    die "data preparation failed"
+if [ "$DRY_RUN" = 1 ]; then
+    run "$PYTHON" "${PREPARE[@]}"
+    DATA_BIN=$DATA_DIR/data-bin
+else
+    DATA_BIN=$("$PYTHON" "${PREPARE[@]}") || die "data preparation failed"
+fi
 stop_if_asked prepare
 # Word leaves: one dictionary, so one embedding for the input, the decoder's input and its output (§3.4).
 EMBEDDING_SHARING=(--share-all-embeddings)
@@ -115,17 +119,21 @@ for split in valid test; do
         EXTRA_GENERATE_ARGS="$constraint ${EXTRA_GENERATE_ARGS:-}" stage "${decoding}_$split" translate \
             "$CHECKPOINTS/checkpoint_average.pt" "$split" "$out.generate.txt" "${BEAM:-21}" "${ALPHA:-0.3}" 300 32 none
         say "$split, $title: labelled bracketing F1 (EVALB, COLLINS.prm)"
-        "$PYTHON" -m vaswani_plugin.scoring.parses --generate-output "$out.generate.txt" \
-            --words "$DATA_DIR/text/$split.words" --tags "$DATA_DIR/gold/$split.tags" \
-            --gold "$DATA_DIR/gold/$split.trees" --output "$out.parsed.trees" | tee "$out.f1"
+        parses=("$PYTHON" -m vaswani_plugin.scoring.parses --generate-output "$out.generate.txt"
+                --words "$DATA_DIR/text/$split.words" --tags "$DATA_DIR/gold/$split.tags"
+                --gold "$DATA_DIR/gold/$split.trees" --output "$out.parsed.trees")
+        if [ "$DRY_RUN" = 1 ]; then run "${parses[@]}"; continue; fi
+        "${parses[@]}" | tee "$out.f1"
         SCORES+=("$split, $title: F1 $(sed -n 's/^F1 = \([0-9.]*\) .*/\1/p' "$out.f1")")
     done
     # The floor: every sentence's right-branching tree, (S w1 (S w2 ... (S w(n-1) wn))).
-    "$PYTHON" -m vaswani_plugin.scoring.parses --right-branching --words "$DATA_DIR/text/$split.words" \
-        --tags "$DATA_DIR/gold/$split.tags" --gold "$DATA_DIR/gold/$split.trees" > "$WORK_DIR/$split.right_branching.f1"
+    run_to "$WORK_DIR/$split.right_branching.f1" "$PYTHON" -m vaswani_plugin.scoring.parses --right-branching \
+        --words "$DATA_DIR/text/$split.words" --tags "$DATA_DIR/gold/$split.tags" --gold "$DATA_DIR/gold/$split.trees"
+    [ "$DRY_RUN" = 0 ] || continue
     SCORES+=("$split, right-branching baseline: F1 $(sed -n 's/^F1 = \([0-9.]*\) .*/\1/p' \
         "$WORK_DIR/$split.right_branching.f1")")
 done
+[ "$DRY_RUN" = 0 ] || exit 0
 for line in "${SCORES[@]}"; do say "$line"; done
 also=
 [ "${UNCONSTRAINED:-0}" != 1 ] || also=" (without the constraint: {valid,test}.unconstrained.*)"

@@ -17,6 +17,7 @@ sharing one WORK_DIR and DATA_DIR, as nodes share a file system:
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -364,32 +365,28 @@ def test_a_job_whose_workers_cannot_agree_is_a_one_line_error(gpus, job, message
 
 
 def plan(tmp_path: Path, block_text: str, launcher: str, gpus: int = 8, **settings):
-    """A docs/recipes.md block for GPUs, planned on this machine: run as written from a folder holding the
-    repository's recipes/, with `launcher` (srun or torchrun) a stub that starts one of the workers it would (the
-    variables in `settings` are what it would give that worker), a stand-in python that reports GPUS GPUs and
-    prints every command instead of running it, and STOP_AFTER=train. Returns the training command's arguments
-    and the recipe's stderr."""
+    """A docs/recipes.md block for GPUs, planned on this machine with DRY_RUN=1 and NUM_GPUS: run as written from a
+    folder holding the repository's recipes/, with `launcher` (srun or torchrun) a stub that starts one of the
+    workers it would (the variables in `settings` are what it would give that worker). Returns the training
+    command's arguments, as the dry run prints them, and the recipe's stderr."""
     folder = tmp_path / "job"
     (folder / "bin").mkdir(parents=True)
     for name in ("recipes", "prepare", "vaswani_plugin"):
         (folder / name).symlink_to(REPO / name)
-    fake_python = folder / "bin" / "python"
-    fake_python.write_text(f'#!/bin/sh\nif [ "$1" = -c ]; then echo {gpus}; elif [ "$2" = prepare.longest ]; then '
-                           'echo 100 train; else echo "python $*"; fi\n')
     stub = folder / "bin" / launcher
     # srun's options, or torchrun's up to --no-python, are the launcher's; what follows is the worker's command.
     skip = 'while [ "$1" != bash ]; do shift; done' if launcher == "srun" else \
         'while [ "$1" != --no-python ]; do shift; done; shift'
     stub.write_text(f"#!/bin/sh\n{skip}\nexec \"$@\"\n")
-    for path in (fake_python, stub):
-        path.chmod(0o755)
-    env = dict(os.environ, PYTHON=str(fake_python), STOP_AFTER="train", **settings)
+    stub.chmod(0o755)
+    env = dict(os.environ, PYTHON=sys.executable, DRY_RUN="1", NUM_GPUS=str(gpus), **settings)
     env["PATH"] = f"{folder / 'bin'}:{settings.get('PATH', os.environ['PATH'])}"
     result = subprocess.run(["bash", "-c", block_text], cwd=folder, env=env, capture_output=True, text=True,
                             timeout=60)
     assert result.returncode == 0, result.stderr
-    (train,) = [line for line in result.stdout.splitlines() if line.startswith("python -m fairseq_cli.train ")]
-    return train.split()[3:], result.stderr
+    (train,) = [shlex.split(line) for line in result.stdout.splitlines() if " -m fairseq_cli.train " in line]
+    assert not (folder / "work").exists()  # planned: nothing prepared, trained or written
+    return train[3:], result.stderr
 
 
 def parsed_by_fairseq(argv):
@@ -401,7 +398,7 @@ def parsed_by_fairseq(argv):
 
 
 def test_the_sbatch_and_torchrun_blocks_plan_and_fairseq_accepts_their_arguments(tmp_path):
-    """docs/recipes.md's sbatch script (2 nodes of 8 GPUs) and torchrun lines, planned without GPUs or training:
+    """docs/recipes.md's sbatch script (2 nodes of 8 GPUs) and torchrun lines, dry runs without GPUs:
     the worker's launch plan is the one the block promises, and fairseq-train's parser accepts its arguments."""
     recipes_md = REPO / "docs" / "recipes.md"
     script = block(recipes_md, "test:sbatch")

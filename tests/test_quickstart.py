@@ -34,6 +34,9 @@ def quickstart_run(tmp_path_factory, lane):
     benchmark finds the plugin's half done."""
     root = tmp_path_factory.mktemp("quickstart")
     env = dict(TINY_QUICKSTART, WORK_DIR=str(root / "seed1" / "vaswani_transformer"), DATA_DIR=str(root / "data"))
+    # First a dry run (the commands it prints, in root/dry_run.txt), then the run.
+    dry = run_recipe("quickstart.sh", dict(env, DRY_RUN="1"), command=block("README.md", "test:quickstart"))
+    (root / "dry_run.txt").write_text(dry.stdout)
     return root, run_recipe("quickstart.sh", env, command=block("README.md", "test:quickstart"))
 
 
@@ -57,6 +60,9 @@ def test_quickstart_from_raw_files_to_bleu_translations_and_pictures(lane):
              for split in ("train", "valid", "test")}
     assert sizes == {"train": 29000, "valid": 1014, "test": 1000}
     ran_the_documented_preparation(result.stderr, 2)
+    # The dry run before it printed the very fairseq-train command the run then ran (its logged command line).
+    (planned,) = [line for line in (root / "dry_run.txt").read_text().splitlines() if " -m fairseq_cli.train " in line]
+    assert re.search(r"\] stage train: (\S+ -m fairseq_cli\.train .*)$", result.stderr, re.M)[1] == planned
     assert (data / "data-bin" / "dict.en.txt").read_text() == (data / "data-bin" / "dict.de.txt").read_text()
 
     # Training stopped by the wall-clock budget; the average is that of the last 2 interval checkpoints.

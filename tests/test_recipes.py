@@ -9,6 +9,7 @@ at 3 tokens (EXTRA_GENERATE_ARGS): an untrained model would otherwise run to inp
 import importlib
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -55,6 +56,8 @@ def ran_the_documented_preparation(stderr, line):
     (logged,) = re.findall(r"stage prepare: (python -m prepare\.\S+ .*)$", stderr, re.M)
     logged = logged.split()
     assert logged[:3] == documented[:3], (logged, documented)  # python -m prepare.X
+    if str(REPO) not in sys.path:  # prepare/ is the repository's, not an installed package
+        sys.path.insert(0, str(REPO))
     module = importlib.import_module(documented[2])
     ours, theirs = vars(module.parse_args(documented[3:])), vars(module.parse_args(logged[3:]))
     given = {word[2:].replace("-", "_") for word in documented[3:] if word.startswith("--")} - {"work_dir"}
@@ -444,3 +447,65 @@ def test_an_empty_cuda_visible_devices_hides_every_gpu(tmp_path):
     assert hidden.returncode == 1 and hidden.stderr.startswith("test: error: no GPU visible.")
     shown = run_common(tmp_path, 'detect_devices; echo "$WORKERS"', gpus=8, CUDA_VISIBLE_DEVICES="0")
     assert shown.returncode == 0 and shown.stdout.strip() == "8"
+
+
+@pytest.mark.parametrize("script, args, settings", [
+    ("quickstart.sh", [], {}),
+    ("wmt14_en_de_base.sh", [], {"NUM_GPUS": "8", "FP16": "1"}),
+    ("wmt14_en_de_big.sh", [], {"CPU": "1"}),
+    ("wmt14_en_fr_big.sh", [], {"NUM_GPUS": "2"}),
+    ("table3.sh", ["B"], {"NUM_GPUS": "8"}),
+    ("wsj_parsing.sh", [], {"SAMPLE_DIR": "../shared/data/ptb_sample"}),
+])
+def test_dry_run_prints_every_command_and_writes_nothing(script, args, settings, tmp_path):
+    """DRY_RUN=1 on an empty WORK_DIR: the launch plan, what each stage would do and each command as it would run
+    (stdout, shell-quoted); nothing downloaded, prepared, trained or created, on a machine without the GPUs."""
+    work = tmp_path / "work"
+    result = run_recipe(script, dict(DRY_RUN="1", WORK_DIR=str(work), **settings), *args)
+    lines = [shlex.split(line) for line in result.stdout.splitlines()]
+    modules = [words[2] for words in lines]
+    assert all(words[:2] == [sys.executable, "-m"] for words in lines), result.stdout
+    assert modules[0].startswith("prepare.") and "fairseq_cli.train" in modules and "fairseq_cli.generate" in modules
+    (train, *more) = [words for words in lines if words[2] == "fairseq_cli.train"]
+    assert train[train.index("--save-dir") + 1].startswith(str(work)) and "--adam-betas" in train
+    assert train[train.index("--adam-betas") + 1] == "(0.9,0.98)"  # as the shell passes it
+    gpus = int(settings.get("NUM_GPUS", 0))
+    assert ("--fp16" in train) == ("FP16" in settings) and ("--cpu" in train) == (gpus == 0)
+    if gpus > 1:
+        assert train[train.index("--distributed-world-size") + 1] == str(gpus)
+        assert f"training on {gpus} GPU(s) x 1 node(s)" in result.stderr
+    assert re.search(r"stage train\S*: would run", result.stderr) and "at run time" in result.stderr
+    if script == "quickstart.sh":  # an argument with spaces, one word (quoted) on the printed line
+        (pictures,) = [words for words in lines if words[2] == "vaswani_plugin.tools.attention_pictures"]
+        assert pictures[pictures.index("--source") + 1] == "{the first test sentence}"
+    assert not work.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_dry_run_says_what_a_finished_stage_would_do(tmp_path):
+    """Stamps of finished stages: skipped (and what depends on them planned as it would run)."""
+    work = tmp_path / "work"
+    (work / "checkpoints").mkdir(parents=True)
+    (work / ".done.train").touch()
+    (work / "checkpoints" / "checkpoint_last.pt").touch()
+    result = run_recipe("quickstart.sh", dict(DRY_RUN="1", WORK_DIR=str(work)))
+    assert "stage train: done before, skipped" in result.stderr and "stage average: would run" in result.stderr
+    assert "fairseq_cli.train" not in result.stdout and "checkpoints.average" in result.stdout
+    assert sorted(path.name for path in work.rglob("*")) == [".done.train", "checkpoint_last.pt", "checkpoints"]
+
+
+def test_dry_run_takes_0_or_1():
+    result = run_recipe("quickstart.sh", {"DRY_RUN": "yes"}, check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip() == "quickstart: error: DRY_RUN=yes: use 1 (print what would run, run nothing) or 0"
+
+
+def test_the_documented_dry_run_plans_the_big_model_on_eight_gpus(tmp_path):
+    """docs/recipes.md's DRY_RUN block as written, from a folder with the recipes (its default WORK_DIR, ./work/...,
+    relative to it): 8 GPUs in fp16, the big model, nothing written."""
+    (tmp_path / "recipes").symlink_to(REPO / "recipes")
+    result = run_recipe("wmt14_en_de_big.sh", {}, command=block("docs/recipes.md", "test:dry-run"), cwd=tmp_path)
+    (train,) = [shlex.split(line) for line in result.stdout.splitlines() if " -m fairseq_cli.train " in line]
+    assert train[train.index("--arch") + 1] == "vaswani_transformer_big" and "--fp16" in train
+    assert train[train.index("--distributed-world-size") + 1] == "8"
+    assert "training on 8 GPU(s) x 1 node(s), fp16" in result.stderr
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["recipes"]
