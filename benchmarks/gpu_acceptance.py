@@ -24,8 +24,9 @@ has run it yet.
    difference, or more than NEAR_TIES near-ties, fails;
 (b) speed: fairseq-train of both the plugin and fairseq's own `transformer`, each with its own criterion, for 200
    updates (20 s at most) in each precision: the same data, batch size, optimiser, schedule and seed; target tokens/s
-   (the median of the log windows after the first, which holds the start-up) and peak memory
-   (torch.cuda.max_memory_allocated over every step: PeakMemory); then `benchmarks/speed.py --amp --sizes base big
+   (the median of the log windows after the first, which holds the start-up), peak memory
+   (torch.cuda.max_memory_allocated over every step: PeakMemory) and how busy the GPU was (GpuBusy, nvidia-smi);
+   then `benchmarks/speed.py --amp --sizes base big
    --no-ctranslate2`: training tokens/s, peak memory and MFU, and beam-4 sentences/s, of both implementations.
 Every run is fairseq's own command-line entry point, run in one worker process per stage (CUDA starts once; stage
 (a)'s worker chooses the checkpoint to decode when its training runs have ended; a run that kills the worker is
@@ -432,7 +433,7 @@ def run_job(job):
     else:
         _reset_peak_rss()
     start = time.perf_counter()
-    result = {}
+    result = {"started": time.time()}
     try:
         with PeakMemory(torch.cuda if cuda else None) as peak:
             if job["tool"] == "train":  # fairseq-train's cli_main
@@ -452,6 +453,7 @@ def run_job(job):
         root.setLevel(level)
         handler.close()
     result["seconds"] = time.perf_counter() - start
+    result["ended"] = time.time()
     result["peak_memory_mb"] = peak.megabytes if cuda else _peak_rss_mb()
     return result
 
@@ -483,6 +485,50 @@ class PeakMemory:
     @property
     def megabytes(self):
         return self.peak / 2**20
+
+
+class GpuBusy:
+    """nvidia-smi's GPU utilisation, a sample every 250 ms into `path`, while it is entered: how much of each
+    training run the GPU was busy. The H100's first runs were host-bound (21-57 % busy, docs/results.md "GPU"). Where
+    there is no GPU or no nvidia-smi, nothing is sampled."""
+
+    COMMAND = ["nvidia-smi", "--query-gpu=timestamp,utilization.gpu", "--format=csv,noheader,nounits", "-lms", "250"]
+
+    def __init__(self, path, device):
+        self.path, self.device, self.process = Path(path), device, None
+
+    def __enter__(self):
+        if self.device == "cuda" and shutil.which(self.COMMAND[0]):
+            with open(self.path, "w") as out:
+                self.process = subprocess.Popen(self.COMMAND, stdout=out, stderr=subprocess.DEVNULL)
+        return self
+
+    def __exit__(self, *exc):
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait()
+
+    def samples(self):
+        """(time.time(), percent) of every sample taken, or None if none was."""
+        return parse_gpu_busy(self.path.read_text()) if self.process is not None else None
+
+
+def parse_gpu_busy(text):
+    """nvidia-smi's `timestamp, utilization.gpu` lines (local time, as time.time() counts) as (seconds, percent)."""
+    samples = []
+    for line in text.splitlines():
+        stamp, _, percent = line.partition(",")
+        try:
+            samples.append((datetime.strptime(stamp.strip(), "%Y/%m/%d %H:%M:%S.%f").timestamp(), float(percent)))
+        except ValueError:
+            continue  # a line cut short when nvidia-smi was stopped
+    return samples
+
+
+def busy_during(samples, started, ended):
+    """The median GPU utilisation (%) of the samples taken between `started` and `ended`, or None."""
+    inside = [percent for moment, percent in samples or [] if started is not None and started <= moment <= ended]
+    return statistics.median(inside) if inside else None
 
 
 def _reset_peak_rss():
@@ -664,6 +710,14 @@ def comparison_section(training, precisions):
         lines.append(f"| {precision} | {ours['tokens_per_s']:.0f} | {theirs['tokens_per_s']:.0f} | "
                      f"{ours['tokens_per_s'] / theirs['tokens_per_s']:.2f} | {_f(memory[0], '.0f')} | "
                      f"{_f(memory[1], '.0f')} | {_f(ratio, '.2f')} |")
+    busy = {(p, i): training[p, i].get("gpu_busy") for p in precisions for i in CRITERIA}
+    if any(value is not None for value in busy.values()):
+        lines += ["", "GPU busy during each run (nvidia-smi's utilisation, the median of its 250 ms samples; a step "
+                      "bound by the host leaves the GPU idle): " + "; ".join(
+                          f"{p}: plugin {_f(busy[p, 'vaswani_transformer'], '.0f')} %, fairseq "
+                          f"{_f(busy[p, 'transformer'], '.0f')} %" for p in precisions)]
+    else:
+        lines += ["", "GPU busy during each run: not measured (no GPU, or no nvidia-smi, on this machine)"]
     return lines
 
 
@@ -866,11 +920,14 @@ def stage_b(context):
     started = time.time()
     jobs = stage_jobs(work, [(f"train-b-{p}-{impl}", "train", train_argv(data, mode, mode.speed, p, impl, device))
                              for p in precisions for impl in CRITERIA])
-    results = run_jobs(jobs, work, work / "worker-b.log", deadline, end)
+    with GpuBusy(work / "gpu_busy.csv", device) as busy:
+        results = run_jobs(jobs, work, work / "worker-b.log", deadline, end)
+    samples = busy.samples()
     training = {(p, i): {"note": "needs a GPU"} for p in context["shown"] for i in CRITERIA}
     for precision in precisions:
         for impl in CRITERIA:
-            training[precision, impl] = trained(work, results, f"train-b-{precision}-{impl}")
+            row = training[precision, impl] = trained(work, results, f"train-b-{precision}-{impl}")
+            row["gpu_busy"] = None if samples is None else busy_during(samples, row.get("started"), row.get("ended"))
     speed = run_speed(data, mode, device, work, deadline - time.time(), end)
     checks = training_checks(training, precisions, CRITERIA)
     checks.append(("benchmarks/speed.py ran" + (f" ({speed['error']})" if speed["error"] else ""),

@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -210,7 +211,7 @@ def test_report_of_a_gpu_run_from_synthetic_logs():
                                                         "or the run was cut short before it ended.")
     assert "## (b) Training" not in report
 
-    training_b = {**plugin, ("fp16", "transformer"): dict(fairseq_fp16, peak_memory_mb=1600.0),
+    training_b = {**plugin, ("fp16", "transformer"): dict(fairseq_fp16, peak_memory_mb=1600.0, gpu_busy=88.0),
                   ("amp", "vaswani_transformer"): dict(fp16, peak_memory_mb=1200.0),
                   ("amp", "transformer"): {"error": "FloatingPointError: Minimum loss scale reached (0.0001)."},
                   ("bf16-autocast", "transformer"): dict(fp16, loss_scales=[], peak_memory_mb=None)}
@@ -230,12 +231,29 @@ def test_report_of_a_gpu_run_from_synthetic_logs():
     assert f"| fp16 | {tokens:.0f} | {tokens / 2:.0f} | 2.00 | 1000 | 1600 | {1000 / 1600:.2f} |" in report
     assert f"| bf16-autocast | {tokens:.0f} | {tokens:.0f} | 1.00 | 900 | - | - |" in report
     assert "| amp | a run failed |" in report
+    assert "the median of its 250 ms samples; a step bound by the host leaves the GPU idle): fp16: plugin - %, " \
+        "fairseq 88 %; amp: plugin - %, fairseq - %; bf16-autocast: plugin - %, fairseq - %" in report
     assert "| base | vaswani_transformer | 180000.0 | 1500.0 | 330.0 | 25.6% |" in report
     assert "| big | transformer | 70000.0 | 5000.0 | 100.0 | - |" in report
     assert "- FAIL: amp transformer trained (FloatingPointError: Minimum loss scale reached (0.0001).)" in report
     assert "- pass: fp16 transformer: trained 100 steps, loss finite and falling" in report
     assert "- FAIL: MFU measured: big transformer" in report and "- pass: MFU measured: base transformer" in report
     assert "- 30.0 s: `fairseq-train /d --fp16`" in report
+
+
+def test_gpu_busy_is_the_median_of_nvidia_smis_samples_within_each_run():
+    """nvidia-smi's `timestamp, utilization.gpu` lines, local time as time.time() counts; a line cut short by the
+    stop is left out; a run's share is the median of the samples within its start and end."""
+    start = datetime(2026, 11, 26, 16, 16, 0)
+    lines = [f"{(start + timedelta(seconds=i / 4)).strftime('%Y/%m/%d %H:%M:%S.%f')[:-3]}, {percent}"
+             for i, percent in enumerate([10, 20, 90, 80, 70, 30])] + ["2026/11/26 16:16:0"]
+    samples = gpu_acceptance.parse_gpu_busy("\n".join(lines) + "\n")
+    assert [percent for _, percent in samples] == [10, 20, 90, 80, 70, 30]
+    assert samples[0][0] == pytest.approx(start.timestamp()) and samples[5][0] - samples[0][0] == pytest.approx(1.25)
+    first = start.timestamp()
+    assert gpu_acceptance.busy_during(samples, first + 0.5, first + 1.0) == 80  # 90, 80, 70
+    assert gpu_acceptance.busy_during(samples, first + 2, first + 3) is None
+    assert gpu_acceptance.busy_during(samples, None, None) is None and gpu_acceptance.busy_during(None, 0, 1) is None
 
 
 def test_stage_a_decodes_the_first_precision_that_trained(tmp_path):
@@ -539,6 +557,7 @@ def test_stand_in_reports_the_machine_and_passes_every_check(lane):
         f"{kit}/multi30k --work-dir {work} --report-dir {out}`" in report
     assert f"- data: {work / 'data' / 'data-bin'}" in report  # the kit's Multi30k, prepared there
     assert report.count("- pass: ") == 12 and "FAIL" not in report
+    assert "\nGPU busy during each run: not measured (no GPU, or no nvidia-smi, on this machine)\n" in report
     assert re.search(r"^- wall time: [\d.]+ minutes from the command's start \(the install and the data: [\d.]+; "
                      r"stage \(a\) [\d.]+, ended at minute [\d.]+ of at most 20; stage \(b\) [\d.]+, ended at minute "
                      r"[\d.]+ of at most 40\)$", report, re.M)
