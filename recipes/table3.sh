@@ -69,15 +69,16 @@ for index in "${!VARIANTS[@]}"; do
               --required-batch-size-multiple 1 "${EVAL_DEVICE_ARGS[@]}")
     if [ "$DRY_RUN" = 1 ]; then
         run "${validate[@]}"
-        stage "translate-$run" translate "$WORK_DIR/$run/checkpoint_last.pt" valid \
-            "$WORK_DIR/$run/newstest2013.generate.txt" 4 0.6 50 128 "$SUBWORDS"
+    else
+        ppl=$("${validate[@]}" 2>&1 | sed -n "s/.*| ppl \([0-9.]*\) |.*/\1/p" | tail -n 1)
+        [ -n "$ppl" ] || die "fairseq-validate printed no perplexity for $run"
+    fi
+    stage "translate-$run" translate "$WORK_DIR/$run/checkpoint_last.pt" valid \
+        "$WORK_DIR/$run/newstest2013.generate.txt" 4 0.6 50 128 "$SUBWORDS"
+    if [ "$DRY_RUN" = 1 ]; then
         score "$WORK_DIR/$run/newstest2013.generate.txt" valid
         continue
     fi
-    ppl=$("${validate[@]}" 2>&1 | sed -n "s/.*| ppl \([0-9.]*\) |.*/\1/p" | tail -n 1)
-    [ -n "$ppl" ] || die "fairseq-validate printed no perplexity for $run"
-    stage "translate-$run" translate "$WORK_DIR/$run/checkpoint_last.pt" valid \
-        "$WORK_DIR/$run/newstest2013.generate.txt" 4 0.6 50 128 "$SUBWORDS"
     bleu=$(score "$WORK_DIR/$run/newstest2013.generate.txt" valid | sed -n 's/^BLEU (tokenised, compound-split) = \([0-9.]*\).*/\1/p')
     params=$(model_parameters "$WORK_DIR/$run")
     results+=("$(printf '%-22s %8s (%5s) %9s (%4s) %9.1fM (%sM)' "$name" "$ppl" "$paper_ppl" "$bleu" "$paper_bleu" \

@@ -18,8 +18,8 @@ from fairseq.data import Dictionary  # noqa: E402
 
 torch.set_num_threads(1)
 
-import cli_helpers  # noqa: E402
-import doc_blocks  # noqa: E402  (SHARED_DATA read at collection, so that a test run can point it elsewhere)
+import cli_helpers  # noqa: E402  (SHARED_DATA read at collection, so that a test run can point it elsewhere)
+import doc_blocks  # noqa: E402
 from cli_helpers import TEST_SENTENCES, TINY_MODEL, run, write_reversal_corpus
 import vaswani_plugin  # noqa: E402,F401  (registers the plugin's components)
 from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerModel

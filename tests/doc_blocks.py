@@ -67,10 +67,14 @@ def substituted(text: str, replacements) -> str:
     return text
 
 
+def joined(text: str) -> str:
+    """A shell block with its continued lines (a backslash at the end) joined."""
+    return re.sub(r"\\\n\s*", "", text)
+
+
 def commands(text: str):
     """The commands of a shell block: continued lines joined, one command a line, comments and blanks left out."""
-    joined = re.sub(r"\\\n\s*", "", text)
-    lines = [re.sub(r"\s+# .*$", "", line) for line in joined.splitlines()]  # a comment after a command
+    lines = [re.sub(r"\s+# .*$", "", line) for line in joined(text).splitlines()]  # a comment after a command
     return [line for line in lines if line.strip() and not line.lstrip().startswith("#")]
 
 
@@ -98,7 +102,7 @@ def run_here(command: str, cwd, plugin: Optional[str] = None):
     import shlex
     import sys
     import pytest
-    command = re.sub(r"\\\n\s*", " ", command)  # continued lines joined, as the shell joins them
+    command = joined(command)
     if plugin is not None:
         command = command.replace('"$(python -m vaswani_plugin)"', shlex.quote(plugin))
     assert "$(" not in command and "`" not in command, command

@@ -8,11 +8,9 @@ missing-extra message.
 """
 
 import importlib.util
-import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -21,7 +19,7 @@ from fairseq.sequence_generator import SequenceGenerator
 
 from cli_helpers import REPO
 from conftest import build_model, lane_job, make_dictionary, random_tokens, train_with_cross_entropy
-from doc_blocks import block
+from doc_blocks import block, run_shell
 from test_quickstart import quickstart_run  # noqa: F401  (registers the second lane's job this file reads)
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.serving import export_huggingface
@@ -324,9 +322,7 @@ def huggingface_readme_run(tmp_path_factory, lane):
         .replace("work/quickstart/checkpoints", str(root / "seed1" / "vaswani_transformer" / "checkpoints")) \
         .replace("work/quickstart/data", str(root / "data")) \
         .replace("work/quickstart/hf", str(tmp_path_factory.mktemp("readme") / "hf"))
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-    return command, subprocess.run(["bash", "-c", "set -eo pipefail\n" + command], cwd=REPO, env=env,
-                                   capture_output=True, text=True, timeout=300)
+    return command, run_shell(command, REPO)
 
 
 @pytest.mark.e2e

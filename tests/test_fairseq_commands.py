@@ -4,11 +4,10 @@ import json
 import re
 
 import pytest
-import torch
 
 import doc_blocks
-
 from cli_helpers import PAPER_TRAINING, REPO, TEST_SENTENCES, TINY_MODEL, plugin_dir, run
+from test_doc_commands import assert_average
 
 def logged(log: str, kind: str):
     """The json records fairseq logs for `train_inner` or `valid`."""
@@ -156,9 +155,7 @@ def test_the_readme_pipeline_stops_averages_and_decodes(reversal_data, reversal_
     # Two interval checkpoints here, where the block averages 5: the user's change, appended (the last counts).
     result = doc_blocks.run_shell(average + " --num-update-checkpoints 2", folder)
     assert result.returncode == 0, result.stderr[-3000:]
-    states = [torch.load(path, weights_only=True)["model"] for path in interval]
-    for name, value in torch.load(folder / "avg.pt", weights_only=True)["model"].items():
-        torch.testing.assert_close(value, (states[0][name] + states[1][name]) / 2)
+    assert_average(folder / "avg.pt", interval)
     command = doc_blocks.substituted(generate, {"fairseq-generate DATA": f"fairseq-generate {reversal_data / 'joined'}",
                                                 **user_dir})
     result = doc_blocks.run_shell(command, folder)

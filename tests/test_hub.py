@@ -11,19 +11,15 @@ must be in it, or the task reads the dictionaries from where the model was train
 """
 
 import math
-import os
 import re
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from fairseq import hub_utils
 from fairseq.tasks.translation import TranslationTask
 
 from cli_helpers import plugin_dir, run
-from doc_blocks import block, substituted
+from doc_blocks import block, run_shell, substituted
 from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerModel
 from vaswani_plugin.tasks.vaswani_translation import VaswaniTranslationTask
 
@@ -149,15 +145,12 @@ def test_the_readme_block_prints_what_fairseq_interactive_prints(model_files, tm
     exec(compile(script, "README.md, the block after <!-- test:hub -->", "exec"), {"__name__": "__main__"})
     printed = capsys.readouterr().out.splitlines()[-1]
     (score,) = scores
-    env = {k: v for k, v in os.environ.items() if k != "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"}
 
     command = substituted(block("README.md", "test:interactive"),
                           {**paths, "work/quickstart/checkpoints/": f"{save_dir}/",
                            "--source-lang en --target-lang de": "--source-lang src --target-lang tgt"})
     assert "work/quickstart" not in command, command
-    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
-    shell = subprocess.run(["bash", "-c", "set -o pipefail\n" + command], cwd=tmp_path, env=env, capture_output=True,
-                           text=True, timeout=300)
+    shell = run_shell(command, tmp_path)
     assert shell.returncode == 0, shell.stderr[-3000:]
     assert re.findall(r"^S-0\t(.*)$", shell.stdout, re.M) == ["w12 w0 w2 w14 w9 <unk>"]
     ((expected_score, expected),) = re.findall(r"^D-0\t(\S+)\t(.*)$", shell.stdout, re.M)

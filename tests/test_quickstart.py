@@ -9,7 +9,6 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy
 import pytest
@@ -18,7 +17,7 @@ from matplotlib.image import imread
 
 from cli_helpers import NATIVE_BF16, SHARED_DATA
 from conftest import lane_job
-from doc_blocks import block
+from doc_blocks import block, run_shell
 from test_recipes import NEEDS_CPU_PATH, REPO, TINY, hypotheses, ran_the_documented_preparation, run_recipe
 
 pytestmark = pytest.mark.e2e  # the whole quickstart on the real Multi30k
@@ -133,9 +132,7 @@ def test_translating_your_own_sentence_as_the_readme_says(lane):
     root, _ = lane["quickstart_run"].result()
     command = block("README.md", "test:interactive").replace("work/quickstart/data", str(root / "data")) \
         .replace("work/quickstart", str(root / "seed1" / "vaswani_transformer"))
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-    result = subprocess.run(["bash", "-c", "set -o pipefail\n" + command], cwd=REPO, env=env, capture_output=True,
-                            text=True, timeout=300)
+    result = run_shell(command, REPO)
     assert result.returncode == 0, result.stderr[-3000:]
     # fairseq-interactive Moses-tokenised and BPE-segmented the sentence itself, then translated it.
     (source,) = re.findall(r"^S-0\t(.*)$", result.stdout, re.M)

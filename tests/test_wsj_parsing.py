@@ -211,13 +211,11 @@ def test_the_sample_trains_with_gum_beside_it_by_default(tmp_path):
     result = run_recipe("wsj_parsing.sh", dict(STOP_AFTER="prepare", WORK_DIR=str(tmp_path / "alone")),
                         command=substituted(alone, {SAMPLE: str(sample)}))
     assert f"training trees: {wsj} WSJ sample\n" in result.stderr
-    for section, numbers in LDC_LAYOUT.items():
-        copy_sample_files(tmp_path / "wsj" / section, numbers)
+    ldc_layout(tmp_path / "wsj")
+    ldc_trees = ldc_tree_counts(tmp_path / "wsj")["train"]
     result = run_recipe("wsj_parsing.sh", dict(STOP_AFTER="prepare", WORK_DIR=str(tmp_path / "ldc"), CPU="1"),
                         command=substituted(ldc_with_gum, {"WSJ_DIR=...": f"WSJ_DIR={tmp_path / 'wsj'}",
                                                            "../shared/data/gum_const/const": str(gum)}))
-    ldc_trees = sum(len(read_trees((tmp_path / "wsj" / section / f"wsj_{n}.mrg").read_text()))
-                    for section in ("02", "21") for n in LDC_LAYOUT[section])
     assert f"training trees: {ldc_trees} WSJ sections 02-21 + {gum_trees} extra ({paths})\n" in result.stderr
     shutil.rmtree(tmp_path / "data" / "gum_const")
     result = run_recipe("wsj_parsing.sh", dict(settings, WORK_DIR=str(tmp_path / "none")), check=False)
@@ -232,12 +230,23 @@ def test_the_sample_trains_with_gum_beside_it_by_default(tmp_path):
 LDC_LAYOUT = {"02": ["0001", "0002"], "21": ["0003"], "22": ["0150"], "23": ["0165"], "00": ["0004"], "24": ["0166"]}
 
 
+def ldc_layout(wsj):
+    """Sample files laid out in `wsj` as LDC_LAYOUT says."""
+    for section, numbers in LDC_LAYOUT.items():
+        copy_sample_files(wsj / section, numbers)
+
+
+def ldc_tree_counts(wsj):
+    """The trees of each split of an ldc_layout: train 02-21, valid 22, test 23."""
+    return {split: sum(len(read_trees((wsj / s / f"wsj_{n}.mrg").read_text())) for s in sections for n in LDC_LAYOUT[s])
+            for split, sections in {"train": ["02", "21"], "valid": ["22"], "test": ["23"]}.items()}
+
+
 @lane_job
 def wsj_ldc_run(tmp_path_factory, lane):
     """The recipe on sample files laid out as the LDC treebank (WSJ_DIR), for 4 updates, with XX leaves."""
     root = tmp_path_factory.mktemp("wsj-ldc")
-    for section, numbers in LDC_LAYOUT.items():
-        copy_sample_files(root / "wsj" / section, numbers)
+    ldc_layout(root / "wsj")
     env = dict(WORK_DIR=str(root / "work"), CPU="1", MAX_UPDATE="4", LEAVES="XX",
                SAVE_INTERVAL_UPDATES="2", AVERAGE_LAST="2", TOKENS_PER_STEP="2000", MAX_TOKENS_PER_GPU="2000",
                EXTRA_TRAIN_ARGS=" ".join(TINY_MODEL), EXTRA_GENERATE_ARGS=SHORT_OUTPUTS)
@@ -259,11 +268,9 @@ def test_recipe_on_the_ldc_layout_uses_sections_02_21_22_23(lane):
     tree_dict = (work / "data" / "data-bin" / "dict.tree.txt").read_text().split()[::2]
     assert "XX" in tree_dict and "(S" in tree_dict and "Vinken" not in tree_dict
     assert "Vinken" in (work / "data" / "data-bin" / "dict.words.txt").read_text().split()[::2]
-    counts = {}
-    for split, sections in {"train": ["02", "21"], "valid": ["22"], "test": ["23"]}.items():
-        counts[split] = sum(len(read_trees((root / "wsj" / s / f"wsj_{n}.mrg").read_text()))
-                            for s in sections for n in LDC_LAYOUT[s])
-        assert len((work / "data" / "text" / f"{split}.words").read_text().splitlines()) == counts[split]
+    counts = ldc_tree_counts(root / "wsj")
+    for split, count in counts.items():
+        assert len((work / "data" / "text" / f"{split}.words").read_text().splitlines()) == count
     assert f"training trees: {counts['train']} WSJ sections 02-21\n" in result.stderr
     # §6.3's vocabulary: the words outside it one <unk>, no signatures.
     assert "--unknown-words unk" in result.stderr and "'bf16_autocast': '0'" in log  # float32, as §6.3's GPUs
