@@ -14,6 +14,7 @@ it also serves your own data:
     prepare.longest    the longest binarised example, which a batch budget (--max-tokens) must hold
     prepare.wmt14      all of the above for WMT14 En-De (BPE) or En-Fr (sentencepiece), idempotently
     prepare.multi30k   Multi30k task 1 En-De, the quickstart's data: the same stages as prepare.wmt14
+    prepare.records    the records of a recipe's stages and of its data, which decide what a re-run does
 
 User mistakes (missing files, bad options) end in one line, ``prepare: error: ...``, and exit status 1.
 """

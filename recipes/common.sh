@@ -1,7 +1,7 @@
 # Shared stages of the WMT14 recipes: sourced by wmt14_*.sh and table3.sh, not run on its own.
 #
-# Every stage is idempotent: a finished stage leaves $WORK_DIR/.done.<stage> and is skipped on a re-run;
-# an interrupted training run resumes from its checkpoint_last.pt.
+# A re-run skips a finished stage, resumes training, runs again what changed or refuses (stage, below; the table:
+# docs/recipes.md, "Re-running a recipe").
 #
 # Variables every recipe reads (all optional):
 #   WORK_DIR             where data, checkpoints and translations go   (default: ./work/<recipe>)
@@ -24,6 +24,7 @@
 #   SEARCH               the task's --search: paper (§6.1's search) or fairseq (fairseq's rule)  (default: paper)
 #   STOP_AFTER           a stage (prepare, train, ...: the recipe's `stages` line) after which the recipe stops; a
 #                        re-run without it goes on from there
+#   RESTART_FROM         a stage whose outputs, and every later stage's, move to $WORK_DIR/previous/TIME and run again
 #   CPU=1                allow running without a GPU (slow: for trying the pipeline out)
 #   DRY_RUN=1            print the launch plan, what each stage would do and every command as it would run it
 #                        (stdout); download, prepare, train and write nothing. Give NUM_GPUS on a machine without
@@ -38,7 +39,7 @@
 # The first node to reach the data preparation prepares; the others wait for its lock (DATA_DIR/.lock, taken by
 # prepare.wmt14 and prepare.multi30k) and then find every step done. Node 0 logs training to
 # checkpoints/train.log, node N to checkpoints/train.nodeN.log (SLURM's task N: train.taskN.log; torchrun's rank N:
-# train.rankN.log), and writes the .done.* stamps. After training only node 0 (task 0, rank 0) averages, translates
+# train.rankN.log), and writes the stage records. After training only node 0 (task 0, rank 0) averages, translates
 # and scores; the others say so and exit 0.
 # On CPU (CPU=1) a node is one training process (torch already spreads it over every core), so NUM_GPUS is 1
 # there and NUM_NODES counts processes; two on one machine, in two shells:
@@ -50,7 +51,7 @@
 
 set -euo pipefail
 
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+REPO=$(cd -P "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)  # the recipes folder may be a link to it
 PLUGIN="$REPO/vaswani_plugin"
 RECIPE=${RECIPE:-$(basename "$0" .sh)}
 WORK_DIR=${WORK_DIR:-$PWD/work/$RECIPE}
@@ -85,13 +86,16 @@ run_to() {
     if [ "$DRY_RUN" = 1 ]; then echo "$(quoted "$@") > $(quoted "$file")"; else "$@" > "$file"; fi
 }
 
-# stages NAME...: the stages this recipe runs, in order, which STOP_AFTER may name; a STOP_AFTER naming none of them
-# is an error before anything runs (a typo would otherwise go on to a full training run).
+# stages NAME...: the stages this recipe runs, in order, which STOP_AFTER and RESTART_FROM may name; naming none of
+# them is an error before anything runs (a typo would otherwise go on to a full training run).
 STAGES=()
 stages() {
     STAGES=("$@")
-    [ -z "${STOP_AFTER:-}" ] || [[ " ${STAGES[*]} " == *" $STOP_AFTER "* ]] ||
-        die "STOP_AFTER=$STOP_AFTER is not a stage of $RECIPE; its stages: ${STAGES[*]}"
+    local variable
+    for variable in STOP_AFTER RESTART_FROM; do
+        [ -z "${!variable:-}" ] || [[ " ${STAGES[*]} " == *" ${!variable} "* ]] ||
+            die "$variable=${!variable} is not a stage of $RECIPE; its stages: ${STAGES[*]}"
+    done
 }
 
 # stop_if_asked NAME: end the recipe here when STOP_AFTER names this stage.
@@ -103,28 +107,136 @@ stop_if_asked() {
     fi
 }
 
-# stage NAME COMMAND...: run COMMAND unless NAME finished after the stage before it. A stage that runs again
-# (say, training resumed with a larger MAX_UPDATE) thereby makes every later stage run again too.
-PREVIOUS_STAMP=
-stage() {
-    local name=$1
+# Stage records (prepare/records.py, docs/recipes.md "Re-running a recipe"): a stage's record,
+# $WORK_DIR/.stages/NAME.json, holds its plan (the commands it runs, as DRY_RUN=1 prints them) and the record of
+# the stage before it. On a re-run a stage is skipped when both are as they were; otherwise it runs again, its
+# previous outputs moved to $ASIDE first (nothing is deleted), which makes every later stage run again too.
+# Training goes on from its checkpoints, or refuses (vaswani_plugin/checkpoints/resume.py --plan).
+ASIDE="$WORK_DIR/previous/$(date +%Y%m%d-%H%M%S)"
+PREVIOUS_STAGE=
+RESTARTING=0
+
+# set_aside PATH...: move each PATH that exists to $ASIDE, at its place under WORK_DIR.
+set_aside() {
+    local path relative
+    for path in "$@"; do
+        [ -e "$path" ] || continue
+        relative=${path#"$WORK_DIR"/}
+        [ "$relative" != "$path" ] || die "internal: $path is not in WORK_DIR"
+        mkdir -p "$(dirname "$ASIDE/$relative")"
+        mv "$path" "$ASIDE/$relative"
+    done
+}
+
+# agreed NAME COMMAND...: DECISION, the first line COMMAND prints, taken by run 0 and published in
+# $WORK_DIR/.stages/NAME.decision for this launch; every other run of the job (node, task, rank) waits for it, so
+# that all of them skip, run, resume or refuse alike.
+agreed() {
+    local name=$1 file="$WORK_DIR/.stages/$1.decision" waited=0
     shift
-    local stamp="$WORK_DIR/.done.$name"
-    if [ -f "$stamp" ] && { [ -z "$PREVIOUS_STAMP" ] || [ ! "$PREVIOUS_STAMP" -nt "$stamp" ]; }; then
-        say "stage $name: done before, skipped"
-    elif [ "$DRY_RUN" = 1 ]; then
-        say "stage $name: would run"
-        "$@"
-    else
-        say "stage $name: starting"
-        "$@"
-        # Run 0's stamps only: another run's clock, or its finishing a moment later, would date its stamp after
-        # run 0's next stages and make them run again.
-        [ "${RUN_RANK:-0}" != 0 ] || touch "$stamp"
-        say "stage $name: finished"
+    if [ "${RUN_RANK:-0}" = 0 ] || [ "$DRY_RUN" = 1 ]; then
+        DECISION=$("$@" | head -n 1) || die "deciding stage $name failed"
+        [ "$DRY_RUN" = 1 ] || [ "${WORKERS:-1}" = 1 ] || printf '%s\t%s\n' "$LAUNCH_ID" "$DECISION" > "$file"
+        return
     fi
-    PREVIOUS_STAMP=$stamp
+    until [ -f "$file" ] && [ "$(cut -f 1 "$file")" = "$LAUNCH_ID" ]; do
+        [ $((waited % 60)) != 0 ] || say "$RUN_NAME: waiting for ${RUN_NAME% *} 0's decision on stage $name"
+        [ "$waited" -lt "${DECISION_WAIT:-1800}" ] ||
+            die "${RUN_NAME% *} 0 of this job ($LAUNCH_ID) decided nothing on stage $name in ${DECISION_WAIT:-1800} s"
+        sleep 1
+        waited=$((waited + 1))
+    done
+    DECISION=$(cut -f 2- "$file")
+}
+
+# train_decision PLAN STATE SAVE_DIR: skip, run, resume or refuse for a training stage whose record is in STATE.
+train_decision() {
+    if [ "$2" = same ]; then echo skip; return; fi
+    compgen -G "$3/checkpoint*.pt" > /dev/null || { echo run; return; }  # nothing to compare with
+    local errors decision
+    errors=$(mktemp)
+    decision=$("$PYTHON" -m vaswani_plugin.checkpoints.resume --plan <<< "$1" 2> "$errors") ||
+        { cat "$errors" >&2; die "cannot compare the training command with its checkpoints"; }
+    rm -f "$errors"
+    case $decision in
+    finished) echo "skip (its checkpoints reached the target)" ;;
+    run) echo run ;;
+    *) echo "$decision" ;;
+    esac
+}
+
+# stage NAME [--output PATH]... COMMAND...: run COMMAND as the stage NAME, whose outputs are the PATHs, as its
+# record says (above).
+stage() {
+    local name=$1 outputs=() plan state
+    shift
+    while [ "$1" = --output ]; do outputs+=("$2"); shift 2; done
+    # The plan names the interpreter `python`: another environment's path is no change of plan (versions are
+    # recorded apart).
+    plan=$(STAGE_PLAN=1 DRY_RUN=1 PYTHON=python "$@" 2> /dev/null) || die "internal: stage $name cannot say what it runs"
+    [ "${RESTART_FROM:-}" != "$name" ] || RESTARTING=1
+    state=new
+    if [ "$RESTARTING" = 0 ]; then
+        state=$("$PYTHON" -m prepare.records check "$WORK_DIR" "$name" ${PREVIOUS_STAGE:+--after "$PREVIOUS_STAGE"} \
+                <<< "$plan") || die "cannot read the record of stage $name"
+    fi
+    if [ "$1" = train ]; then
+        agreed "$name" train_decision "$plan" "$state" "${outputs[0]}"
+    else
+        case $state in same) DECISION=skip ;; changed) DECISION=rerun ;; *) DECISION=run ;; esac
+    fi
+    local record="$WORK_DIR/.stages/$name.json"
+    case $DECISION in
+    skip*)
+        say "stage $name: done before, skipped${DECISION#skip}"
+        # Finished, but not recorded (killed in between, or trained before records): recorded now.
+        if [[ "$state" =~ ^(new|unfinished)$ ]] && [ "${RUN_RANK:-0}" = 0 ] && [ "$DRY_RUN" = 0 ]; then
+            "$PYTHON" -m prepare.records start "$WORK_DIR" "$name" ${PREVIOUS_STAGE:+--after "$PREVIOUS_STAGE"} \
+                <<< "$plan" && "$PYTHON" -m prepare.records finish "$WORK_DIR" "$name"
+        fi ;;
+    refuse*)
+        die "stage $name: ${DECISION#refuse }. Nothing was changed; to go on, use a new WORK_DIR, or set" \
+            "RESTART_FROM=$name to move its outputs and every later stage's aside (to WORK_DIR/previous/) and run" \
+            "them again" ;;
+    *)
+        local what=run why=
+        [ "$RESTARTING" = 0 ] || why=" (RESTART_FROM=$RESTART_FROM: its outputs moved to $ASIDE)"
+        [ "$DECISION" != rerun ] || what="run again" why=" (its plan or the stage before it changed; its outputs" \
+            why+=" moved to $ASIDE)"
+        [ "${DECISION%% *}" != resume ] || what=resume why=" from update ${DECISION#resume }"
+        if [ "$DRY_RUN" = 1 ]; then
+            say "stage $name: would $what$why"
+            "$@"
+        else
+            [ "$what" != run ] || what=starting
+            [ "$what" != "run again" ] || what="running again"
+            [ "$what" != resume ] || what=resuming
+            say "stage $name: $what$why"
+            if [ "${RUN_RANK:-0}" = 0 ]; then
+                [ "$RESTARTING" = 0 ] && [ "$DECISION" != rerun ] || set_aside "${outputs[@]}" "$record"
+                "$PYTHON" -m prepare.records start "$WORK_DIR" "$name" ${PREVIOUS_STAGE:+--after "$PREVIOUS_STAGE"} \
+                    <<< "$plan" || die "cannot write the record of stage $name"
+            fi
+            "$@"
+            [ "${RUN_RANK:-0}" != 0 ] || "$PYTHON" -m prepare.records finish "$WORK_DIR" "$name"
+            say "stage $name: finished"
+        fi ;;
+    esac
+    PREVIOUS_STAGE=$name
     stop_if_asked "$name"
+}
+
+# hold_work_dir: run 0 holds WORK_DIR/.lock while it runs; another run that is not of its job stops at once.
+hold_work_dir() {
+    [ "$DRY_RUN" = 0 ] && [ "${RUN_RANK:-0}" = 0 ] || return 0
+    command -v flock > /dev/null || { say "warning: no flock on PATH: WORK_DIR is not locked"; return 0; }
+    exec {WORK_LOCK}>> "$WORK_DIR/.lock"
+    flock -w "${LOCK_WAIT:-30}" "$WORK_LOCK" ||
+        die "$WORK_DIR is in use by another run ($(head -n 1 "$WORK_DIR/.lock")); wait for it to end, or use" \
+            "another WORK_DIR"
+    echo "$LAUNCH_ID, $(hostname) pid $$, since $(date '+%F %T')" > "$WORK_DIR/.lock"
+    mkdir -p "$WORK_DIR/.stages"
+    rm -f "$WORK_DIR"/.stages/*.decision  # the last launch's
 }
 
 # How this run of the recipe was started, and so which runs train together. Sets LAUNCH and RUN_NAME; where the
@@ -159,6 +271,7 @@ launcher() {
             NODE_RANK=0
         fi
         RUN_RANK=$NODE_RANK RUN_NAME="node $NODE_RANK"
+        LAUNCH_ID="nodes $NUM_NODES via ${MASTER_ADDR:-$(hostname)}:${MASTER_PORT:-$$}"
     fi
 }
 
@@ -190,7 +303,7 @@ slurm_task() {
         LAUNCH=nodes NUM_NODES=$nodes NODE_RANK=$SLURM_NODEID
     else
         TASK_WORKERS=$tasks TASK_RANK=$procid TASK_LOCAL=$SLURM_LOCALID RUN_RANK=$procid RUN_NAME="task $procid"
-        INIT_METHOD="tcp://$MASTER_ADDR:$MASTER_PORT"
+        INIT_METHOD="tcp://$MASTER_ADDR:$MASTER_PORT" LAUNCH_ID="SLURM step ${SLURM_JOB_ID:-}.${SLURM_STEP_ID:-}"
     fi
     say "$job: this is task $procid; master $MASTER_ADDR:$MASTER_PORT"
 }
@@ -203,6 +316,7 @@ torchrun_process() {
     [ -z "${NUM_NODES:-}${NODE_RANK:-}" ] || die "torchrun gives the workers their ranks; unset NUM_NODES and NODE_RANK"
     LAUNCH=torchrun TASK_WORKERS=$WORLD_SIZE TASK_RANK=$RANK TASK_LOCAL=$LOCAL_RANK TASKS_PER_NODE=$LOCAL_WORLD_SIZE
     RUN_RANK=$RANK RUN_NAME="rank $RANK" INIT_METHOD=env://
+    LAUNCH_ID="torchrun ${TORCHELASTIC_RUN_ID:-} via ${MASTER_ADDR:-}:${MASTER_PORT:-}"
 }
 
 # worker_args WORLD_SIZE RANK INIT_METHOD DEVICE: fairseq-train's arguments for one worker process whose rank is
@@ -286,6 +400,7 @@ detect_devices() {
         say "training on $NUM_GPUS GPU(s) x $((WORKERS / NUM_GPUS)) node(s), $precision"
     fi
     [ "$WORKERS" = 1 ] || say "$RUN_NAME: world size $WORKERS (started as $LAUNCH)"
+    hold_work_dir
 }
 
 # Sets UPDATE_FREQ and MAX_TOKENS so that one step holds TOKENS_PER_STEP tokens (§5.1: about 25,000 source
@@ -325,14 +440,58 @@ prepare_data() {
     local data_dir=${DATA_DIR:-$WORK_DIR/data}
     local args=(--work-dir "$data_dir" "$@")
     [ -n "${RAW_DIR:-}" ] && args+=(--raw-dir "$RAW_DIR")
+    local settings=() word
+    # Its settings by the recipe's names (--bpe-merges: BPE_MERGES), for the data's record.
+    for word in "$@"; do
+        if [[ "$word" == --* ]]; then settings+=("$(echo "${word#--}" | tr a-z- A-Z_)=");
+        else settings[-1]+=$word; fi
+    done
+    data_gate "$data_dir" "${RAW_DIR:-$data_dir/raw}" -- "${settings[@]}"
     say "stage prepare: python -m prepare.$module ${args[*]} ${EXTRA_PREPARE_ARGS:-}"
     [ "$DRY_RUN" = 0 ] || say "stage prepare: would run (it skips the steps it finished before, each by its settings)"
     # shellcheck disable=SC2086
     run "$PYTHON" -m "prepare.$module" "${args[@]}" ${EXTRA_PREPARE_ARGS:-}
+    data_recorded
     PREPARED_DIR=$data_dir
     DATA_BIN="$data_dir/data-bin"
     TEXT_DIR="$data_dir/text"
     stop_if_asked prepare
+}
+
+# data_gate DATA_DIR RAW... -- NAME=VALUE...: before the preparation, compare its settings (and EXTRA_PREPARE_ARGS)
+# and the raw files with those the data was prepared with (prepare/records.py): changed while checkpoints trained on
+# it exist, refused; with RESTART_FROM=prepare, the data (under WORK_DIR) set aside first. data_recorded, after it:
+# records them.
+DATA_RECORD=()
+data_gate() {
+    local data_dir=$1 raw=() restarting=()
+    shift
+    while [ "$1" != -- ]; do raw+=(--raw "$1"); shift; done
+    shift
+    [ "${RESTART_FROM:-}" != prepare ] || restarting=(--restarting)
+    DATA_RECORD=("$PYTHON" -m prepare.records data "$data_dir" --recipe-dir "$WORK_DIR" "${raw[@]}" "$@"
+                 "EXTRA_PREPARE_ARGS=${EXTRA_PREPARE_ARGS:-}")
+    local dry=()
+    [ "$DRY_RUN" = 0 ] || dry=(--dry-run)
+    agreed prepare "${DATA_RECORD[@]}" "${restarting[@]}" "${dry[@]}"
+    case $DECISION in
+    refuse*)
+        die "stage prepare: ${DECISION#refuse }. Nothing was changed; to go on, use a new WORK_DIR and DATA_DIR, or" \
+            "set RESTART_FROM=prepare (with DATA_DIR in WORK_DIR) to move the data, the checkpoints and every later" \
+            "output aside (to WORK_DIR/previous/) and run them again" ;;
+    changed*) say "stage prepare: ${DECISION#changed }; no checkpoint was trained on the data: preparing it again" ;;
+    esac
+    [ "${RESTART_FROM:-}" = prepare ] || return 0
+    RESTARTING=1
+    [ "${data_dir#"$WORK_DIR"/}" != "$data_dir" ] ||
+        die "RESTART_FROM=prepare: DATA_DIR $data_dir is outside WORK_DIR (other recipes may share it); give a new" \
+            "DATA_DIR instead"
+    say "stage prepare: RESTART_FROM=prepare: the data moved to $ASIDE"
+    [ "$DRY_RUN" = 1 ] || [ "${RUN_RANK:-0}" != 0 ] || set_aside "$data_dir"
+}
+data_recorded() {
+    [ "$DRY_RUN" = 1 ] || [ "${RUN_RANK:-0}" != 0 ] || "${DATA_RECORD[@]}" --write > /dev/null ||
+        die "cannot write the data's record"
 }
 
 # prepare_wmt14 PAIR ARGS...: prepare_data for WMT14; also sets SUBWORDS (how fairseq-generate joins subwords
@@ -357,8 +516,9 @@ EMBEDDING_SHARING=(--share-all-embeddings)
 # Run 0 only: fairseq's rank 0 reads checkpoint_last.pt and sends it to the other ranks, which start training only
 # once run 0's fairseq-train, run after this, has joined them.
 resume_checkpoint() {
-    # A first run has nothing to check, and saves the command's start-up (importing fairseq, 3.5 s).
-    [ "${RUN_RANK:-0}" = 0 ] && [ -e "$1/checkpoint_last.pt" ] || return 0
+    # A first run has nothing to check, and saves the command's start-up (importing fairseq, 3.5 s); a stage's plan
+    # (its record) is the training command alone.
+    [ "${RUN_RANK:-0}" = 0 ] && [ -e "$1/checkpoint_last.pt" ] && [ -z "${STAGE_PLAN:-}" ] || return 0
     if [ "$DRY_RUN" = 1 ]; then
         say "stage train: would resume from $1/checkpoint_last.pt"
         run "$PYTHON" -m vaswani_plugin.checkpoints.resume "$1"
@@ -497,13 +657,14 @@ train_average_translate() {
     batch_size_for_workers
     local checkpoints="$WORK_DIR/checkpoints" every=${SAVE_INTERVAL_UPDATES:-$save_every}
     local average_last=${AVERAGE_LAST:-$average}
-    stage train train "$checkpoints" --arch "$arch" ${DROPOUT:+--dropout "$DROPOUT"} \
+    stage train --output "$checkpoints" train "$checkpoints" --arch "$arch" ${DROPOUT:+--dropout "$DROPOUT"} \
         --max-update "${MAX_UPDATE:-$steps}" --save-interval-updates "$every" --keep-interval-updates "$average_last"
     leave_the_rest_to_run_zero
-    stage average average "$checkpoints" "$average_last"
+    stage average --output "$checkpoints/checkpoint_average.pt" average "$checkpoints" "$average_last"
     # §6.1: beam 4, α = 0.6, at most input + 50 tokens; 128 sentences a batch; the subwords joined back.
-    stage translate translate "$checkpoints/checkpoint_average.pt" test "$WORK_DIR/newstest2014.generate.txt" \
-        4 0.6 50 128 "$SUBWORDS"
+    local output="$WORK_DIR/newstest2014.generate.txt"
+    stage translate --output "$output" --output "$output.bleu" translate "$checkpoints/checkpoint_average.pt" test \
+        "$output" 4 0.6 50 128 "$SUBWORDS"
     score "$WORK_DIR/newstest2014.generate.txt" test
     training_cost "$checkpoints" "$paper_model"
 }

@@ -47,18 +47,19 @@ say "training $ARCH for $BUDGET_MINUTES minutes of wall-clock time (or ${MAX_EPO
 # every 50 steps (~25 s on 2 cores) and the last 5 of them. No validation during training: on 2 cores it
 # would take 6% of the budget; the test set is scored at the end.
 CHECKPOINTS="$WORK_DIR/checkpoints"
-stage train train "$CHECKPOINTS" --arch "$ARCH" "${MODEL_ARGS[@]}" --warmup-updates 300 --factor 0.7 --disable-validation \
+stage train --output "$CHECKPOINTS" train "$CHECKPOINTS" --arch "$ARCH" "${MODEL_ARGS[@]}" --warmup-updates 300 --factor 0.7 --disable-validation \
     --stop-time-hours "$BUDGET_HOURS" --max-epoch "${MAX_EPOCH:-30}" \
     --save-interval-updates "${SAVE_INTERVAL_UPDATES:-50}" --keep-interval-updates "${AVERAGE_LAST:-5}" \
     --log-interval 10
 
 leave_the_rest_to_run_zero
-stage average average_available "$CHECKPOINTS" "${AVERAGE_LAST:-5}"
+stage average --output "$CHECKPOINTS/checkpoint_average.pt" average_available "$CHECKPOINTS" "${AVERAGE_LAST:-5}"
 
 # §6.1 decoding: beam 4, length penalty α = 0.6, at most input + 50 tokens; every one of the 1,000 sentences,
 # 128 a batch, the BPE subwords joined back.
 TRANSLATIONS="$WORK_DIR/test2016.generate.txt"
-stage translate translate "$CHECKPOINTS/checkpoint_average.pt" test "$TRANSLATIONS" 4 0.6 50 128 "$SUBWORDS"
+stage translate --output "$TRANSLATIONS" --output "$TRANSLATIONS.bleu" translate \
+    "$CHECKPOINTS/checkpoint_average.pt" test "$TRANSLATIONS" 4 0.6 50 128 "$SUBWORDS"
 score "$TRANSLATIONS" test --examples 3 --source "$TEXT_DIR/test.en"
 
 # Attention of the first test sentence: every head of the last layer (Figures 3-5 of the paper).

@@ -56,11 +56,11 @@ for index in "${!VARIANTS[@]}"; do
     steps=100000
     [ "$ROW" = big ] && steps=300000
     say "Table 3 ($ROW) $name"
-    PREVIOUS_STAMP=  # variants are independent of each other
+    PREVIOUS_STAGE=  # variants are independent of each other
     # The base model of §5 (P_drop = 0.1: the architecture's) with this variant's changes; the last --option
     # wins, so variants override.
     # shellcheck disable=SC2086
-    stage "train-$run" train "$WORK_DIR/$run" --arch vaswani_transformer \
+    stage "train-$run" --output "$WORK_DIR/$run" train "$WORK_DIR/$run" --arch vaswani_transformer \
         --max-update "${MAX_UPDATE:-$steps}" --save-interval-updates 0 $variant_args
     [ "$RUN_RANK" = 0 ] || continue  # run 0 alone validates, translates and scores
     # Dev perplexity per word-piece on all of newstest2013, and BLEU with beam 4, α = 0.6, no averaging.
@@ -73,8 +73,8 @@ for index in "${!VARIANTS[@]}"; do
         ppl=$("${validate[@]}" 2>&1 | sed -n "s/.*| ppl \([0-9.]*\) |.*/\1/p" | tail -n 1)
         [ -n "$ppl" ] || die "fairseq-validate printed no perplexity for $run"
     fi
-    stage "translate-$run" translate "$WORK_DIR/$run/checkpoint_last.pt" valid \
-        "$WORK_DIR/$run/newstest2013.generate.txt" 4 0.6 50 128 "$SUBWORDS"
+    stage "translate-$run" --output "$WORK_DIR/$run/newstest2013.generate.txt" translate \
+        "$WORK_DIR/$run/checkpoint_last.pt" valid "$WORK_DIR/$run/newstest2013.generate.txt" 4 0.6 50 128 "$SUBWORDS"
     if [ "$DRY_RUN" = 1 ]; then
         score "$WORK_DIR/$run/newstest2013.generate.txt" valid
         continue

@@ -61,6 +61,9 @@ PREPARE=(-m prepare.wsj_parsing --work-dir "$DATA_DIR" "${TREEBANK[@]}" --leaves
          "$UNKNOWN_WORDS" --treebank-copies "${TREEBANK_COPIES:-1}" --source-vocabulary "${SOURCE_VOCABULARY:-16000}")
 # shellcheck disable=SC2206
 [ -z "${EXTRA_TRAIN_TREES:-}" ] || PREPARE+=(--extra-train $EXTRA_TRAIN_TREES)
+# shellcheck disable=SC2086
+data_gate "$DATA_DIR" "${WSJ_DIR:-$SAMPLE_DIR}" ${EXTRA_TRAIN_TREES:-} -- "LEAVES=$LEAVES" \
+    "UNKNOWN_WORDS=$UNKNOWN_WORDS" "TREEBANK_COPIES=${TREEBANK_COPIES:-1}" "SOURCE_VOCABULARY=${SOURCE_VOCABULARY:-16000}"
 say "stage prepare: python ${PREPARE[*]}"
 if [ "$DRY_RUN" = 1 ]; then
     run "$PYTHON" "${PREPARE[@]}"
@@ -68,6 +71,7 @@ if [ "$DRY_RUN" = 1 ]; then
 else
     DATA_BIN=$("$PYTHON" "${PREPARE[@]}") || die "data preparation failed"
 fi
+data_recorded
 stop_if_asked prepare
 # Word leaves: one dictionary, so one embedding for the input, the decoder's input and its output (§3.4).
 EMBEDDING_SHARING=(--share-all-embeddings)
@@ -99,9 +103,9 @@ else
     TOKENS_PER_STEP=${TOKENS_PER_STEP:-2048} MAX_TOKENS_PER_GPU=${MAX_TOKENS_PER_GPU:-2048}
     batch_size_for_workers
 fi
-stage train train "$CHECKPOINTS" "${MODEL_ARGS[@]}" --log-interval 10
+stage train --output "$CHECKPOINTS" train "$CHECKPOINTS" "${MODEL_ARGS[@]}" --log-interval 10
 leave_the_rest_to_run_zero
-stage average average_available "$CHECKPOINTS" "${AVERAGE_LAST:-5}"
+stage average --output "$CHECKPOINTS/checkpoint_average.pt" average_available "$CHECKPOINTS" "${AVERAGE_LAST:-5}"
 
 # §6.3 decoding: beam 21, length penalty α = 0.3, at most input + 300 tokens (32 sentences a batch; the tree
 # tokens are whole words, none joined), constrained to well-formed trees over the sentence's words
@@ -116,7 +120,8 @@ for split in valid test; do
         else
             out=$WORK_DIR/$split.unconstrained constraint= title="unconstrained, repaired"
         fi
-        EXTRA_GENERATE_ARGS="$constraint ${EXTRA_GENERATE_ARGS:-}" stage "${decoding}_$split" translate \
+        EXTRA_GENERATE_ARGS="$constraint ${EXTRA_GENERATE_ARGS:-}" stage "${decoding}_$split" \
+            --output "$out.generate.txt" --output "$out.parsed.trees" --output "$out.f1" translate \
             "$CHECKPOINTS/checkpoint_average.pt" "$split" "$out.generate.txt" "${BEAM:-21}" "${ALPHA:-0.3}" 300 32 none
         say "$split, $title: labelled bracketing F1 (EVALB, COLLINS.prm)"
         parses=("$PYTHON" -m vaswani_plugin.scoring.parses --generate-output "$out.generate.txt"

@@ -126,6 +126,10 @@ def data_parallel_runs(tmp_path_factory, lane):
                                                                 "MASTER_PORT=29500": f"MASTER_PORT={port}"}))
                  for rank in range(8)})
     outputs.update(wait_for(root, runs))
+    # The torchrun pair's WORK_DIR again, on one process, two updates on (docs/recipes.md: the hardware layout may
+    # change, the tokens per step kept).
+    resumed = tiny_env(root / "torchrun", root / "raw", root / "data", **{**SETTINGS, "MAX_UPDATE": 6})
+    outputs.update(wait_for(root, {"resumed": start(root, "resumed", resumed)}))
     return root, outputs
 
 
@@ -204,7 +208,8 @@ def test_two_workers_update_as_one_with_twice_the_update_freq(lane, launch):
     assert batches % 2 == 1, f"{batches} batches an epoch: choose MAX_TOKENS_PER_GPU for an odd number"
     per_epoch = (batches + 1) // 2
     sentences = len(MMapIndexedDataset(str(root / "data" / "data-bin" / "train.en-de.en")))
-    two, one = updates(two_log), updates(one_log)
+    # The first MAX_UPDATE (the torchrun pair's folder goes on later: test_two_workers_resumed_by_one_...).
+    two, one = updates(two_log)[: int(SETTINGS["MAX_UPDATE"])], updates(one_log)
     assert len(two) == len(one) == int(SETTINGS["MAX_UPDATE"]) > per_epoch
     for run in (two, one):
         assert [update["epoch"] for update in run] == [1] * per_epoch + [2] * (len(run) - per_epoch)
@@ -216,6 +221,21 @@ def test_two_workers_update_as_one_with_twice_the_update_freq(lane, launch):
         assert (two_update["bsz"], two_update["wpb"]) == (one_update["bsz"], one_update["wpb"])
         for key in ("loss", "nll_loss", "gnorm"):
             assert two_update[key] == pytest.approx(one_update[key], abs=1.001e-3), (key, two_update, one_update)
+
+
+@pytest.mark.e2e
+@NEEDS_CPU_PATH
+@pytest.mark.lane("data_parallel_runs")
+def test_two_workers_resumed_by_one_go_on_where_the_epoch_stopped(lane):
+    """Stopped at update 4, one batch of each worker into epoch 2 (3 updates an epoch); one process goes on with the
+    epoch's other batches: every sentence once in epoch 2, which ends at update 6 (fairseq's own position, one batch
+    of one process, would read the second batch twice)."""
+    root, outputs = lane["data_parallel_runs"].result()
+    assert "stage train: resuming from update 4" in outputs["resumed"][1]
+    log = updates(root / "torchrun" / "checkpoints" / "train.log")
+    sentences = len(MMapIndexedDataset(str(root / "data" / "data-bin" / "train.en-de.en")))
+    assert [update["epoch"] for update in log] == [1, 1, 1, 2, 2, 2]
+    assert sum(update["bsz"] for update in log[3:]) == sentences
 
 
 @pytest.mark.e2e

@@ -102,6 +102,10 @@ def check_scores(stdout: str, sentences: int):
     assert re.search(r"^Training cost: \d+ s x 1 GPUs; peak FLOP/s unknown", stdout, re.M), stdout
 
 
+def updates_of(checkpoint: Path) -> int:
+    return torch.load(checkpoint, weights_only=True)["optimizer_history"][-1]["num_updates"]
+
+
 def binarised_sentences(data_bin: Path, split: str, pair: str) -> int:
     source = pair.split("-")[0]
     return len(MMapIndexedDataset(str(data_bin / f"{split}.{pair}.{source}")))
@@ -155,8 +159,31 @@ def test_en_de_base_from_nothing_to_bleu_then_skips_what_is_done(mirror, en_de_d
         assert f"stage {name}: done before, skipped" in again.stderr
     check_scores(again.stdout, 3003)
 
+    # docs/recipes.md's re-run table on this WORK_DIR. MAX_UPDATE raised: training resumes to the new count, the
+    # later stages run again on the new model, their previous outputs kept.
+    resumed = run_recipe("wmt14_en_de_base.sh", {**env, "MAX_UPDATE": "6"})
+    assert "stage train: resuming from update 4" in resumed.stderr
+    assert updates_of(work / "checkpoints" / "checkpoint_last.pt") == 6
+    assert "stage translate: running again" in resumed.stderr
+    check_scores(resumed.stdout, 3003)
+    (kept,) = (work / "previous").iterdir()
+    assert len(hypotheses(kept / "newstest2014.generate.txt")) == 3003
+    assert (kept / "checkpoints" / "checkpoint_average.pt").is_file()
+
+    # Refused, one line each, nothing touched: a model setting, the data (MAX_UPDATE below the checkpoints:
+    # test_resume.py).
+    before = {path: path.stat().st_mtime_ns for path in [*data_bin.iterdir(), *(work / "checkpoints").iterdir()]}
+    for change, names in (({"EXTRA_TRAIN_ARGS": env["EXTRA_TRAIN_ARGS"] + " --dropout 0.3"}, ["--dropout"]),
+                          ({"BPE_MERGES": "200"}, ["BPE_MERGES changed from 300 to 200"])):
+        refused = run_recipe("wmt14_en_de_base.sh", {**env, **change}, check=False)
+        assert refused.returncode == 1
+        error = refused.stderr.strip().splitlines()[-1]
+        assert error.startswith("wmt14_en_de_base: error: stage ") and "RESTART_FROM=" in error, refused.stderr
+        assert all(name in error for name in names), error
+    assert {path: path.stat().st_mtime_ns for path in before} == before
+
     # A recipe killed in training, re-run, resumes from checkpoint_last.pt and runs the later stages again:
-    # test_resume.py. Stamps: test_a_stage_that_runs_again_runs_every_later_stage_again.
+    # test_resume.py. The other rows of the table: test_a_stage_runs_again_when_its_plan_changes_..., test_records.py.
 
 
 def run_on_a_mirror_of_its_own(tmp_path_factory, script, pair, **settings):
@@ -237,11 +264,12 @@ def test_table3_needs_a_row():
 
 def run_common(tmp_path, commands, gpus=8, **settings):
     """Source recipes/common.sh and run COMMANDS, with a stand-in python that reports GPUS visible GPUs, a longest
-    training sentence of 100 tokens (prepare.longest), and prints any other command it is given (`python ARGS...`)
-    instead of running it."""
+    training sentence of 100 tokens (prepare.longest), runs the stage records (prepare.records) and prints any other
+    command it is given (`python ARGS...`) instead of running it."""
     fake_python = tmp_path / "python"
     fake_python.write_text(f'#!/bin/sh\nif [ "$1" = -c ]; then echo {gpus}; elif [ "$2" = prepare.longest ]; then '
-                           f'echo 100 train; else echo "python $*"; fi\n')
+                           f'echo 100 train; elif [ "$2" = prepare.records ]; then exec {sys.executable} "$@"; '
+                           f'else echo "python $*"; fi\n')
     fake_python.chmod(0o755)
     env = dict(os.environ, PYTHON=str(fake_python), RECIPE="test", WORK_DIR=str(tmp_path), **settings)
     return subprocess.run(["bash", "-c", f"source {REPO}/recipes/common.sh; {commands}"], env=env,
@@ -267,17 +295,28 @@ def test_gpu_batch_arithmetic(settings, expected, tmp_path):
     assert result.stdout.strip() == expected
 
 
-def test_a_stage_that_runs_again_runs_every_later_stage_again(tmp_path):
-    """A re-run skips finished stages; once one runs again (training resumed with a larger MAX_UPDATE after its
-    stamp was removed), every later stage runs again, on its new output."""
-    recipe = "stages train average translate; stage train echo train; stage average echo average; " \
-             "stage translate echo translate"
-    assert run_common(tmp_path, recipe).stdout.split() == ["train", "average", "translate"]
-    assert run_common(tmp_path, recipe).stdout.split() == []
-    (tmp_path / ".done.train").unlink()
-    assert run_common(tmp_path, recipe).stdout.split() == ["train", "average", "translate"]
-    (tmp_path / ".done.translate").unlink()
-    assert run_common(tmp_path, recipe).stdout.split() == ["translate"]
+def test_a_stage_runs_again_when_its_plan_changes_and_so_does_every_later_one(tmp_path):
+    """Table row "nothing": every stage skipped. Row "decoding only": a stage whose commands changed runs again, its
+    previous outputs kept aside under previous/, and every later stage runs again; the stages before it do not."""
+    recipe = 'stages train average translate; avg() { run_to "$WORK_DIR/average.txt" echo "average ${X:-}"; }; ' \
+             'stage train echo train; stage average --output "$WORK_DIR/average.txt" avg; stage translate echo translate'
+    assert run_common(tmp_path, recipe).stdout.split() == ["train", "translate"]
+    unchanged = run_common(tmp_path, recipe)
+    assert unchanged.stdout.split() == [] and unchanged.stderr.count("done before, skipped") == 3
+    again = run_common(tmp_path, recipe, X="beam 5")
+    assert again.stdout.split() == ["translate"], again.stderr
+    assert (tmp_path / "average.txt").read_text() == "average beam 5\n"
+    (kept,) = (tmp_path / "previous").glob("*/average.txt")
+    assert kept.read_text() == "average \n" and (kept.parent / ".stages" / "average.json").is_file()
+    assert "stage average: running again (its plan or the stage before it changed; its outputs moved to" in again.stderr
+    assert "stage train: done before, skipped" in again.stderr
+    assert run_common(tmp_path, recipe, X="beam 5").stdout.split() == []
+
+
+def test_an_interrupted_stage_runs_again(tmp_path):
+    recipe = 'stages one two; stage one echo one; stage two sh -c "echo two; exit ${FAIL:-0}"'
+    assert run_common(tmp_path, recipe, FAIL="1").returncode == 1
+    assert run_common(tmp_path, recipe).stdout.split() == ["two"]
 
 
 def test_more_gpus_than_visible_is_an_error(tmp_path):
@@ -354,7 +393,7 @@ def test_translate_takes_the_decoding_as_arguments(tmp_path):
 def test_train_average_translate_takes_the_papers_values_as_arguments(settings, dropout, tmp_path):
     """ARCH STEPS SAVE_EVERY AVERAGE PAPER_MODEL, the user's variables over them; P_drop is the architecture's
     unless DROPOUT is set."""
-    stub = 'stage() { shift; "$@"; }; train() { echo "train $*"; }; average() { echo "average $*"; }; ' \
+    stub = 'stage() { shift; while [ "$1" = --output ]; do shift 2; done; "$@"; }; train() { echo "train $*"; }; average() { echo "average $*"; }; ' \
            'translate() { echo "translate $*"; }; score() { :; }; training_cost() { echo "cost $*"; }; '
     run = stub + 'detect_devices; SUBWORDS=subword_nmt DATA_BIN=data-bin; ' \
                  'train_average_translate vaswani_transformer_big 300000 600 20 big'
@@ -482,15 +521,20 @@ def test_dry_run_prints_every_command_and_writes_nothing(script, args, settings,
 
 
 def test_dry_run_says_what_a_finished_stage_would_do(tmp_path):
-    """Stamps of finished stages: skipped (and what depends on them planned as it would run)."""
+    """A finished stage: skipped (and what depends on it planned as it would run); nothing written."""
     work = tmp_path / "work"
-    (work / "checkpoints").mkdir(parents=True)
-    (work / ".done.train").touch()
+    first = run_recipe("quickstart.sh", dict(DRY_RUN="1", WORK_DIR=str(work)))
+    (train,) = [line for line in first.stdout.splitlines() if " -m fairseq_cli.train " in line]
+    for action in ("start", "finish"):
+        subprocess.run([sys.executable, "-m", "prepare.records", action, str(work), "train"], input=train, text=True,
+                       check=True, cwd=REPO)
+    (work / "checkpoints").mkdir()
     (work / "checkpoints" / "checkpoint_last.pt").touch()
+    written = sorted(path.name for path in work.rglob("*"))
     result = run_recipe("quickstart.sh", dict(DRY_RUN="1", WORK_DIR=str(work)))
     assert "stage train: done before, skipped" in result.stderr and "stage average: would run" in result.stderr
     assert "fairseq_cli.train" not in result.stdout and "checkpoints.average" in result.stdout
-    assert sorted(path.name for path in work.rglob("*")) == [".done.train", "checkpoint_last.pt", "checkpoints"]
+    assert sorted(path.name for path in work.rglob("*")) == written
 
 
 def test_dry_run_takes_0_or_1():

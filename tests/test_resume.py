@@ -8,7 +8,9 @@ fairseq's copy leaves it, and must end with the model of an uninterrupted run.
 """
 
 import fractions
+import io
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -19,8 +21,9 @@ import pytest
 import torch
 from fairseq import checkpoint_utils
 
+import doc_blocks
 from cli_helpers import REPO, plugin_dir, run
-from conftest import lane_job
+from conftest import OWN_PIPELINE_COUNTS, OWN_PIPELINE_TINY, lane_job
 from test_recipes import BIG_RUN, NEEDS_CPU_PATH, check_scores, hypotheses, run_recipe, tiny_env
 from vaswani_plugin.checkpoints import average as average_checkpoints, convert_fairseq
 from vaswani_plugin.scoring import bleu as score
@@ -295,3 +298,51 @@ def test_recipe_killed_during_training_ends_with_the_uninterrupted_model(lane):
     assert len(hypotheses(root / "killed" / "newstest2014.generate.txt")) == 3003
     check_scores(result.stdout, 3003)
     check_scores(reference.stdout, 3003)
+
+
+@pytest.fixture(scope="module")
+def training_plan(reversal_data, reversal_training):
+    """A recipe's plan line for the training that wrote reversal_training's checkpoints: the README's command with
+    the fixture's counts and sizes, as `python -m fairseq_cli.train`, and their folder as --save-dir."""
+    save_dir, _ = reversal_training
+    train = doc_blocks.commands(doc_blocks.block("README.md", "test:own-pipeline"))[0]
+    train = doc_blocks.substituted(train, {"fairseq-train DATA": f"python -m fairseq_cli.train {reversal_data / 'joined'}",
+                                           '"$(python -m vaswani_plugin)"': plugin_dir(), **OWN_PIPELINE_COUNTS})
+    return f"{train} {shlex.join(OWN_PIPELINE_TINY)} --save-dir {save_dir}"
+
+
+def plan_decision(plan: str, capsys) -> str:
+    """What `python -m vaswani_plugin.checkpoints.resume --plan` prints for PLAN on stdin (in this process)."""
+    stdin, sys.stdin = sys.stdin, io.StringIO(plan)
+    try:
+        resume_main(["--plan"])
+    finally:
+        sys.stdin = stdin
+    return capsys.readouterr().out.strip()
+
+
+@pytest.mark.parametrize("change,decision", [
+    ("", "finished"),  # as trained: 6 updates reached
+    # MAX_UPDATE raised, with another hardware layout (the tokens per step kept), checkpoint cadence and logging.
+    ("--max-update 9 --max-tokens 500 --update-freq 2 --save-interval-updates 3 --log-interval 5", "resume 6"),
+    ("--distributed-world-size 2 --max-tokens 500", "finished"),
+    # The model, the optimisation (§5.3, eq. 3, §5.4), fp16, the tokens per step: refused by name.
+    ("--dropout 0.3", "refuse --dropout is 0.3 now, 0.1 in the checkpoints"),
+    ("--adam-betas (0.9,0.999)", "refuse --adam-betas is '(0.9,0.999)' now, '(0.9,0.98)' in the checkpoints"),
+    ("--warmup-updates 8000", "refuse --warmup-updates is 8000 now, 4000 in the checkpoints"),
+    ("--label-smoothing 0", "refuse --label-smoothing is 0.0 now, 0.1 in the checkpoints"),
+    ("--fp16", "refuse --fp16 is True now, False in the checkpoints"),
+    ("--max-tokens 2000", "refuse the tokens per step (TOKENS_PER_STEP) are 2,000 now, 1,000 in the checkpoints"),
+    ("--max-update 4", "refuse --max-update is 4 now (MAX_UPDATE), but the checkpoints in {save_dir} are at update 6"),
+])
+def test_a_training_plan_resumes_only_what_its_checkpoints_allow(training_plan, reversal_training, change, decision,
+                                                                 capsys):
+    """docs/recipes.md's re-run table, training rows: fairseq's parsed configuration against the checkpoint's (the
+    other commands of a plan are not read)."""
+    save_dir, _ = reversal_training
+    plan = f"python -m vaswani_plugin.checkpoints.average --inputs x\n{training_plan} {change}\n"
+    assert plan_decision(plan, capsys) == decision.format(save_dir=save_dir)
+
+
+def test_a_plan_without_checkpoints_runs(training_plan, tmp_path, capsys):
+    assert plan_decision(f"{training_plan} --save-dir {tmp_path}", capsys) == "run"

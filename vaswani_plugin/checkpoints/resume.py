@@ -1,16 +1,27 @@
-"""Make SAVE_DIR/checkpoint_last.pt resumable again after a job was killed at any instant.
+"""Make SAVE_DIR/checkpoint_last.pt resumable again after a job was killed at any instant; and say whether a
+training command may go on from it.
 
     python -m vaswani_plugin.checkpoints.resume SAVE_DIR
+    python -m vaswani_plugin.checkpoints.resume --plan < PLAN      run | finished | resume N | refuse LINE
 
 fairseq-train copies each checkpoint to checkpoint_last.pt with a plain copy, so a kill during it leaves the file
 cut off. If it is unreadable, it is kept under a new name and the newest intact training checkpoint is copied
 atomically in its place (with none, training starts afresh); this can itself be killed anywhere and run again.
 Details: docs/reference.md#resuming-after-a-kill.
+
+--plan reads commands (a recipe's DRY_RUN=1 lines), takes the fairseq_cli.train one, parses it as fairseq-train
+would and compares the configuration with the one stored in the newest intact checkpoint of its --save-dir
+(docs/recipes.md, "Re-running a recipe"): `run` when there is none; `refuse` and one line when the model, the
+optimisation (eq. 3, §5.3, §5.4), fp16 or the tokens per step differ, or --max-update is below the checkpoint's
+updates; `finished` when the checkpoint already reached --max-update, --stop-time-hours or --max-epoch; else
+`resume N`. The hardware layout (world size, --max-tokens with --update-freq, devices, --bf16-autocast), the
+checkpoint cadence, logging and decoding may change. It reads, never writes.
 """
 
 import argparse
 import os
 import re
+import shlex
 import shutil
 import stat
 import sys
@@ -20,6 +31,7 @@ from typing import Optional, Tuple
 
 import vaswani_plugin  # noqa: F401  (allow-lists fairseq's checkpoint classes for weights_only loading)
 from vaswani_plugin.cli import run_command
+from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.checkpoints.storage import UnreadableCheckpoint, load_checkpoint, write_atomically
 
 PROG = "vaswani_plugin.checkpoints.resume"
@@ -102,11 +114,108 @@ def resume(save_dir) -> None:
     print(f"{PROG}: resuming from {path.name} (update {updates}), copied to checkpoint_last.pt")
 
 
+# What a resumed run may change: fairseq's configuration groups compared field by field, and the fields of the
+# other groups that are compared too. Fields one side lacks (another fairseq or plugin version) are not compared.
+COMPARED_GROUPS = ("model", "criterion", "optimizer", "lr_scheduler", "task")
+ALLOWED = {"task": {"data", "bf16_autocast", "search", "gnmt_alpha", "parse_constrained", "eval_bleu",
+                    "eval_bleu_args", "eval_bleu_detok", "eval_bleu_detok_args", "eval_tokenized_bleu",
+                    "eval_bleu_remove_bpe", "eval_bleu_print_samples"},
+           "criterion": {"loss_chunk_logits"}}  # how the loss is computed in pieces, not what it is
+COMPARED_FIELDS = {"common": ("fp16", "bf16", "memory_efficient_fp16", "memory_efficient_bf16", "amp"),
+                   "optimization": ("clip_norm", "sentence_avg", "lr", "stop_min_lr")}
+TOKENS_TOLERANCE = 0.02  # the recipes' rounding of TOKENS_PER_STEP over the workers stays well inside it
+
+
+def training_config(plan: str):
+    """fairseq-train's configuration (a plain dict) for the fairseq_cli.train command among the plan's lines."""
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from omegaconf import OmegaConf
+
+    for line in plan.splitlines():
+        words = shlex.split(line)
+        if words[1:3] == ["-m", "fairseq_cli.train"]:
+            parser = options.get_training_parser()
+            cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(parser, words[3:]))
+            return OmegaConf.to_container(cfg, resolve=True)
+    raise VaswaniConfigError("the plan holds no `python -m fairseq_cli.train` command")
+
+
+def tokens_per_step(cfg: dict) -> Optional[int]:
+    tokens = cfg["dataset"].get("max_tokens")
+    if not tokens:
+        return None
+    return tokens * cfg["optimization"]["update_freq"][0] * cfg["distributed_training"]["distributed_world_size"]
+
+
+def configuration_change(old: dict, new: dict) -> Optional[str]:
+    """The first setting of `new` that a run going on from a checkpoint trained under `old` may not change."""
+    fields = [(group, name) for group in COMPARED_GROUPS for name in (new.get(group) or {})
+              if name not in ALLOWED.get(group, ()) and name != "_name"]
+    fields = [(group, "_name") for group in COMPARED_GROUPS] + fields
+    fields += [(group, name) for group, names in COMPARED_FIELDS.items() for name in names]
+    for group, name in fields:
+        if name in (old.get(group) or {}) and name in (new.get(group) or {}) and old[group][name] != new[group][name]:
+            option = f"--{group.replace('_', '-')}" if name == "_name" else f"--{name.replace('_', '-')}"
+            return f"{option} is {new[group][name]!r} now, {old[group][name]!r} in the checkpoints"
+    before, now = tokens_per_step(old), tokens_per_step(new)
+    if before and now and abs(now - before) > TOKENS_TOLERANCE * before:
+        return f"the tokens per step (TOKENS_PER_STEP) are {now:,} now, {before:,} in the checkpoints"
+    return None
+
+
+def plan_decision(plan: str) -> str:
+    """See the module docstring (--plan)."""
+    new = training_config(plan)
+    save_dir = Path(new["checkpoint"]["save_dir"])
+    last = save_dir / "checkpoint_last.pt"
+    state = None
+    if last.exists():
+        try:
+            state = load_checkpoint(last)
+        except UnreadableCheckpoint:
+            state = None
+    if state is None:  # cut off: the newest intact one, which resume() makes checkpoint_last.pt before training
+        newest = newest_training_checkpoint(save_dir) if save_dir.is_dir() else None
+        if newest is None:
+            return "run"
+        state = load_checkpoint(newest[1])
+    old = state["cfg"]
+    if not isinstance(old, dict):  # a DictConfig: written by another fairseq version
+        from omegaconf import OmegaConf
+        old = OmegaConf.to_container(old, resolve=True)
+    change = configuration_change(old, new)
+    if change:
+        return f"refuse {change}"
+    updates = state["optimizer_history"][-1]["num_updates"]
+    extra = state.get("extra_state") or {}
+    target = new["optimization"]
+    if target["max_update"] and updates > target["max_update"]:
+        return (f"refuse --max-update is {target['max_update']:,} now (MAX_UPDATE), but the checkpoints in "
+                f"{save_dir} are at update {updates:,}")
+    ended_epochs = extra.get("train_iterator", {}).get("epoch", 1) - 1
+    if (target["max_update"] and updates >= target["max_update"]) or \
+            (target["stop_time_hours"] and extra.get("previous_training_time", 0) >= target["stop_time_hours"] * 3600) \
+            or (target["max_epoch"] and ended_epochs >= target["max_epoch"]):
+        return "finished"
+    return f"resume {updates}"
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("save_dir", help="fairseq-train's --save-dir")
-    run_command(parser, lambda args: resume(args.save_dir), argv)
+    parser.add_argument("save_dir", nargs="?", help="fairseq-train's --save-dir")
+    parser.add_argument("--plan", action="store_true", help="read commands from stdin; say whether training resumes")
+
+    def command(args):
+        if args.plan:
+            print(plan_decision(sys.stdin.read()))
+        elif args.save_dir:
+            resume(args.save_dir)
+        else:
+            raise VaswaniConfigError("give SAVE_DIR, or --plan")
+
+    run_command(parser, command, argv)
 
 
 if __name__ == "__main__":

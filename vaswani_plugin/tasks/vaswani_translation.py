@@ -16,6 +16,7 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.generation.generators import SEARCH_RULES, GeneratorChoice
 from vaswani_plugin.precision import bf16_autocast_enabled, bf16_autocast_setting, precision_line
+from vaswani_plugin.tasks.resumable_iterator import resumable
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +84,10 @@ class VaswaniTranslationTask(GeneratorChoice, TranslationTask):
                 return criterion(model, sample)
 
         return super().train_step(sample, model, criterion_under_autocast, optimizer, update_num, ignore_grad)
+
+    def get_batch_iterator(self, *args, **kwargs):
+        """fairseq's, resumable on another number of processes or --max-tokens (resumable_iterator.py)."""
+        return resumable(super().get_batch_iterator(*args, **kwargs))
 
     def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
         """fairseq's, remembering where its sentences start among all inputs so far (fairseq-interactive reads

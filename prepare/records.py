@@ -1,0 +1,217 @@
+"""Stage records: what a stage of a recipe, or of a preparation, ran with, so that a re-run can tell what changed.
+
+    python -m prepare.records check  WORK_DIR STAGE [--after STAGE] < PLAN   same | changed | unfinished | new
+    python -m prepare.records start  WORK_DIR STAGE [--after STAGE] < PLAN   the stage is running
+    python -m prepare.records finish WORK_DIR STAGE                          the stage finished
+    python -m prepare.records data   DATA_DIR --recipe-dir WORK_DIR [--raw DIR]... [--restarting] [--write]
+                                     [NAME=VALUE]...                 same | new | changed LINE | refuse LINE
+
+A record, WORK_DIR/.stages/STAGE.json, holds the stage's plan (the commands it runs, as DRY_RUN=1 prints them,
+WORK_DIR written as $WORK_DIR), the id of the record of the stage before it when it ran (`after`), its own id,
+when it started and finished, and the versions of the plugin, fairseq and torch. A stage whose plan, or whose
+previous stage's record, is not the one it ran after has `changed`; its outputs go aside and it runs again
+(recipes/common.sh). A version that changed is one warning line, never a reason to run again.
+
+`data` is the record of the data recipes train on, DATA_DIR/.stages/data.json: the preparation's settings
+(NAME=VALUE, NAME being the recipe's variable), the identity of the raw files, each by its name, size and SHA-256,
+not its path (a checksum is computed once per file size and modification time, cached beside it), and the
+WORK_DIRs that train on it. It prints `same`, `new` (no record), `changed` and a line naming the first setting
+that changed with its old and new values, or `refuse` and that line when a WORK_DIR that trains on the data
+holds checkpoints (--restarting: but the recipe's own are being set aside); --write records the settings given.
+prepare/wmt14.py and prepare/wsj_parsing.py keep their own steps' records with `read` and `write` below.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+import uuid
+from importlib import metadata
+from pathlib import Path
+from typing import Dict, Iterable, Optional
+
+VERSIONED = ("vaswani-plugin", "ve-fairseq", "torch")
+
+
+# -- one record file -----------------------------------------------------------------------------------------
+def read(path: Path) -> Optional[dict]:
+    """The record at `path`; None if there is none or it is damaged (a stage killed while writing it)."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write(path: Path, record: dict) -> None:
+    """Write `record` to `path` atomically: a reader sees the old record or the new one, never half of one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(record, indent=1) + "\n")
+    os.replace(temporary, path)
+
+
+def versions() -> Dict[str, str]:
+    found = {}
+    for name in VERSIONED:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = "not installed"
+    return found
+
+
+def version_warning(record: dict, stage: str) -> Optional[str]:
+    """One line naming what changed between the versions a stage ran with and today's, or None."""
+    old = record.get("versions") or {}
+    changed = [f"{name} {old[name]} -> {version}" for name, version in versions().items()
+               if name in old and old[name] != version]
+    if not changed:
+        return None
+    return f"warning: {', '.join(changed)} since stage {stage} ran; going on with its outputs"
+
+
+# -- recipe stages -------------------------------------------------------------------------------------------
+def record_path(work_dir: Path, stage: str) -> Path:
+    return Path(work_dir) / ".stages" / f"{stage}.json"
+
+
+def normalised(plan: str, work_dir: Path) -> str:
+    return plan.replace(str(Path(work_dir).resolve()), "$WORK_DIR").strip()
+
+
+def after_id(work_dir: Path, previous: Optional[str]) -> Optional[str]:
+    record = read(record_path(work_dir, previous)) if previous else None
+    return record.get("id") if record else None
+
+
+def check(work_dir: Path, stage: str, previous: Optional[str], plan: str) -> str:
+    record = read(record_path(work_dir, stage))
+    if record is None:
+        return "new"
+    warning = version_warning(record, stage)
+    if warning:
+        print(warning, file=sys.stderr)
+    if not record.get("finished"):
+        return "unfinished"
+    if record.get("plan") != normalised(plan, work_dir) or record.get("after") != after_id(work_dir, previous):
+        return "changed"
+    return "same"
+
+
+def start(work_dir: Path, stage: str, previous: Optional[str], plan: str) -> None:
+    write(record_path(work_dir, stage), {
+        "stage": stage, "plan": normalised(plan, work_dir), "after": after_id(work_dir, previous),
+        "id": uuid.uuid4().hex, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "finished": None,
+        "versions": versions()})
+
+
+def finish(work_dir: Path, stage: str) -> None:
+    path = record_path(work_dir, stage)
+    record = read(path)
+    if record is None:
+        raise SystemExit(f"prepare.records: error: stage {stage} has no record to finish ({path})")
+    record["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    write(path, record)
+
+
+# -- the data a recipe trains on -----------------------------------------------------------------------------
+def checksums(folders: Iterable[Path], cache_path: Path, keep: bool = True) -> Dict[str, list]:
+    """{file name relative to its folder: [size, sha256]} of every file under the folders; `keep`: the new
+    checksums are cached."""
+    cache = read(cache_path) or {}
+    found, fresh = {}, {}
+    for folder in folders:
+        folder = Path(folder)
+        paths = sorted(p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else [folder]
+        for path in paths:
+            info = path.stat()
+            key = f"{path.resolve()}:{info.st_size}:{info.st_mtime_ns}"
+            if key not in cache:
+                digest = hashlib.sha256()
+                with open(path, "rb") as handle:
+                    for block in iter(lambda: handle.read(1 << 22), b""):
+                        digest.update(block)
+                cache[key] = digest.hexdigest()
+            fresh[key] = cache[key]
+            name = str(path.relative_to(folder)) if folder.is_dir() else path.name
+            found[name] = [info.st_size, cache[key]]
+    if keep and fresh and fresh.keys() - (read(cache_path) or {}).keys():
+        write(cache_path, {**(read(cache_path) or {}), **fresh})
+    return found
+
+
+def data_change(old: dict, new: dict) -> Optional[str]:
+    """The first difference between two data records, as a line; raw files are compared where both have them."""
+    for name, value in new["settings"].items():
+        if name in old.get("settings", {}) and old["settings"][name] != value:
+            return f"{name} changed from {old['settings'][name] or '(empty)'} to {value or '(empty)'}"
+    for name, (size, digest) in new["raw"].items():
+        if name in old.get("raw", {}) and old["raw"][name] != [size, digest]:
+            return f"the raw file {name} changed ({old['raw'][name][0]:,} bytes before, {size:,} now)"
+    return None
+
+
+def has_checkpoints(work_dir: Path) -> bool:
+    """Whether WORK_DIR holds checkpoints a recipe trained (those set aside under previous/ do not count)."""
+    return any("previous" not in path.relative_to(work_dir).parts[:1] for path in Path(work_dir).rglob("*.pt"))
+
+
+def data(data_dir: Path, raw: Iterable[Path], settings: Dict[str, str], work_dir: Path, restarting: bool,
+         write_it: bool, dry_run: bool = False) -> str:
+    path = record_path(data_dir, "data")
+    old = read(path)
+    new = {"settings": settings, "raw": checksums(raw, path.with_name("checksums.json"), keep=not dry_run),
+           "versions": versions(),
+           "trained_in": sorted({*(old or {}).get("trained_in", []), str(Path(work_dir).resolve())})}
+    if write_it:
+        write(path, new)
+        return "written"
+    if old is None:
+        return "new"
+    change = data_change(old, new)
+    if change is None:
+        return "same"
+    holders = [folder for folder in new["trained_in"] if Path(folder).is_dir() and has_checkpoints(Path(folder))
+               and not (restarting and Path(folder) == Path(work_dir).resolve())]
+    if holders:
+        return f"refuse {change}, but {holders[0]} holds checkpoints trained on the data in {Path(data_dir).resolve()}"
+    return f"changed {change}"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m prepare.records", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("action", choices=["check", "start", "finish", "data"])
+    parser.add_argument("work_dir", type=Path)
+    parser.add_argument("stage", nargs="?", help="check, start, finish: the stage")
+    parser.add_argument("settings", nargs="*", help="data: NAME=VALUE, the preparation's settings")
+    parser.add_argument("--after", default=None, help="the stage before it")
+    parser.add_argument("--raw", type=Path, action="append", default=[], help="data: a folder (or file) of raw data")
+    parser.add_argument("--write", action="store_true", help="data: record these settings")
+    parser.add_argument("--recipe-dir", dest="work_dir_of_recipe", type=Path, default=Path.cwd(),
+                        help="data: the WORK_DIR of the recipe that trains on it")
+    parser.add_argument("--restarting", action="store_true", help="data: its checkpoints are set aside (RESTART_FROM)")
+    parser.add_argument("--dry-run", action="store_true", help="data: write nothing, not even the checksums' cache")
+    args = parser.parse_intermixed_args(argv)
+    if args.action == "data":
+        pairs = ([args.stage] if args.stage else []) + args.settings
+        if any("=" not in pair for pair in pairs):
+            parser.error(f"data takes NAME=VALUE settings, not {pairs}")
+        print(data(args.work_dir, [path for path in args.raw if path.exists()],
+                   dict(pair.split("=", 1) for pair in pairs), args.work_dir_of_recipe, args.restarting, args.write,
+                   args.dry_run))
+    elif args.action == "finish":
+        finish(args.work_dir, args.stage)
+    else:
+        plan = sys.stdin.read()
+        if args.action == "check":
+            print(check(args.work_dir, args.stage, args.after, plan))
+        else:
+            start(args.work_dir, args.stage, args.after, plan)
+
+
+if __name__ == "__main__":
+    main()
