@@ -1,7 +1,6 @@
 """Helpers shared by the prepare steps: one-line errors, logging, line-safe file I/O, parallel line mapping."""
 
 import argparse
-import multiprocessing
 import os
 import sys
 from collections import deque
@@ -157,6 +156,8 @@ def map_lines(factory: Callable, args: tuple, source, target, workers: int = 1, 
                 out.writelines(function(line) + "\n" for line in chunk)
                 progress.add(len(chunk))
         else:
+            import multiprocessing  # here: the stage records (prepare.records) import this module in milliseconds
+
             methods = multiprocessing.get_all_start_methods()
             context = multiprocessing.get_context("fork" if "fork" in methods else None)
             with context.Pool(workers, initializer=_init_worker, initargs=(factory, args)) as pool:

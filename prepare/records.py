@@ -1,6 +1,6 @@
 """Stage records: what a stage of a recipe, or of a preparation, ran with, so that a re-run can tell what changed.
 
-    python -m prepare.records check  WORK_DIR STAGE [--after STAGE] < PLAN   same | changed | unfinished | new
+    python -m prepare.records check  WORK_DIR STAGE [--after STAGE] < PLAN   same | changed | interrupted | new
     python -m prepare.records start  WORK_DIR STAGE [--after STAGE] < PLAN   the stage is running
     python -m prepare.records finish WORK_DIR STAGE                          the stage finished
     python -m prepare.records data   DATA_DIR --recipe-dir WORK_DIR [--raw DIR]... [--restarting] [--write]
@@ -10,7 +10,8 @@ A record, WORK_DIR/.stages/STAGE.json, holds the stage's plan (the commands it r
 WORK_DIR written as $WORK_DIR), the id of the record of the stage before it when it ran (`after`), its own id,
 when it started and finished, and the versions of the plugin, fairseq and torch. A stage whose plan, or whose
 previous stage's record, is not the one it ran after has `changed`; its outputs go aside and it runs again
-(recipes/common.sh). A version that changed is one warning line, never a reason to run again.
+(recipes/common.sh); one that started with the same plan and never finished is `interrupted`. A version that
+changed is one warning line, never a reason to run again.
 
 `data` is the record of the data recipes train on, DATA_DIR/.stages/data.json: the preparation's settings
 (NAME=VALUE, NAME being the recipe's variable), the identity of the raw files, each by its name, size and SHA-256,
@@ -28,7 +29,6 @@ import os
 import sys
 import time
 import uuid
-from importlib import metadata
 from pathlib import Path
 from typing import Dict, Iterable, Optional
 
@@ -54,6 +54,8 @@ def write(path: Path, record: dict) -> None:
 
 
 def versions() -> Dict[str, str]:
+    from importlib import metadata  # 15 ms, for the records that need it
+
     found = {}
     for name in VERSIONED:
         try:
@@ -94,11 +96,10 @@ def check(work_dir: Path, stage: str, previous: Optional[str], plan: str) -> str
     warning = version_warning(record, stage)
     if warning:
         print(warning, file=sys.stderr)
-    if not record.get("finished"):
-        return "unfinished"
-    if record.get("plan") != normalised(plan, work_dir) or record.get("after") != after_id(work_dir, previous):
+    changed = record.get("plan") != normalised(plan, work_dir) or record.get("after") != after_id(work_dir, previous)
+    if changed:
         return "changed"
-    return "same"
+    return "same" if record.get("finished") else "interrupted"
 
 
 def start(work_dir: Path, stage: str, previous: Optional[str], plan: str) -> None:

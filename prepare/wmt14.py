@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-from . import bpe, binarize, clean, download, extract, spm, tokenize
+from . import bpe, binarize, clean, download, extract, records, spm, tokenize
 from ._common import ArgumentParser, available_cores, log, positive_int, run_cli
 
 LANGS = extract.LANGS
@@ -231,10 +231,7 @@ class Pipeline:
         log(f"{self.name} {self.pair}: work dir {self.work}")
         stamps = []
         for stage in stages:
-            try:
-                stamps.append(json.loads(self.stamp(stage).read_text()) if self.stamp(stage).is_file() else None)
-            except ValueError:
-                stamps.append(None)  # a damaged stamp: run the stage again
+            stamps.append(records.read(self.stamp(stage)))  # None for a damaged stamp: run the stage again
         first = self.first_to_run(stages, stamps)
         for stage in stages[first:]:  # a stage that runs makes every later result stale
             self.stamp(stage).unlink(missing_ok=True)
@@ -252,8 +249,7 @@ class Pipeline:
             started = time.monotonic()
             result = stage.run()
             self.results[stage.name] = result
-            self.stamps.mkdir(parents=True, exist_ok=True)
-            self.stamp(stage).write_text(json.dumps({"params": stage.params, "result": result}, indent=1) + "\n")
+            records.write(self.stamp(stage), {"params": stage.params, "result": result})
             log(f"  {stage.name} finished in {time.monotonic() - started:.1f} s")
         self.report()
 

@@ -34,13 +34,12 @@ path is printed on stdout.
 """
 
 import argparse
-import json
 from pathlib import Path
 from typing import Dict, List
 
 from vaswani_plugin.scoring.trees import clean, is_bracket, linearise, read_trees
 
-from . import binarize
+from . import binarize, records
 from .word_signatures import replace_unknown, vocabulary
 from ._common import ArgumentParser, PrepareError, available_cores, log, open_write, positive_int, run_cli
 
@@ -184,16 +183,14 @@ def write_model_text(text: Path, out: Path, splits: List[str], treebank_trees: i
 
 def run_stage(work: Path, name: str, params: dict, run) -> dict:
     stamp = work / ".stamps" / f"{name}.json"
-    if stamp.is_file():
-        done = json.loads(stamp.read_text())
-        if done.get("params") == params:
-            log(f"{name}: done before, skipping (stamp {stamp})")
-            return done["result"]
+    done = records.read(stamp)
+    if done is not None and done.get("params") == params:
+        log(f"{name}: done before, skipping (stamp {stamp})")
+        return done["result"]
     stamp.unlink(missing_ok=True)
     log(f"{name}:")
     result = run()
-    stamp.parent.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(json.dumps({"params": params, "result": result}, indent=1) + "\n")
+    records.write(stamp, {"params": params, "result": result})
     return result
 
 

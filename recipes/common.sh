@@ -153,6 +153,8 @@ agreed() {
 train_decision() {
     if [ "$2" = same ]; then echo skip; return; fi
     compgen -G "$3/checkpoint*.pt" > /dev/null || { echo run; return; }  # nothing to compare with
+    # Killed while training with this very command: it goes on (its checkpoint_last.pt repaired first if cut off).
+    if [ "$2" = interrupted ]; then echo "resume (interrupted before)"; return; fi
     local errors decision
     errors=$(mktemp)
     decision=$("$PYTHON" -m vaswani_plugin.checkpoints.resume --plan <<< "$1" 2> "$errors") ||
@@ -190,7 +192,7 @@ stage() {
     skip*)
         say "stage $name: done before, skipped${DECISION#skip}"
         # Finished, but not recorded (killed in between, or trained before records): recorded now.
-        if [[ "$state" =~ ^(new|unfinished)$ ]] && [ "${RUN_RANK:-0}" = 0 ] && [ "$DRY_RUN" = 0 ]; then
+        if [[ "$state" =~ ^(new|interrupted)$ ]] && [ "${RUN_RANK:-0}" = 0 ] && [ "$DRY_RUN" = 0 ]; then
             "$PYTHON" -m prepare.records start "$WORK_DIR" "$name" ${PREVIOUS_STAGE:+--after "$PREVIOUS_STAGE"} \
                 <<< "$plan" && "$PYTHON" -m prepare.records finish "$WORK_DIR" "$name"
         fi ;;
@@ -204,6 +206,7 @@ stage() {
         [ "$DECISION" != rerun ] || what="run again" why=" (its plan or the stage before it changed; its outputs" \
             why+=" moved to $ASIDE)"
         [ "${DECISION%% *}" != resume ] || what=resume why=" from update ${DECISION#resume }"
+        [ "$DECISION" != "resume (interrupted before)" ] || why=" from its checkpoints (interrupted before)"
         if [ "$DRY_RUN" = 1 ]; then
             say "stage $name: would $what$why"
             "$@"

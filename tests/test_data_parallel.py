@@ -120,16 +120,23 @@ def data_parallel_runs(tmp_path_factory, lane):
     assert second == first.replace("NODE_RANK=0", "NODE_RANK=1")
     port = free_port()
     eight = tiny_env(root / "eight", root / "raw", root / "data", **EIGHT)
-    runs.update({f"node{rank}": start(root, f"node{rank}", eight,
-                                      shell=substituted(first, {"NUM_NODES=2": "NUM_NODES=8",
-                                                                "NODE_RANK=0": f"NODE_RANK={rank}",
-                                                                "MASTER_PORT=29500": f"MASTER_PORT={port}"}))
-                 for rank in range(8)})
-    outputs.update(wait_for(root, runs))
-    # The torchrun pair's WORK_DIR again, on one process, two updates on (docs/recipes.md: the hardware layout may
-    # change, the tokens per step kept).
+    nodes = {f"node{rank}": start(root, f"node{rank}", eight,
+                                  shell=substituted(first, {"NUM_NODES=2": "NUM_NODES=8",
+                                                            "NODE_RANK=0": f"NODE_RANK={rank}",
+                                                            "MASTER_PORT=29500": f"MASTER_PORT={port}"}))
+             for rank in range(8)}
+    try:
+        outputs.update(wait_for(root, runs))
+    except AssertionError:
+        for run in nodes.values():  # waiting for each other, for gloo's 30 minutes otherwise
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+        raise
+    # Beside the eight: the torchrun pair's WORK_DIR again, on one process, two updates on (docs/recipes.md: the
+    # hardware layout may change, the tokens per step kept).
     resumed = tiny_env(root / "torchrun", root / "raw", root / "data", **{**SETTINGS, "MAX_UPDATE": 6})
-    outputs.update(wait_for(root, {"resumed": start(root, "resumed", resumed)}))
+    nodes["resumed"] = start(root, "resumed", resumed)
+    outputs.update(wait_for(root, nodes))
     return root, outputs
 
 

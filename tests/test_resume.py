@@ -326,6 +326,9 @@ def plan_decision(plan: str, capsys) -> str:
     # MAX_UPDATE raised, with another hardware layout (the tokens per step kept), checkpoint cadence and logging.
     ("--max-update 9 --max-tokens 500 --update-freq 2 --save-interval-updates 3 --log-interval 5", "resume 6"),
     ("--distributed-world-size 2 --max-tokens 500", "finished"),
+    # A time budget (the quickstart's): raised past the training time so far, resumed; below it, finished.
+    ("--max-update 0 --stop-time-hours 1", "resume 6"),
+    ("--max-update 0 --stop-time-hours 0.00001", "finished"),
     # The model, the optimisation (§5.3, eq. 3, §5.4), fp16, the tokens per step: refused by name.
     ("--dropout 0.3", "refuse --dropout is 0.3 now, 0.1 in the checkpoints"),
     ("--adam-betas (0.9,0.999)", "refuse --adam-betas is '(0.9,0.999)' now, '(0.9,0.98)' in the checkpoints"),

@@ -1,21 +1,12 @@
-"""Make SAVE_DIR/checkpoint_last.pt resumable again after a job was killed at any instant; and say whether a
-training command may go on from it.
+"""Make SAVE_DIR/checkpoint_last.pt resumable again after a job was killed at any instant (a cut-off copy is kept
+aside and the newest intact checkpoint copied atomically in its place); and say whether a training command may go
+on from SAVE_DIR's checkpoints, by fairseq's parsed configuration against the one the newest stored.
 
     python -m vaswani_plugin.checkpoints.resume SAVE_DIR
-    python -m vaswani_plugin.checkpoints.resume --plan < PLAN      run | finished | resume N | refuse LINE
+    python -m vaswani_plugin.checkpoints.resume --plan < COMMANDS     run | finished | resume N | refuse LINE
 
-fairseq-train copies each checkpoint to checkpoint_last.pt with a plain copy, so a kill during it leaves the file
-cut off. If it is unreadable, it is kept under a new name and the newest intact training checkpoint is copied
-atomically in its place (with none, training starts afresh); this can itself be killed anywhere and run again.
-Details: docs/reference.md#resuming-after-a-kill.
-
---plan reads commands (a recipe's DRY_RUN=1 lines), takes the fairseq_cli.train one, parses it as fairseq-train
-would and compares the configuration with the one stored in the newest intact checkpoint of its --save-dir
-(docs/recipes.md, "Re-running a recipe"): `run` when there is none; `refuse` and one line when the model, the
-optimisation (eq. 3, §5.3, §5.4), fp16 or the tokens per step differ, or --max-update is below the checkpoint's
-updates; `finished` when the checkpoint already reached --max-update, --stop-time-hours or --max-epoch; else
-`resume N`. The hardware layout (world size, --max-tokens with --update-freq, devices, --bf16-autocast), the
-checkpoint cadence, logging and decoding may change. It reads, never writes.
+Details: docs/reference.md#resuming-after-a-kill; --plan (it reads, never writes): docs/recipes.md, "Re-running a
+recipe".
 """
 
 import argparse
