@@ -155,10 +155,13 @@ train_decision() {
     compgen -G "$3/checkpoint*.pt" > /dev/null || { echo run; return; }  # nothing to compare with
     # Killed while training with this very command: it goes on (its checkpoint_last.pt repaired first if cut off).
     if [ "$2" = interrupted ]; then echo "resume (interrupted before)"; return; fi
-    local errors decision
+    local errors decision repair=()
+    # Run 0 also makes a cut-off checkpoint_last.pt resumable here (resume_checkpoint), saving a fairseq import.
+    [ "${RUN_RANK:-0}" != 0 ] || [ "$DRY_RUN" = 1 ] || repair=(--repair)
     errors=$(mktemp)
-    decision=$("$PYTHON" -m vaswani_plugin.checkpoints.resume --plan <<< "$1" 2> "$errors") ||
+    decision=$("$PYTHON" -m vaswani_plugin.checkpoints.resume --plan "${repair[@]}" <<< "$1" 2> "$errors") ||
         { cat "$errors" >&2; die "cannot compare the training command with its checkpoints"; }
+    grep "^vaswani_plugin.checkpoints.resume: " "$errors" | tee -a "$3/train.log" >&2 || true
     rm -f "$errors"
     case $decision in
     finished) echo "skip (its checkpoints reached the target)" ;;
@@ -522,6 +525,7 @@ resume_checkpoint() {
     # A first run has nothing to check, and saves the command's start-up (importing fairseq, 3.5 s); a stage's plan
     # (its record) is the training command alone.
     [ "${RUN_RANK:-0}" = 0 ] && [ -e "$1/checkpoint_last.pt" ] && [ -z "${STAGE_PLAN:-}" ] || return 0
+    [[ ! "${DECISION:-}" =~ ^resume\ [0-9]+$ ]] || [ "$DRY_RUN" = 1 ] || return 0  # done deciding (train_decision)
     if [ "$DRY_RUN" = 1 ]; then
         say "stage train: would resume from $1/checkpoint_last.pt"
         run "$PYTHON" -m vaswani_plugin.checkpoints.resume "$1"

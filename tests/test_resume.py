@@ -349,3 +349,22 @@ def test_a_training_plan_resumes_only_what_its_checkpoints_allow(training_plan, 
 
 def test_a_plan_without_checkpoints_runs(training_plan, tmp_path, capsys):
     assert plan_decision(f"{training_plan} --save-dir {tmp_path}", capsys) == "run"
+
+
+def test_plan_with_repair_first_makes_a_cut_off_checkpoint_last_resumable(training_plan, reversal_training, tmp_path,
+                                                                         capsys):
+    """The recipes decide and repair in one command (--plan --repair): the cut-off file kept aside, the newest intact
+    interval checkpoint (update 4 of 6) in its place, and training resumes from it."""
+    save_dir, _ = reversal_training
+    for path in save_dir.glob("checkpoint_*_*.pt"):
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    cut_to_half(save_dir / "checkpoint_last.pt", tmp_path / "checkpoint_last.pt")
+    stdin, sys.stdin = sys.stdin, io.StringIO(f"{training_plan} --max-update 9 --save-dir {tmp_path}")
+    try:
+        resume_main(["--plan", "--repair"])
+    finally:
+        sys.stdin = stdin
+    out, err = capsys.readouterr()
+    assert out.strip() == "resume 4"
+    assert f"{PROG}: resuming from checkpoint_2_4.pt (update 4), copied to checkpoint_last.pt" in err
+    assert torch.load(tmp_path / "checkpoint_last.pt", weights_only=True)["optimizer_history"][-1]["num_updates"] == 4

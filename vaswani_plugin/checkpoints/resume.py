@@ -3,13 +3,14 @@ aside and the newest intact checkpoint copied atomically in its place); and say 
 on from SAVE_DIR's checkpoints, by fairseq's parsed configuration against the one the newest stored.
 
     python -m vaswani_plugin.checkpoints.resume SAVE_DIR
-    python -m vaswani_plugin.checkpoints.resume --plan < COMMANDS     run | finished | resume N | refuse LINE
+    python -m vaswani_plugin.checkpoints.resume --plan [--repair] < COMMANDS   run | finished | resume N | refuse LINE
 
 Details: docs/reference.md#resuming-after-a-kill; --plan (it reads, never writes): docs/recipes.md, "Re-running a
 recipe".
 """
 
 import argparse
+import contextlib
 import os
 import re
 import shlex
@@ -155,10 +156,13 @@ def configuration_change(old: dict, new: dict) -> Optional[str]:
     return None
 
 
-def plan_decision(plan: str) -> str:
-    """See the module docstring (--plan)."""
+def plan_decision(plan: str, repair: bool = False) -> str:
+    """See the module docstring (--plan); `repair`: first resume() the --save-dir, its notes on stderr."""
     new = training_config(plan)
     save_dir = Path(new["checkpoint"]["save_dir"])
+    if repair:
+        with contextlib.redirect_stdout(sys.stderr):
+            resume(save_dir)
     last = save_dir / "checkpoint_last.pt"
     state = None
     if last.exists():
@@ -197,10 +201,11 @@ def main(argv=None) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("save_dir", nargs="?", help="fairseq-train's --save-dir")
     parser.add_argument("--plan", action="store_true", help="read commands from stdin; say whether training resumes")
+    parser.add_argument("--repair", action="store_true", help="with --plan: first do what SAVE_DIR alone does")
 
     def command(args):
         if args.plan:
-            print(plan_decision(sys.stdin.read()))
+            print(plan_decision(sys.stdin.read(), args.repair))
         elif args.save_dir:
             resume(args.save_dir)
         else:
