@@ -1,15 +1,18 @@
 """Stage records: what a stage of a recipe, or of a preparation, ran with, so that a re-run can tell what changed.
 
-    python -m prepare.records check  WORK_DIR STAGE [--after STAGE] < PLAN   same | changed | interrupted | new
-    python -m prepare.records start  WORK_DIR STAGE [--after STAGE] < PLAN   the stage is running
+    python -m prepare.records check  WORK_DIR STAGE [--after STAGE] [--input FILE]... < PLAN
+                                     same | changed | interrupted | new | inputs-changed LINE
+    python -m prepare.records start  WORK_DIR STAGE [--after STAGE] [--input FILE]... [--started-from N] < PLAN
     python -m prepare.records finish WORK_DIR STAGE                          the stage finished
     python -m prepare.records data   DATA_DIR --recipe-dir WORK_DIR [--raw DIR]... [--restarting] [--write]
                                      [NAME=VALUE]...                 same | new | changed LINE | refuse LINE
 
 A record, WORK_DIR/.stages/STAGE.json, holds the stage's plan (the commands it runs, as DRY_RUN=1 prints them,
 WORK_DIR written as $WORK_DIR), the id of the record of the stage before it when it ran (`after`), its own id,
-when it started and finished, and the versions of the plugin, fairseq and torch. A stage whose plan, or whose
-previous stage's record, is not the one it ran after has `changed`; its outputs go aside and it runs again
+when it started and finished, the versions of the plugin, fairseq and torch, and the identity of its inputs
+(--input: the data's dictionaries for training; and the update it started from). An input that is not what the
+stage read is `inputs-changed` and a line naming it. A stage whose plan, or whose previous stage's record, is not
+the one it ran after has `changed`; its outputs go aside and it runs again
 (recipes/common.sh); one that started with the same plan and never finished is `interrupted`. A version that
 changed is one warning line, never a reason to run again.
 
@@ -89,24 +92,34 @@ def after_id(work_dir: Path, previous: Optional[str]) -> Optional[str]:
     return record.get("id") if record else None
 
 
-def check(work_dir: Path, stage: str, previous: Optional[str], plan: str) -> str:
+def identity(files: Iterable[Path]) -> Dict[str, list]:
+    """{file name: [size, sha256]} of each file (small files: the dictionaries)."""
+    return {Path(path).name: [Path(path).stat().st_size, hashlib.sha256(Path(path).read_bytes()).hexdigest()]
+            for path in files}
+
+
+def check(work_dir: Path, stage: str, previous: Optional[str], plan: str, inputs: Iterable[Path] = ()) -> str:
     record = read(record_path(work_dir, stage))
     if record is None:
         return "new"
     warning = version_warning(record, stage)
     if warning:
         print(warning, file=sys.stderr)
+    for name, (size, digest) in identity(inputs).items():
+        if name in record.get("inputs", {}) and record["inputs"][name] != [size, digest]:
+            return f"inputs-changed the data's {name} is not the one stage {stage} read ({size:,} bytes now)"
     changed = record.get("plan") != normalised(plan, work_dir) or record.get("after") != after_id(work_dir, previous)
     if changed:
         return "changed"
     return "same" if record.get("finished") else "interrupted"
 
 
-def start(work_dir: Path, stage: str, previous: Optional[str], plan: str) -> None:
+def start(work_dir: Path, stage: str, previous: Optional[str], plan: str, inputs: Iterable[Path] = (),
+          started_from: Optional[int] = None) -> None:
     write(record_path(work_dir, stage), {
         "stage": stage, "plan": normalised(plan, work_dir), "after": after_id(work_dir, previous),
         "id": uuid.uuid4().hex, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "finished": None,
-        "versions": versions()})
+        "versions": versions(), "inputs": identity(inputs), "started_from": started_from})
 
 
 def finish(work_dir: Path, stage: str) -> None:
@@ -190,6 +203,8 @@ def main(argv=None) -> None:
     parser.add_argument("stage", nargs="?", help="check, start, finish: the stage")
     parser.add_argument("settings", nargs="*", help="data: NAME=VALUE, the preparation's settings")
     parser.add_argument("--after", default=None, help="the stage before it")
+    parser.add_argument("--input", type=Path, action="append", default=[], help="check, start: a file it reads")
+    parser.add_argument("--started-from", type=int, default=None, help="start: the update training resumes from")
     parser.add_argument("--raw", type=Path, action="append", default=[], help="data: a folder (or file) of raw data")
     parser.add_argument("--write", action="store_true", help="data: record these settings")
     parser.add_argument("--recipe-dir", dest="work_dir_of_recipe", type=Path, default=Path.cwd(),
@@ -208,10 +223,11 @@ def main(argv=None) -> None:
         finish(args.work_dir, args.stage)
     else:
         plan = sys.stdin.read()
+        inputs = [path for path in args.input if path.is_file()]
         if args.action == "check":
-            print(check(args.work_dir, args.stage, args.after, plan))
+            print(check(args.work_dir, args.stage, args.after, plan, inputs))
         else:
-            start(args.work_dir, args.stage, args.after, plan)
+            start(args.work_dir, args.stage, args.after, plan, inputs, args.started_from)
 
 
 if __name__ == "__main__":

@@ -153,6 +153,7 @@ agreed() {
 train_decision() {
     if [ "$2" = same ]; then echo skip; return; fi
     compgen -G "$3/checkpoint*.pt" > /dev/null || { echo run; return; }  # nothing to compare with
+    if [[ "$2" == inputs-changed* ]]; then echo "refuse ${2#inputs-changed }, but $3 holds its checkpoints"; return; fi
     # Killed while training with this very command: it goes on (its checkpoint_last.pt repaired first if cut off).
     if [ "$2" = interrupted ]; then echo "resume (interrupted before)"; return; fi
     local errors decision repair=()
@@ -180,10 +181,14 @@ stage() {
     # recorded apart).
     plan=$(STAGE_PLAN=1 DRY_RUN=1 PYTHON=python "$@" 2> /dev/null) || die "internal: stage $name cannot say what it runs"
     [ "${RESTART_FROM:-}" != "$name" ] || RESTARTING=1
+    local records=(${PREVIOUS_STAGE:+--after "$PREVIOUS_STAGE"}) dictionary
+    if [ "$1" = train ]; then  # what training reads: the data's dictionaries
+        for dictionary in "$DATA_BIN"/dict.*.txt; do records+=(--input "$dictionary"); done
+    fi
     state=new
     if [ "$RESTARTING" = 0 ]; then
-        state=$("$PYTHON" -m prepare.records check "$WORK_DIR" "$name" ${PREVIOUS_STAGE:+--after "$PREVIOUS_STAGE"} \
-                <<< "$plan") || die "cannot read the record of stage $name"
+        state=$("$PYTHON" -m prepare.records check "$WORK_DIR" "$name" "${records[@]}" <<< "$plan") ||
+            die "cannot read the record of stage $name"
     fi
     if [ "$1" = train ]; then
         agreed "$name" train_decision "$plan" "$state" "${outputs[0]}"
@@ -196,8 +201,8 @@ stage() {
         say "stage $name: done before, skipped${DECISION#skip}"
         # Finished, but not recorded (killed in between, or trained before records): recorded now.
         if [[ "$state" =~ ^(new|interrupted)$ ]] && [ "${RUN_RANK:-0}" = 0 ] && [ "$DRY_RUN" = 0 ]; then
-            "$PYTHON" -m prepare.records start "$WORK_DIR" "$name" ${PREVIOUS_STAGE:+--after "$PREVIOUS_STAGE"} \
-                <<< "$plan" && "$PYTHON" -m prepare.records finish "$WORK_DIR" "$name"
+            "$PYTHON" -m prepare.records start "$WORK_DIR" "$name" "${records[@]}" <<< "$plan" &&
+                "$PYTHON" -m prepare.records finish "$WORK_DIR" "$name"
         fi ;;
     refuse*)
         die "stage $name: ${DECISION#refuse }. Nothing was changed; to go on, use a new WORK_DIR, or set" \
@@ -220,8 +225,9 @@ stage() {
             say "stage $name: $what$why"
             if [ "${RUN_RANK:-0}" = 0 ]; then
                 [ "$RESTARTING" = 0 ] && [ "$DECISION" != rerun ] || set_aside "${outputs[@]}" "$record"
-                "$PYTHON" -m prepare.records start "$WORK_DIR" "$name" ${PREVIOUS_STAGE:+--after "$PREVIOUS_STAGE"} \
-                    <<< "$plan" || die "cannot write the record of stage $name"
+                [[ ! "$DECISION" =~ ^resume\ [0-9]+$ ]] || records+=(--started-from "${DECISION#resume }")
+                "$PYTHON" -m prepare.records start "$WORK_DIR" "$name" "${records[@]}" <<< "$plan" ||
+                    die "cannot write the record of stage $name"
             fi
             "$@"
             [ "${RUN_RANK:-0}" != 0 ] || "$PYTHON" -m prepare.records finish "$WORK_DIR" "$name"

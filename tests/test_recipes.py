@@ -7,6 +7,7 @@ at 3 tokens (EXTRA_GENERATE_ARGS): an untrained model would otherwise run to inp
 """
 
 import importlib
+import json
 import os
 import re
 import shlex
@@ -165,6 +166,7 @@ def test_en_de_base_from_nothing_to_bleu_then_skips_what_is_done(mirror, en_de_d
     resumed = run_recipe("wmt14_en_de_base.sh", {**env, "MAX_UPDATE": "6", "BF16": "1"})
     assert "stage train: resuming from update 4" in resumed.stderr
     assert updates_of(work / "checkpoints" / "checkpoint_last.pt") == 6
+    assert json.loads((work / ".stages" / "train.json").read_text())["started_from"] == 4
     assert "stage translate: running again" in resumed.stderr
     check_scores(resumed.stdout, 3003)
     (kept,) = (work / "previous").iterdir()

@@ -109,3 +109,24 @@ def test_every_other_run_of_a_job_follows_run_0s_decision(tmp_path):
     # Another launch's decision is not this one's: node 1 waits, then says so.
     timed_out = run_common(tmp_path, train, **{**nodes, "MASTER_PORT": "29501", "DECISION_WAIT": "1"})
     assert timed_out.returncode == 1 and "decided nothing on stage train" in timed_out.stderr
+
+
+def test_a_dictionary_changed_under_the_checkpoints_is_refused(tmp_path):
+    """Training's record holds the identity of the data's dictionaries (and the update it resumed from): a dictionary
+    that is not the one the checkpoints were trained with stops the recipe in one line, whatever made it."""
+    work, data_bin = tmp_path / "work", tmp_path / "data-bin"
+    work.mkdir()
+    data_bin.mkdir()
+    (data_bin / "dict.en.txt").write_text("the 10\n")
+    train = f'stages train; detect_devices; DATA_BIN={data_bin} MAX_TOKENS=10 UPDATE_FREQ=1; stage train --output ' \
+            '"$WORK_DIR/checkpoints" train "$WORK_DIR/checkpoints" --arch a'
+    assert run_common(work, train, CPU="1").returncode == 0
+    record = json.loads((work / ".stages" / "train.json").read_text())
+    assert record["inputs"]["dict.en.txt"][0] == 7 and record["started_from"] is None
+    (work / "checkpoints" / "checkpoint_last.pt").touch()
+    (data_bin / "dict.en.txt").write_text("der 10\n")
+    refused = run_common(work, train, CPU="1")
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines()[-1].startswith(
+        "test: error: stage train: the data's dict.en.txt is not the one stage train read (7 bytes now), but "
+        f"{work}/checkpoints holds its checkpoints. Nothing was changed")
