@@ -1,6 +1,7 @@
 """Helpers shared by the prepare steps: one-line errors, logging, line-safe file I/O, parallel line mapping."""
 
 import argparse
+import hashlib
 import os
 import sys
 from collections import deque
@@ -88,6 +89,15 @@ def open_write(path) -> TextIO:
 
 def display(path) -> str:
     return "stdin" if str(path) == "-" else str(path)
+
+
+def file_digest(path, algorithm: str = "sha256") -> str:
+    """The hex digest of a file, read in 1 MiB blocks (a WMT archive is gigabytes)."""
+    digest = hashlib.new(algorithm)
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def count_lines(path) -> int:

@@ -12,7 +12,6 @@ nothing; a missing file is a one-line error that names it and its URL.
     python -m prepare.download --list
 """
 
-import hashlib
 import http.client
 import os
 import shutil
@@ -24,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from ._common import ArgumentParser, PrepareError, log, run_cli
+from ._common import ArgumentParser, PrepareError, file_digest, log, run_cli
 
 
 @dataclass(frozen=True)
@@ -94,14 +93,6 @@ _TIMEOUT_S = 60
 
 def _mb(n: int) -> str:
     return f"{n / 1e6:,.1f} MB"
-
-
-def _digest(path: Path, algorithm: str) -> str:
-    digest = hashlib.new(algorithm)
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(_CHUNK), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def check_disk_space(dest: Path, files: List[RawFile]) -> None:
@@ -187,7 +178,7 @@ def fetch(url: str, dest: Path, size: Optional[int] = None, sha256: Optional[str
         raise PrepareError(f"download of {url} stopped at {have:,} of {expected:,} bytes; {hint}")
     for algorithm, want in (("sha256", sha256), ("md5", md5)):
         if want:
-            got = _digest(part, algorithm)
+            got = file_digest(part, algorithm)
             if got != want:
                 part.unlink()
                 raise PrepareError(f"{url}: {algorithm} {got} is not the expected {want}; "

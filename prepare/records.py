@@ -26,7 +26,6 @@ prepare/wmt14.py and prepare/wsj_parsing.py keep their own steps' records with `
 """
 
 import argparse
-import hashlib
 import json
 import os
 import sys
@@ -34,6 +33,8 @@ import time
 import uuid
 from pathlib import Path
 from typing import Dict, Iterable, Optional
+
+from ._common import file_digest
 
 VERSIONED = ("vaswani-plugin", "ve-fairseq", "torch")
 
@@ -94,8 +95,7 @@ def after_id(work_dir: Path, previous: Optional[str]) -> Optional[str]:
 
 def identity(files: Iterable[Path]) -> Dict[str, list]:
     """{file name: [size, sha256]} of each file (small files: the dictionaries)."""
-    return {Path(path).name: [Path(path).stat().st_size, hashlib.sha256(Path(path).read_bytes()).hexdigest()]
-            for path in files}
+    return {Path(path).name: [Path(path).stat().st_size, file_digest(path)] for path in files}
 
 
 def check(work_dir: Path, stage: str, previous: Optional[str], plan: str, inputs: Iterable[Path] = ()) -> str:
@@ -136,7 +136,7 @@ def checksums(folders: Iterable[Path], cache_path: Path, keep: bool = True) -> D
     """{file name relative to its folder: [size, sha256]} of every file under the folders; `keep`: the new
     checksums are cached."""
     cache = read(cache_path) or {}
-    found, fresh = {}, {}
+    found, computed = {}, False
     for folder in folders:
         folder = Path(folder)
         paths = sorted(p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else [folder]
@@ -144,16 +144,11 @@ def checksums(folders: Iterable[Path], cache_path: Path, keep: bool = True) -> D
             info = path.stat()
             key = f"{path.resolve()}:{info.st_size}:{info.st_mtime_ns}"
             if key not in cache:
-                digest = hashlib.sha256()
-                with open(path, "rb") as handle:
-                    for block in iter(lambda: handle.read(1 << 22), b""):
-                        digest.update(block)
-                cache[key] = digest.hexdigest()
-            fresh[key] = cache[key]
+                cache[key], computed = file_digest(path), True
             name = str(path.relative_to(folder)) if folder.is_dir() else path.name
             found[name] = [info.st_size, cache[key]]
-    if keep and fresh and fresh.keys() - (read(cache_path) or {}).keys():
-        write(cache_path, {**(read(cache_path) or {}), **fresh})
+    if keep and computed:
+        write(cache_path, cache)
     return found
 
 

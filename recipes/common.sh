@@ -164,11 +164,8 @@ train_decision() {
         { cat "$errors" >&2; die "cannot compare the training command with its checkpoints"; }
     grep "^vaswani_plugin.checkpoints.resume: " "$errors" | tee -a "$3/train.log" >&2 || true
     rm -f "$errors"
-    case $decision in
-    finished) echo "skip (its checkpoints reached the target)" ;;
-    run) echo run ;;
-    *) echo "$decision" ;;
-    esac
+    [ "$decision" != finished ] || decision="skip (its checkpoints reached the target)"
+    echo "$decision"
 }
 
 # stage NAME [--output PATH]... COMMAND...: run COMMAND as the stage NAME, whose outputs are the PATHs, as its
@@ -209,20 +206,21 @@ stage() {
             "RESTART_FROM=$name to move its outputs and every later stage's aside (to WORK_DIR/previous/) and run" \
             "them again" ;;
     *)
-        local what=run why=
+        local would=run doing=starting why=  # what the stage does, as a dry run and a run say it
         [ "$RESTARTING" = 0 ] || why=" (RESTART_FROM=$RESTART_FROM: its outputs moved to $ASIDE)"
-        [ "$DECISION" != rerun ] || what="run again" why=" (its plan or the stage before it changed; its outputs" \
-            why+=" moved to $ASIDE)"
-        [ "${DECISION%% *}" != resume ] || what=resume why=" from update ${DECISION#resume }"
-        [ "$DECISION" != "resume (interrupted before)" ] || why=" from its checkpoints (interrupted before)"
+        if [ "$DECISION" = rerun ]; then
+            would="run again" doing="running again"
+            why=" (its plan or the stage before it changed; its outputs moved to $ASIDE)"
+        elif [ "$DECISION" = "resume (interrupted before)" ]; then
+            would=resume doing=resuming why=" from its checkpoints (interrupted before)"
+        elif [ "${DECISION%% *}" = resume ]; then
+            would=resume doing=resuming why=" from update ${DECISION#resume }"
+        fi
         if [ "$DRY_RUN" = 1 ]; then
-            say "stage $name: would $what$why"
+            say "stage $name: would $would$why"
             "$@"
         else
-            [ "$what" != run ] || what=starting
-            [ "$what" != "run again" ] || what="running again"
-            [ "$what" != resume ] || what=resuming
-            say "stage $name: $what$why"
+            say "stage $name: $doing$why"
             if [ "${RUN_RANK:-0}" = 0 ]; then
                 [ "$RESTARTING" = 0 ] && [ "$DECISION" != rerun ] || set_aside "${outputs[@]}" "$record"
                 [[ ! "$DECISION" =~ ^resume\ [0-9]+$ ]] || records+=(--started-from "${DECISION#resume }")

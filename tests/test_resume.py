@@ -311,14 +311,17 @@ def training_plan(reversal_data, reversal_training):
     return f"{train} {shlex.join(OWN_PIPELINE_TINY)} --save-dir {save_dir}"
 
 
-def plan_decision(plan: str, capsys) -> str:
-    """What `python -m vaswani_plugin.checkpoints.resume --plan` prints for PLAN on stdin (in this process)."""
+def plan_decision(plan: str, capsys, *options) -> str:
+    """What `python -m vaswani_plugin.checkpoints.resume --plan [OPTIONS]` prints on stdout for PLAN on stdin (in
+    this process); its stderr stays in capsys."""
     stdin, sys.stdin = sys.stdin, io.StringIO(plan)
     try:
-        resume_main(["--plan"])
+        resume_main(["--plan", *options])
     finally:
         sys.stdin = stdin
-    return capsys.readouterr().out.strip()
+    out = capsys.readouterr()
+    sys.stderr.write(out.err)
+    return out.out.strip()
 
 
 @pytest.mark.parametrize("change,decision", [
@@ -359,12 +362,7 @@ def test_plan_with_repair_first_makes_a_cut_off_checkpoint_last_resumable(traini
     for path in save_dir.glob("checkpoint_*_*.pt"):
         (tmp_path / path.name).write_bytes(path.read_bytes())
     cut_to_half(save_dir / "checkpoint_last.pt", tmp_path / "checkpoint_last.pt")
-    stdin, sys.stdin = sys.stdin, io.StringIO(f"{training_plan} --max-update 9 --save-dir {tmp_path}")
-    try:
-        resume_main(["--plan", "--repair"])
-    finally:
-        sys.stdin = stdin
-    out, err = capsys.readouterr()
-    assert out.strip() == "resume 4"
+    assert plan_decision(f"{training_plan} --max-update 9 --save-dir {tmp_path}", capsys, "--repair") == "resume 4"
+    err = capsys.readouterr().err
     assert f"{PROG}: resuming from checkpoint_2_4.pt (update 4), copied to checkpoint_last.pt" in err
     assert torch.load(tmp_path / "checkpoint_last.pt", weights_only=True)["optimizer_history"][-1]["num_updates"] == 4

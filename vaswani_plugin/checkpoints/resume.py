@@ -148,7 +148,9 @@ def configuration_change(old: dict, new: dict) -> Optional[str]:
     fields += [(group, name) for group, names in COMPARED_FIELDS.items() for name in names]
     for group, name in fields:
         if name in (old.get(group) or {}) and name in (new.get(group) or {}) and old[group][name] != new[group][name]:
-            option = f"--{group.replace('_', '-')}" if name == "_name" else f"--{name.replace('_', '-')}"
+            # A group's _name is the choice of --arch (the model's), --criterion, --optimizer, ...
+            option = f"--{'arch' if group == 'model' else group}" if name == "_name" else f"--{name}"
+            option = option.replace("_", "-")
             return f"{option} is {new[group][name]!r} now, {old[group][name]!r} in the checkpoints"
     before, now = tokens_per_step(old), tokens_per_step(new)
     if before and now and abs(now - before) > TOKENS_TOLERANCE * before:
