@@ -32,9 +32,7 @@ SUBWORDS=subword_nmt
 # under bfloat16 autocast (BF16=auto, on a CPU with AVX512-BF16 or AMX).
 # Everything else as §5: Adam, eq. 3, label smoothing 0.1.
 ARCH=${ARCH:-vaswani_transformer}
-MODEL_ARGS=(--encoder-embed-dim 128 --decoder-embed-dim 128 --encoder-ffn-embed-dim 512
-            --decoder-ffn-embed-dim 512 --encoder-attention-heads 4 --decoder-attention-heads 4
-            --encoder-layers 3 --decoder-layers 3 --dropout 0.1)
+MODEL_ARGS=("${PAPER_MODEL_QUICKSTART[@]}")  # vaswani_plugin/paper.py's "quickstart"
 TOKENS_PER_STEP=${TOKENS_PER_STEP:-2048}
 MAX_TOKENS_PER_GPU=${MAX_TOKENS_PER_GPU:-2048}
 batch_size_for_workers
@@ -55,12 +53,12 @@ stage train --output "$CHECKPOINTS" train "$CHECKPOINTS" --arch "$ARCH" "${MODEL
 leave_the_rest_to_run_zero
 stage average --output "$CHECKPOINTS/checkpoint_average.pt" average_available "$CHECKPOINTS" "${AVERAGE_LAST:-5}"
 
-# §6.1 decoding: beam 4, length penalty α = 0.6, at most input + 50 tokens; every one of the 1,000 sentences,
-# 128 a batch, the BPE subwords joined back.
+# §6.1 decoding (translate's default): beam 4, length penalty α = 0.6, at most input + 50 tokens; every one of the
+# 1,000 sentences, 128 a batch, the BPE subwords joined back.
 TRANSLATIONS="$WORK_DIR/test2016.generate.txt"
 stage translate --output "$TRANSLATIONS" --output "$TRANSLATIONS.bleu" translate \
-    "$CHECKPOINTS/checkpoint_average.pt" test "$TRANSLATIONS" 4 0.6 50 128 "$SUBWORDS"
-score "$TRANSLATIONS" test --examples 3 --source "$TEXT_DIR/test.en"
+    --checkpoint "$CHECKPOINTS/checkpoint_average.pt" --subset test --output "$TRANSLATIONS" --post-process "$SUBWORDS"
+score --generate-output "$TRANSLATIONS" --subset test --examples 3 --source "$TEXT_DIR/test.en"
 
 # Attention of the first test sentence: every head of the last layer (Figures 3-5 of the paper).
 PICTURES="$WORK_DIR/attention"

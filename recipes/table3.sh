@@ -53,8 +53,8 @@ results=()
 for index in "${!VARIANTS[@]}"; do
     IFS='|' read -r name variant_args paper_ppl paper_bleu paper_params <<< "${VARIANTS[$index]}"
     run="$ROW-$((index + 1))"
-    steps=100000
-    [ "$ROW" = big ] && steps=300000
+    steps=$PAPER_BASE_STEPS
+    [ "$ROW" = big ] && steps=$PAPER_BIG_STEPS
     say "Table 3 ($ROW) $name"
     PREVIOUS_STAGE=  # variants are independent of each other
     # The base model of §5 (P_drop = 0.1: the architecture's) with this variant's changes; the last --option
@@ -73,13 +73,14 @@ for index in "${!VARIANTS[@]}"; do
         ppl=$("${validate[@]}" 2>&1 | sed -n "s/.*| ppl \([0-9.]*\) |.*/\1/p" | tail -n 1)
         [ -n "$ppl" ] || die "fairseq-validate printed no perplexity for $run"
     fi
-    stage "translate-$run" --output "$WORK_DIR/$run/newstest2013.generate.txt" translate \
-        "$WORK_DIR/$run/checkpoint_last.pt" valid "$WORK_DIR/$run/newstest2013.generate.txt" 4 0.6 50 128 "$SUBWORDS"
+    output="$WORK_DIR/$run/newstest2013.generate.txt"
+    stage "translate-$run" --output "$output" translate --checkpoint "$WORK_DIR/$run/checkpoint_last.pt" \
+        --subset valid --output "$output" --post-process "$SUBWORDS"
     if [ "$DRY_RUN" = 1 ]; then
-        score "$WORK_DIR/$run/newstest2013.generate.txt" valid
+        score --generate-output "$output" --subset valid
         continue
     fi
-    bleu=$(score "$WORK_DIR/$run/newstest2013.generate.txt" valid | sed -n 's/^BLEU (tokenised, compound-split) = \([0-9.]*\).*/\1/p')
+    bleu=$(score --generate-output "$output" --subset valid | sed -n 's/^BLEU (tokenised, compound-split) = \([0-9.]*\).*/\1/p')
     params=$(model_parameters "$WORK_DIR/$run")
     results+=("$(printf '%-22s %8s (%5s) %9s (%4s) %9.1fM (%sM)' "$name" "$ppl" "$paper_ppl" "$bleu" "$paper_bleu" \
         "$(awk "BEGIN { print $params / 1e6 }")" "${paper_params:--}")")

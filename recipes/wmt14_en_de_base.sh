@@ -13,8 +13,6 @@ TARGET_LANG=de
 prepare_wmt14 en-de --bpe-merges "${BPE_MERGES:-32000}"
 
 # Table 3 "base": N = 6, d_model = 512, d_ff = 2048, h = 8, d_k = d_v = 64, P_drop = 0.1 (the architecture's).
-# §5.2: 8 P100 GPUs, 100,000 steps (12 hours) at about 0.4 s per step.
-# §6.1: checkpoints written at 10-minute intervals (1,500 steps at 0.4 s/step), the last 5 averaged.
-# Table 2: the training cost of the base model.
-#                       architecture        steps  checkpoint every  average last  Table 2 row
-train_average_translate vaswani_transformer 100000 1500              5             base
+# --paper base (vaswani_plugin/paper.py): §5.2's 100,000 steps (12 hours on 8 P100 GPUs at about 0.4 s per step);
+# §6.1's checkpoints at 10-minute intervals (1,500 steps), the last 5 averaged; Table 2's base row of the cost.
+train_average_translate --arch vaswani_transformer --paper base

@@ -13,8 +13,6 @@ TARGET_LANG=de
 prepare_wmt14 en-de --bpe-merges "${BPE_MERGES:-32000}"
 
 # Table 3 "big": N = 6, d_model = 1024, d_ff = 4096, h = 16, P_drop = 0.3 (the architecture's).
-# §5.2: 8 P100 GPUs, 300,000 steps (3.5 days) at about 1.0 s per step.
-# §6.1: checkpoints written at 10-minute intervals (600 steps at 1.0 s/step), the last 20 averaged.
-# Table 2: the training cost of the big model.
-#                       architecture            steps  checkpoint every  average last  Table 2 row
-train_average_translate vaswani_transformer_big 300000 600               20            big
+# --paper big (vaswani_plugin/paper.py): §5.2's 300,000 steps (3.5 days on 8 P100 GPUs at about 1.0 s per step);
+# §6.1's checkpoints at 10-minute intervals (600 steps), the last 20 averaged; Table 2's big row of the cost.
+train_average_translate --arch vaswani_transformer_big --paper big

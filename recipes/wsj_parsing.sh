@@ -40,11 +40,12 @@ elif [ -n "${SAMPLE_DIR:-}" ]; then
 else
     die "set WSJ_DIR (the LDC Penn Treebank's parsed/mrg/wsj) or SAMPLE_DIR (e.g. ../shared/data/ptb_sample)"
 fi
-DECODINGS=(constrained)
-if [ "${UNCONSTRAINED:-0}" = 1 ]; then DECODINGS+=(unconstrained); fi
-STAGE_NAMES=(prepare train average)
-for split in valid test; do for decoding in "${DECODINGS[@]}"; do STAGE_NAMES+=("${decoding}_$split"); done; done
-stages "${STAGE_NAMES[@]}"  # what STOP_AFTER may name
+# The decoding stages, DECODING_SPLIT: section 22 (valid) for tuning, section 23 (test); with UNCONSTRAINED=1 each
+# also without the tree constraint.
+DECODE_STAGES=(constrained_valid constrained_test)
+[ "${UNCONSTRAINED:-0}" != 1 ] ||
+    DECODE_STAGES=(constrained_valid unconstrained_valid constrained_test unconstrained_test)
+stages prepare train average "${DECODE_STAGES[@]}"  # what STOP_AFTER may name
 [ "${EXTRA_TRAIN_TREES:-}" != none ] || EXTRA_TRAIN_TREES=
 for path in ${EXTRA_TRAIN_TREES:-}; do
     [ -e "$path" ] || die "EXTRA_TRAIN_TREES: $path does not exist (the sample's default: GUM's trees beside it, \
@@ -84,8 +85,9 @@ TUNED=(${DROPOUT:+--dropout "$DROPOUT"} ${ATTENTION_DROPOUT:+--attention-dropout
 CHECKPOINTS="$WORK_DIR/checkpoints"
 if [ -n "${WSJ_DIR:-}" ]; then
     MODEL_ARGS=(--arch vaswani_transformer_parsing "${TUNED[@]}" ${LR_FACTOR:+--factor "$LR_FACTOR"}
-                --max-update "${MAX_UPDATE:-100000}" --save-interval-updates "${SAVE_INTERVAL_UPDATES:-1500}"
-                --keep-interval-updates "${AVERAGE_LAST:-5}")
+                --max-update "${MAX_UPDATE:-$PAPER_BASE_STEPS}"
+                --save-interval-updates "${SAVE_INTERVAL_UPDATES:-$PAPER_BASE_CHECKPOINT_EVERY}"
+                --keep-interval-updates "${AVERAGE_LAST:-$PAPER_BASE_AVERAGE}")
     batch_size_for_workers
 else
     # The sample (3,253 training trees) on 2 CPU cores: the quickstart's small model with the parsing depth
@@ -93,9 +95,8 @@ else
     # 1.8e-3): at 3.6e-3 with dropout 0.2 the model ignored its input and became a tree-sequence language
     # model (F1 2.6). With the defaults (GUM, signatures, bfloat16): test F1 80.06, dev 80.50 in 30 minutes (2
     # cores, 2026-11-26; the sample alone: 68.17, 66.97); see docs/parsing.md, "The public sample".
-    MODEL_ARGS=(--arch vaswani_transformer_parsing --encoder-embed-dim 128 --decoder-embed-dim 128
-                --encoder-ffn-embed-dim 512 --decoder-ffn-embed-dim 512 --encoder-attention-heads 4
-                --decoder-attention-heads 4 "${TUNED[@]}" --warmup-updates 300 --factor "${LR_FACTOR:-0.35}"
+    MODEL_ARGS=(--arch vaswani_transformer_parsing "${PAPER_MODEL_PARSING_SAMPLE[@]}" "${TUNED[@]}"
+                --warmup-updates 300 --factor "${LR_FACTOR:-0.35}"
                 --max-epoch "${MAX_EPOCH:-200}"
                 --stop-time-hours "$(budget_hours "${BUDGET_MINUTES:-30}")"
                 --save-interval-updates "${SAVE_INTERVAL_UPDATES:-50}" --keep-interval-updates "${AVERAGE_LAST:-5}"
@@ -107,36 +108,37 @@ stage train --output "$CHECKPOINTS" train "$CHECKPOINTS" "${MODEL_ARGS[@]}" --lo
 leave_the_rest_to_run_zero
 stage average --output "$CHECKPOINTS/checkpoint_average.pt" average_available "$CHECKPOINTS" "${AVERAGE_LAST:-5}"
 
-# §6.3 decoding: beam 21, length penalty α = 0.3, at most input + 300 tokens (32 sentences a batch; the tree
-# tokens are whole words, none joined), constrained to well-formed trees over the sentence's words
-# (--parse-constrained); with UNCONSTRAINED=1 also without the constraint, the outputs repaired into trees. Every
-# output becomes a tree over its words and is scored with EVALB's COLLINS.prm. Section 22 (valid) for tuning,
-# section 23 (test).
+# §6.3 decoding (vaswani_plugin/paper.py's PARSING_*): beam 21, length penalty α = 0.3, at most input + 300
+# tokens (32 sentences a batch; the tree tokens are whole words, none joined), constrained to well-formed trees
+# over the sentence's words (--parse-constrained); with UNCONSTRAINED=1 also without the constraint, the outputs
+# repaired into trees. Every output becomes a tree over its words and is scored with EVALB's COLLINS.prm.
 SCORES=()
 for split in valid test; do
-    for decoding in "${DECODINGS[@]}"; do
-        if [ "$decoding" = constrained ]; then
+    for name in "${DECODE_STAGES[@]}"; do
+        [ "${name#*_}" = "$split" ] || continue
+        if [ "${name%_*}" = constrained ]; then
             out=$WORK_DIR/$split constraint=--parse-constrained title=constrained
         else
             out=$WORK_DIR/$split.unconstrained constraint= title="unconstrained, repaired"
         fi
-        EXTRA_GENERATE_ARGS="$constraint ${EXTRA_GENERATE_ARGS:-}" stage "${decoding}_$split" \
-            --output "$out.generate.txt" --output "$out.parsed.trees" --output "$out.f1" translate \
-            "$CHECKPOINTS/checkpoint_average.pt" "$split" "$out.generate.txt" "${BEAM:-21}" "${ALPHA:-0.3}" 300 32 none
+        EXTRA_GENERATE_ARGS="$constraint ${EXTRA_GENERATE_ARGS:-}" stage "$name" --output "$out.generate.txt" \
+            --output "$out.parsed.trees" --output "$out.f1" --output "$out.f1.number" translate \
+            --checkpoint "$CHECKPOINTS/checkpoint_average.pt" --subset "$split" --output "$out.generate.txt" \
+            --beam "${BEAM:-$PAPER_PARSING_BEAM}" --alpha "${ALPHA:-$PAPER_PARSING_ALPHA}" \
+            --max-len-b "$PAPER_PARSING_MAX_LEN_B" --batch-size 32
         say "$split, $title: labelled bracketing F1 (EVALB, COLLINS.prm)"
         parses=("$PYTHON" -m vaswani_plugin.scoring.parses --generate-output "$out.generate.txt"
                 --words "$DATA_DIR/text/$split.words" --tags "$DATA_DIR/gold/$split.tags"
-                --gold "$DATA_DIR/gold/$split.trees" --output "$out.parsed.trees")
+                --gold "$DATA_DIR/gold/$split.trees" --output "$out.parsed.trees" --f1-file "$out.f1.number")
         if [ "$DRY_RUN" = 1 ]; then run "${parses[@]}"; continue; fi
         "${parses[@]}" | tee "$out.f1"
-        SCORES+=("$split, $title: F1 $(sed -n 's/^F1 = \([0-9.]*\) .*/\1/p' "$out.f1")")
+        SCORES+=("$split, $title: F1 $(cat "$out.f1.number")")
     done
     # The floor: every sentence's right-branching tree, (S w1 (S w2 ... (S w(n-1) wn))).
-    run_to "$WORK_DIR/$split.right_branching.f1" "$PYTHON" -m vaswani_plugin.scoring.parses --right-branching \
-        --words "$DATA_DIR/text/$split.words" --tags "$DATA_DIR/gold/$split.tags" --gold "$DATA_DIR/gold/$split.trees"
-    [ "$DRY_RUN" = 0 ] || continue
-    SCORES+=("$split, right-branching baseline: F1 $(sed -n 's/^F1 = \([0-9.]*\) .*/\1/p' \
-        "$WORK_DIR/$split.right_branching.f1")")
+    floor=$WORK_DIR/$split.right_branching.f1
+    run_to "$floor" "$PYTHON" -m vaswani_plugin.scoring.parses --right-branching --words "$DATA_DIR/text/$split.words" \
+        --tags "$DATA_DIR/gold/$split.tags" --gold "$DATA_DIR/gold/$split.trees" --f1-file "$floor.number"
+    [ "$DRY_RUN" = 1 ] || SCORES+=("$split, right-branching baseline: F1 $(cat "$floor.number")")
 done
 [ "$DRY_RUN" = 0 ] || exit 0
 for line in "${SCORES[@]}"; do say "$line"; done

@@ -267,11 +267,13 @@ def test_table3_needs_a_row():
 
 def run_common(tmp_path, commands, gpus=8, **settings):
     """Source recipes/common.sh and run COMMANDS, with a stand-in python that reports GPUS visible GPUs, a longest
-    training sentence of 100 tokens (prepare.longest), runs the stage records (prepare.records) and prints any other
-    command it is given (`python ARGS...`) instead of running it."""
+    training sentence of 100 tokens (prepare.longest), runs the stage records (prepare.records), the launch plan
+    (recipes.launch) and the paper's settings (paper.py) and prints any other command it is given
+    (`python ARGS...`) instead of running it."""
     fake_python = tmp_path / "python"
     fake_python.write_text(f'#!/bin/sh\nif [ "$1" = -c ]; then echo {gpus}; elif [ "$2" = prepare.longest ]; then '
-                           f'echo 100 train; elif [ "$2" = prepare.records ]; then exec {sys.executable} "$@"; '
+                           f'echo 100 train; elif [ "$2" = prepare.records ] || [ "$2" = recipes.launch ] || '
+                           f'[ "${{1##*/}}" = paper.py ]; then exec {sys.executable} "$@"; '
                            f'else echo "python $*"; fi\n')
     fake_python.chmod(0o755)
     env = dict(os.environ, PYTHON=str(fake_python), RECIPE="test", WORK_DIR=str(tmp_path), **settings)
@@ -378,13 +380,14 @@ def test_a_bad_bf16_setting_is_the_tasks_one_line_error(reversal_data, tmp_path)
 
 def test_translate_takes_the_decoding_as_arguments(tmp_path):
     """§6.1 (the WMT recipes) and §6.3 (parsing: no subwords to join) through the one translate function."""
-    translate = 'detect_devices; DATA_BIN=data-bin; translate model.pt {} "$WORK_DIR/out.txt" {}; ' \
-                'cat "$WORK_DIR/out.txt"'
-    wmt = run_common(tmp_path, translate.format("test", "4 0.6 50 128 subword_nmt"))
+    translate = 'detect_devices; DATA_BIN=data-bin; translate --checkpoint model.pt --subset {} ' \
+                '--output "$WORK_DIR/out.txt" {}; cat "$WORK_DIR/out.txt"'
+    wmt = run_common(tmp_path, translate.format("test", "--post-process subword_nmt"))
     assert wmt.returncode == 0, wmt.stderr
     assert "--path model.pt --gen-subset test --search paper --beam 4 --gnmt-alpha 0.6 --max-len-a 1 --max-len-b 50 " \
            "--batch-size 128 --required-batch-size-multiple 1 --post-process subword_nmt" in wmt.stdout
-    parsing = run_common(tmp_path, translate.format("valid", "21 0.3 300 32 none"), EXTRA_GENERATE_ARGS="--x 1")
+    parsing = run_common(tmp_path, translate.format("valid", "--beam 21 --alpha 0.3 --max-len-b 300 --batch-size 32"),
+                         EXTRA_GENERATE_ARGS="--x 1")
     assert parsing.returncode == 0, parsing.stderr
     assert parsing.stdout.strip().endswith(
         "--path model.pt --gen-subset valid --search paper --beam 21 --gnmt-alpha 0.3 --max-len-a 1 --max-len-b 300 "
@@ -394,12 +397,12 @@ def test_translate_takes_the_decoding_as_arguments(tmp_path):
 
 @pytest.mark.parametrize("settings,dropout", [({}, None), ({"DROPOUT": "0.2"}, "0.2")])
 def test_train_average_translate_takes_the_papers_values_as_arguments(settings, dropout, tmp_path):
-    """ARCH STEPS SAVE_EVERY AVERAGE PAPER_MODEL, the user's variables over them; P_drop is the architecture's
-    unless DROPOUT is set."""
+    """--arch ARCH --paper big: the big model's steps, checkpoint cadence and average (paper.py), the user's
+    variables over them; P_drop is the architecture's unless DROPOUT is set."""
     stub = 'stage() { shift; while [ "$1" = --output ]; do shift 2; done; "$@"; }; train() { echo "train $*"; }; average() { echo "average $*"; }; ' \
            'translate() { echo "translate $*"; }; score() { :; }; training_cost() { echo "cost $*"; }; '
     run = stub + 'detect_devices; SUBWORDS=subword_nmt DATA_BIN=data-bin; ' \
-                 'train_average_translate vaswani_transformer_big 300000 600 20 big'
+                 'train_average_translate --arch vaswani_transformer_big --paper big'
     result = run_common(tmp_path, run, **settings)
     assert result.returncode == 0, result.stderr
     checkpoints = tmp_path / "checkpoints"
@@ -407,9 +410,9 @@ def test_train_average_translate_takes_the_papers_values_as_arguments(settings, 
         f"train {checkpoints} --arch vaswani_transformer_big" + (f" --dropout {dropout}" if dropout else "")
         + " --max-update 300000 --save-interval-updates 600 --keep-interval-updates 20",
         f"average {checkpoints} 20",
-        f"translate {checkpoints}/checkpoint_average.pt test {tmp_path}/newstest2014.generate.txt 4 0.6 50 128 "
-        "subword_nmt",
-        f"cost {checkpoints} big"]
+        f"translate --checkpoint {checkpoints}/checkpoint_average.pt --subset test --output "
+        f"{tmp_path}/newstest2014.generate.txt --post-process subword_nmt",
+        f"cost --checkpoints {checkpoints} --table2-row big"]
     overridden = run_common(tmp_path, run, MAX_UPDATE="8", SAVE_INTERVAL_UPDATES="2", AVERAGE_LAST="3")
     assert overridden.stdout.splitlines()[0] == f"train {checkpoints} --arch vaswani_transformer_big " \
         "--max-update 8 --save-interval-updates 2 --keep-interval-updates 3"

@@ -66,6 +66,7 @@ def main(argv=None) -> None:
     parser.add_argument("--tags", required=True, help="their gold POS tags (prepare: gold/SPLIT.tags)")
     parser.add_argument("--gold", required=True, help="gold trees, one per line (prepare: gold/SPLIT.trees)")
     parser.add_argument("--output", help="write the parsed trees here, one per line")
+    parser.add_argument("--f1-file", help="also write the F1 alone here, for scripts (the recipe's summary)")
     run_command(parser, parses_command, argv)
 
 
@@ -76,7 +77,7 @@ def parses_command(args) -> None:
             raise VaswaniConfigError(f"{len(words)} sentences, {len(tags)} tag lines and {len(gold)} gold trees")
         check_sentences(words, tags, args.words, args.tags)
         trees = [str(right_branching(w.split(), t.split())) for w, t in zip(words, tags)]
-        return report(gold, trees, args.output, None)
+        return report(gold, trees, args, None)
     outputs, ids = read_hypotheses(args.generate_output)
     if ids is None:
         raise VaswaniConfigError(f"{args.generate_output} holds no fairseq-generate H-/D- lines")
@@ -86,14 +87,17 @@ def parses_command(args) -> None:
                                  "translated once (fairseq-generate --required-batch-size-multiple 1)")
     check_sentences(words, tags, args.words, args.tags)
     trees, repaired = parse_trees(outputs, words, tags)
-    report(gold, trees, args.output, repaired)
+    report(gold, trees, args, repaired)
 
 
-def report(gold, trees, output, repaired) -> None:
-    """Write the trees (if asked), print the repair count (if any was made) and EVALB's summaries."""
+def report(gold, trees, args, repaired) -> None:
+    """Write the trees and the F1 (if asked), print the repair count (if any was made) and EVALB's summaries."""
     results, everything, short = evaluate(gold, trees, COLLINS)
-    if output:
-        with open(output, "w", encoding="utf-8") as file:
+    if args.f1_file:
+        with open(args.f1_file, "w", encoding="utf-8") as file:
+            file.write(f"{everything.f1:.2f}\n")
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as file:
             file.write("\n".join(trees) + "\n")
     if repaired is not None:
         print(f"outputs repaired into well-formed trees: {repaired} of {len(trees)}")
