@@ -98,7 +98,7 @@ named() {
         variable=${1#--}
         variable=${variable//-/_}
         [[ "$1" == --* ]] && [ $# -ge 2 ] && [[ "$allowed" == *" $variable "* ]] ||
-            die "internal: ${FUNCNAME[1]} takes ${allowed// / --}, not $1"
+            die "internal: ${FUNCNAME[1]} takes$(printf -- ' --%s' $allowed | tr _ -), not $1"
         printf -v "$variable" '%s' "$2"
         shift 2
     done

@@ -560,3 +560,17 @@ def test_the_documented_dry_run_plans_the_big_model_on_eight_gpus(tmp_path):
     assert train[train.index("--distributed-world-size") + 1] == "8"
     assert "training on 8 GPU(s) x 1 node(s), fp16" in result.stderr
     assert sorted(path.name for path in tmp_path.iterdir()) == ["recipes"]
+
+
+@pytest.mark.parametrize("commands,message", [
+    ("DATA_BIN=d; batch_size_for_workers", "internal: batch_size_for_workers needs WORKERS, which detect_devices sets: "
+                                           "call detect_devices before it"),
+    ("detect_devices; train x --arch a", "internal: train needs MAX_TOKENS, which batch_size_for_workers sets: call "
+                                         "batch_size_for_workers before it"),
+    ("detect_devices; DATA_BIN=d; translate --checkpoint c --subset test --output o --beams 5",
+     "internal: translate takes --checkpoint --subset --output --beam --alpha --max-len-b --batch-size "
+     "--post-process, not --beams"),
+])
+def test_a_function_called_out_of_order_or_with_an_unknown_option_says_so(commands, message, tmp_path):
+    result = run_common(tmp_path, commands)
+    assert result.returncode == 1 and result.stderr.strip().splitlines()[-1] == f"test: error: {message}"
