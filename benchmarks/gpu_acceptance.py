@@ -58,7 +58,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
-from speed import SIZES  # noqa: E402  (d_model, d_ff, h, N of the sizes speed.py measures)
+from speed import PAPER, SIZES  # noqa: E402  (vaswani_plugin/paper.py; d_model, d_ff, h, N of speed.py's sizes)
 
 PLUGIN = REPO / "vaswani_plugin"
 STAND_IN = "GPU_ACCEPTANCE_STAND_IN"  # =1: the CPU stand-in, as --device cpu --tiny
@@ -78,7 +78,7 @@ CRITERIA = {  # each implementation with its own criterion, as it is trained
 PLUGIN_ONLY = ["vaswani_transformer"]
 DECODES = {  # stage (a)'s decoding runs: name -> (on the CPU?, --fp16?)
     "cpu": (True, False), "fp32": (False, False), "fp16": (False, True)}
-ALPHA = 0.6  # §6.1's length penalty, of the decoding runs and of the scores that compare their hypotheses
+ALPHA = PAPER.ALPHA  # §6.1's length penalty, of the decoding runs and of the scores that compare their hypotheses
 CHOSEN = "{the checkpoint stage (a) decodes}"  # in a decoding job's argv: the worker puts the checkpoint it chose
 
 
@@ -293,6 +293,8 @@ DATA_LOADING = ["--num-workers", "0"]
 def train_argv(data, mode, runs, precision, impl, device, save_dir=None):
     """fairseq-train's arguments: §5's training (Adam, eq. 3, label smoothing 0.1) of one size, json logs."""
     dim, ffn, heads, layers = SIZES[mode.size]
+    paper = PAPER.arguments("training")  # the implementation's own criterion in place of the plugin's
+    criterion = paper.index("--criterion")
     sizes = [x for side in ("encoder", "decoder") for x in (f"--{side}-embed-dim", dim, f"--{side}-ffn-embed-dim",
                                                              ffn, f"--{side}-attention-heads", heads,
                                                              f"--{side}-layers", layers)]
@@ -301,9 +303,7 @@ def train_argv(data, mode, runs, precision, impl, device, save_dir=None):
     return [str(x) for x in [
         data, "--user-dir", PLUGIN, *PRECISIONS[precision], "--arch", impl, "--share-all-embeddings",
         *sizes, "--dropout", "0.1",
-        "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-9",
-        "--lr-scheduler", "noam", "--warmup-updates", runs.warmup,
-        "--criterion", CRITERIA[impl], "--label-smoothing", "0.1",
+        *paper[:criterion], "--warmup-updates", runs.warmup, "--criterion", CRITERIA[impl], *paper[criterion + 2:],
         "--max-tokens", mode.max_tokens, "--required-batch-size-multiple", "1", "--seed", "1",
         "--distributed-world-size", "1",  # one GPU, however many the machine has
         "--max-update", runs.steps, "--stop-time-hours", runs.seconds / 3600, "--disable-validation",
@@ -315,7 +315,7 @@ def generate_argv(data, subset, checkpoint, fp16, device, results):
     """fairseq-generate's arguments: §6.1's beam search over a split."""
     return [str(x) for x in [
         data, "--user-dir", PLUGIN, "--task", "vaswani_translation", "--path", checkpoint, "--gen-subset", subset,
-        "--beam", "4", "--gnmt-alpha", ALPHA, "--max-len-a", "1", "--max-len-b", "50", "--batch-size", "128",
+        *PAPER.arguments("decoding"), "--batch-size", "128",
         "--required-batch-size-multiple", "1", "--results-path", results, *DATA_LOADING,
         *(["--fp16"] if fp16 else []), *(["--cpu"] if device == "cpu" else [])]]
 
@@ -662,11 +662,11 @@ def decoding_section(decoding, device):
     on = "GPU" if device == "cuda" else "stand-in device (the CPU)"
     names = {"cpu": "CPU, float32", "fp32": f"{on}, float32", "fp16": f"{on}, fp16"}
     lines = [f"## (a) Beam-4 decoding: the {on} against the CPU", "",
-             f"fairseq-generate --beam 4 --gnmt-alpha {ALPHA} --batch-size 128 of the first {decoding['sentences']} "
-             f"test sentences (a data-bin of their own, first-sentences/), from {decoding['checkpoint']} checkpoint "
-             f"(the first precision that trained): on the CPU (--cpu), and on the {on} without "
-             f"and with --fp16; each its own timing line, on the {on} the second of two runs (the first loads "
-             f"CUDA's kernels).", "",
+             f"fairseq-generate --beam {PAPER.BEAM} --gnmt-alpha {ALPHA} --batch-size 128 of the first "
+             f"{decoding['sentences']} test sentences (a data-bin of their own, first-sentences/), from "
+             f"{decoding['checkpoint']} checkpoint (the first precision that trained): on the CPU (--cpu), and on the "
+             f"{on} without and with --fp16; each its own timing line, on the {on} the second of two runs (the first "
+             f"loads CUDA's kernels).", "",
              "| run | sentences | sentences/s | tokens/s | seconds |", "|---|---|---|---|---|"]
     for name, title in names.items():
         timing = decoding[name]

@@ -22,6 +22,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from prepare._common import plugin_leaf  # noqa: E402
+
+PAPER = plugin_leaf("paper")  # §6.1's beam, α and length limit (vaswani_plugin/paper.py), without fairseq's import
 
 
 def read_lines(path, count):
@@ -42,8 +45,8 @@ def batches(task, count, batch_size):
 def plugin_decode(model, task, samples, alpha):
     import torch
     from vaswani_plugin.generation.beam_search import BeamSearchGenerator
-    generator = BeamSearchGenerator([model], task.target_dictionary, beam_size=4, max_len_a=1, max_len_b=50,
-                                    gnmt_alpha=alpha)
+    generator = BeamSearchGenerator([model], task.target_dictionary, beam_size=PAPER.BEAM, max_len_a=PAPER.MAX_LEN_A,
+                                    max_len_b=PAPER.MAX_LEN_B, gnmt_alpha=alpha)
     out = {}
     with torch.no_grad():
         for sample in samples:
@@ -75,8 +78,8 @@ def marian_decode(marian, samples, pad, eos, **options):
     with torch.no_grad():
         for sample in samples:
             ids, longest = right_padded(sample["net_input"], pad)
-            output = marian.generate(input_ids=ids, attention_mask=ids.ne(pad), max_new_tokens=longest + 51,
-                                     **options)
+            output = marian.generate(input_ids=ids, attention_mask=ids.ne(pad),
+                                     max_new_tokens=longest + PAPER.MAX_LEN_B + 1, **options)
             out.update(zip(sample["id"].tolist(), until_eos(output, eos)))
     return out
 
@@ -93,7 +96,7 @@ def translate_raw(directory, lines, batch_size=128, **options):
     for start in range(0, len(lines), batch_size):
         batch = tokenizer(lines[start:start + batch_size], return_tensors="pt", padding=True)
         with torch.no_grad():
-            limit = {"max_new_tokens": batch["input_ids"].size(1) + 51, **options}
+            limit = {"max_new_tokens": batch["input_ids"].size(1) + PAPER.MAX_LEN_B + 1, **options}
             out += tokenizer.batch_decode(model.generate(**batch, **limit), skip_special_tokens=True)
     return out
 
@@ -145,13 +148,13 @@ def main(argv=None):
                                   source_lang=source_lang, target_lang=target_lang, bpe_codes=args.bpe_codes)
         marian = export_huggingface.MarianMTModel.from_pretrained(Path(directory) / "model").eval()
 
-        plugin, plugin_seconds = timed(plugin_decode, model, task, samples, 0.6)
+        plugin, plugin_seconds = timed(plugin_decode, model, task, samples, PAPER.ALPHA)
         exported, marian_seconds = timed(marian_decode, marian, samples, dictionary.pad(), dictionary.eos())
         pipeline_lines, pipeline_seconds = timed(translate_raw, Path(directory) / "model", sources, args.batch_size)
         rows = [("plugin --search paper (fairseq-generate)", plugin_seconds, bleu(detokenised(plugin))),
                 ("transformers generate, exported", marian_seconds, bleu(detokenised(exported))),
                 ("transformers on raw text (tokenizer included)", pipeline_seconds, bleu(pipeline_lines))]
-        print(f"{len(sources)} sentences, beam 4, {args.threads} threads, batches of {args.batch_size}")
+        print(f"{len(sources)} sentences, beam {PAPER.BEAM}, {args.threads} threads, batches of {args.batch_size}")
         for name, seconds, score in rows:
             print(f"  {name:42s} {len(sources) / seconds:8.1f} sent/s  {seconds / plugin_seconds:5.2f}x time  "
                   f"sacreBLEU {score:.2f}")

@@ -42,9 +42,18 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from prepare._common import plugin_leaf  # noqa: E402
+
+PAPER = plugin_leaf("paper")  # the paper's settings (vaswani_plugin/paper.py), without the package's fairseq import
+
+
+def paper_size(name: str) -> tuple:
+    """d_model, d_ff, h, N of paper.MODELS[name]."""
+    return tuple(PAPER.MODELS[name][key] for key in ("d_model", "d_ff", "heads", "layers"))
+
 
 SIZES = {  # d_model, d_ff, h, N; small = the quickstart's, base and big = Table 3's.
-    "tiny": (32, 64, 4, 2), "small": (128, 512, 4, 3), "base": (512, 2048, 8, 6), "big": (1024, 4096, 16, 6),
+    "tiny": (32, 64, 4, 2), "small": paper_size("quickstart"), "base": paper_size("base"), "big": paper_size("big"),
 }
 
 
@@ -148,9 +157,10 @@ def worker(spec) -> dict:
     model, args = build_model(spec, dictionary)
     model = model.to(device)
     if spec["impl"] == "transformer":
-        criterion = LabelSmoothedCrossEntropyCriterion(task, sentence_avg=False, label_smoothing=0.1)
+        criterion = LabelSmoothedCrossEntropyCriterion(task, sentence_avg=False,
+                                                       label_smoothing=PAPER.LABEL_SMOOTHING)
     else:
-        criterion = VaswaniLabelSmoothedCrossEntropy(task, label_smoothing=0.1, sentence_avg=False,
+        criterion = VaswaniLabelSmoothedCrossEntropy(task, label_smoothing=PAPER.LABEL_SMOOTHING, sentence_avg=False,
                                                      loss_chunk_logits=spec["loss_chunk_logits"])
 
     def synchronize():
@@ -162,7 +172,7 @@ def worker(spec) -> dict:
     order = torch.randperm(len(batches), generator=torch.Generator().manual_seed(0)).tolist()
     steps = spec["warmup"] + spec["updates"]
     samples = [to_device(train.collater([train[i] for i in batches[j]]), device) for j in (order * steps)[:steps]]
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=PAPER.ADAM_BETAS, eps=PAPER.ADAM_EPS)
     scaler = torch.amp.GradScaler("cuda", enabled=spec["amp"])
     precision = dict(dtype=torch.float16, enabled=spec["amp"])
     if spec["bf16_autocast"] and spec["impl"] == "vaswani_transformer":  # as its task's --bf16-autocast trains
@@ -205,8 +215,9 @@ def worker(spec) -> dict:
     batches = [to_device(test.collater([test[i] for i in indices[first:first + 128]]), device)
                for first in range(0, len(indices), 128)]
     for generator_name, generator_class, options in generators(spec["impl"]):
-        for name, beam in (("beam4", 4), ("greedy", 1)):
-            generator = generator_class([model], dictionary, beam_size=beam, max_len_a=1, max_len_b=50, **options)
+        for name, beam in (("beam4", PAPER.BEAM), ("greedy", 1)):
+            generator = generator_class([model], dictionary, beam_size=beam, max_len_a=PAPER.MAX_LEN_A,
+                                        max_len_b=PAPER.MAX_LEN_B, **options)
             outputs, generated, score = [], 0, 0.0
             with torch.no_grad(), torch.autocast(device.type, dtype=torch.float16, enabled=spec["amp"]):
                 warm_up = to_device(test.collater([test[i] for i in indices[:8]]), device)
@@ -218,7 +229,7 @@ def worker(spec) -> dict:
                         best = hypotheses[0]
                         outputs.append(best["tokens"].tolist())
                         generated += len(outputs[-1])
-                        score += gnmt_score(best, PAPER_ALPHA)
+                        score += gnmt_score(best, PAPER.ALPHA)
                 synchronize()
             seconds = time.perf_counter() - start
             key = f"{generator_name}_{name}"
@@ -252,7 +263,8 @@ def decoding_split(model, dictionary, batches, synchronize) -> dict:
 
     decoder, projection = model.decoder, model.decoder.output_projection
     decoder.forward, projection.forward = timed("decoder", decoder.forward), timed("projection", projection.forward)
-    generator = PlainSequenceGenerator([model], dictionary, beam_size=4, max_len_a=1, max_len_b=50)
+    generator = PlainSequenceGenerator([model], dictionary, beam_size=PAPER.BEAM, max_len_a=PAPER.MAX_LEN_A,
+                                       max_len_b=PAPER.MAX_LEN_B)
     try:
         with torch.no_grad():
             synchronize()
@@ -275,10 +287,8 @@ def generators(impl):
         return [("fairseq_generator", SequenceGenerator, {})]
     return [("fairseq_generator", SequenceGenerator, {}),
             ("search_fairseq", PlainSequenceGenerator, {}),
-            ("search_paper", BeamSearchGenerator, {"gnmt_alpha": PAPER_ALPHA})]
+            ("search_paper", BeamSearchGenerator, {"gnmt_alpha": PAPER.ALPHA})]
 
-
-PAPER_ALPHA = 0.6
 
 
 def gnmt_score(hypothesis, alpha: float) -> float:
@@ -299,13 +309,13 @@ def pretrain(spec) -> dict:
     model, args = build_model(dict(spec, impl="transformer", checkpoint=None), dictionary)
     model = model.to(device)
     criterion = LabelSmoothedCrossEntropyCriterion(Namespace(target_dictionary=dictionary), sentence_avg=False,
-                                                   label_smoothing=0.1)
+                                                   label_smoothing=PAPER.LABEL_SMOOTHING)
     batches = train.batch_by_size(train.ordered_indices(), max_tokens=spec["max_tokens"])
     order = torch.randperm(len(batches), generator=torch.Generator().manual_seed(0)).tolist()
     # The quickstart's schedule (eq. 3 scaled by 0.7, peak at step 300), its warmup shortened to a third.
     peak = 0.7 * args.encoder_embed_dim ** -0.5 * 300 ** -0.5
     warmup = max(1, spec["steps"] // 3)
-    optimizer = torch.optim.Adam(model.parameters(), lr=peak, betas=(0.9, 0.98), eps=1e-9)
+    optimizer = torch.optim.Adam(model.parameters(), lr=peak, betas=PAPER.ADAM_BETAS, eps=PAPER.ADAM_EPS)
     model.train()
     losses = []
     for step in range(1, spec["steps"] + 1):
@@ -394,7 +404,7 @@ def main(argv=None):
     print(f"device: {device}; torch {torch.__version__}; {precision}; training batches of "
           f"{args.max_tokens} tokens, {args.updates} timed updates after {args.warmup}; the plugin's loss in chunks "
           f"of {chunk_logits:,} logits ({'--loss-chunk-logits' if args.loss_chunk_logits else 'by device'}); "
-          f"generation of {args.sentences} sentences, batches of 128, max length input + 50")
+          f"generation of {args.sentences} sentences, batches of 128, max length input + {PAPER.MAX_LEN_B}")
     print(f"the plugin's training {precision_line(bf16_autocast, reason, amp)}")
     print("generation by the plugin's model: the task's default (--search fairseq, fairseq's generator); below, "
           "every generator")
@@ -506,10 +516,12 @@ def ctranslate2_worker(spec) -> dict:
     sources = [[[dictionary[i] for i in row if i not in special] for row in sample["net_input"]["src_tokens"].tolist()]
                for sample in samples]
     plugin = {}
-    for name, beam, generator_class, options in (("beam4", 4, PlainSequenceGenerator, {}),
+    for name, beam, generator_class, options in (("beam4", PAPER.BEAM, PlainSequenceGenerator, {}),
                                                  ("greedy", 1, PlainSequenceGenerator, {}),
-                                                 ("paper", 4, BeamSearchGenerator, {"gnmt_alpha": PAPER_ALPHA})):
-        generator = generator_class([model], dictionary, beam_size=beam, max_len_a=1, max_len_b=50, **options)
+                                                 ("paper", PAPER.BEAM, BeamSearchGenerator,
+                                                  {"gnmt_alpha": PAPER.ALPHA})):
+        generator = generator_class([model], dictionary, beam_size=beam, max_len_a=PAPER.MAX_LEN_A,
+                                    max_len_b=PAPER.MAX_LEN_B, **options)
         with torch.no_grad():
             plugin[name] = [hypotheses[0]["tokens"].tolist() for sample in samples
                             for hypotheses in generator.generate([model], sample)]
@@ -521,8 +533,8 @@ def ctranslate2_worker(spec) -> dict:
     def translate(translator, beam, length_penalty=1.0):
         """Every batch's best hypotheses as the generators give them: ids and </s> (fairseq ends a hypothesis at
         the limit with it)."""
-        batches = translate_batches(translator, sources, beam=beam, length_penalty=length_penalty, max_len_a=1,
-                                    max_len_b=50)
+        batches = translate_batches(translator, sources, beam=beam, length_penalty=length_penalty,
+                                    max_len_a=PAPER.MAX_LEN_A, max_len_b=PAPER.MAX_LEN_B)
         return [[dictionary.index(token) for token in tokens] + [dictionary.eos()]
                 for hypotheses in batches for tokens in hypotheses]
 
@@ -537,9 +549,9 @@ def ctranslate2_worker(spec) -> dict:
             for intra, inter in CT2_THREADS if device == "cpu" else CT2_THREADS[:1]:
                 translator = ctranslate2.Translator(path, device=device, compute_type=weights,
                                                    intra_threads=intra, inter_threads=inter)
-                for name, beam in (("beam4", 4), ("greedy", 1)):
+                for name, beam in (("beam4", PAPER.BEAM), ("greedy", 1)):
                     list(translate_batches(translator, [sources[0][:8]], beam=beam, length_penalty=1.0,
-                                           max_len_a=1, max_len_b=50))  # warm-up
+                                           max_len_a=PAPER.MAX_LEN_A, max_len_b=PAPER.MAX_LEN_B))  # warm-up
                     start = time.perf_counter()
                     outputs = translate(translator, beam)
                     seconds = time.perf_counter() - start
@@ -553,7 +565,7 @@ def ctranslate2_worker(spec) -> dict:
             if weights == "float32":
                 # Which length_penalty p (scores log P / |Y|^p) comes closest to GNMT's ((5+|Y|)/6)^0.6 (§6.1)?
                 for penalty in CT2_LENGTH_PENALTIES:
-                    outputs = translate(translator, 4, penalty)
+                    outputs = translate(translator, PAPER.BEAM, penalty)
                     result[f"paper_same_at_{penalty}"] = sum(a == b for a, b in zip(outputs, plugin["paper"]))
     return result
 
@@ -583,7 +595,7 @@ def print_ctranslate2(size, results, ct2):
           f"{ct2['bleu_int8_beam4']:.2f}")
     same = ", ".join(f"{penalty}: {ct2[f'paper_same_at_{penalty}']}" for penalty in CT2_LENGTH_PENALTIES)
     print(f"{size:6} CTranslate2 float32 beam 4 with length_penalty p against the plugin's --search paper (GNMT "
-          f"alpha {PAPER_ALPHA}): the same hypothesis for {same} of {ct2['sentences']} sentences")
+          f"alpha {PAPER.ALPHA}): the same hypothesis for {same} of {ct2['sentences']} sentences")
 
 
 def _cuda() -> bool:

@@ -24,8 +24,11 @@ def plugin_leaf(name: str):
     return sys.modules[full_name]
 
 
-class PrepareError(Exception):
-    """A mistake the user can fix (missing file, bad option, failed download): one line, exit status 1."""
+_errors = plugin_leaf("errors")
+# A mistake the user can fix (missing file, bad option, failed download): the plugin's one family of user errors
+# (vaswani_plugin/errors.py), under prepare/'s name for it.
+PrepareError = _errors.VaswaniConfigError
+INTERRUPTED = "interrupted; run the same command again to continue"
 
 
 def log(message: str) -> None:
@@ -34,31 +37,16 @@ def log(message: str) -> None:
 
 
 def run_cli(main: Callable[[Optional[Sequence[str]]], None], argv: Optional[Sequence[str]] = None) -> None:
-    """Run a step's main(); user errors become `prepare: error: ...` and exit status 1, never a traceback."""
-    try:
-        main(argv)
-    except PrepareError as error:
-        print(f"prepare: error: {error}", file=sys.stderr, flush=True)
-        sys.exit(1)
-    except BrokenPipeError:  # e.g. `python -m prepare.extract sgm X | head`: the reader has all it wants
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        finally:
-            sys.exit(1)
-    except OSError as error:  # disk full, permission denied, a file vanished: the environment, not a bug
-        where = f": {error.filename}" if getattr(error, "filename", None) else ""
-        print(f"prepare: error: {error.strerror or error}{where}", file=sys.stderr, flush=True)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        print("prepare: interrupted; run the same command again to continue", file=sys.stderr, flush=True)
-        sys.exit(130)
+    """Run a step's main() through the plugin's reporter (vaswani_plugin.errors.run_reported): a user's mistake or
+    an OSError is `prepare: error: ...` and exit status 1, Ctrl-C 130, never a traceback."""
+    _errors.run_reported("prepare", lambda: main(argv), INTERRUPTED)
 
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse, but a bad option is `prepare: error: ...` (exit 1) like every other user mistake."""
 
     def error(self, message):
-        print(f"prepare: error: {message} (see {self.prog} --help)", file=sys.stderr, flush=True)
+        print(_errors.error_line("prepare", f"{message} (see {self.prog} --help)"), file=sys.stderr, flush=True)
         sys.exit(1)
 
 

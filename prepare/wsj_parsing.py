@@ -112,7 +112,7 @@ def write_split(paths: List[Path], work: Path, split: str, max_positions: int, k
                 trees = read_trees(path.read_text(encoding="utf-8"))
             except UnicodeDecodeError as error:
                 raise PrepareError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
-            except ValueError as error:
+            except PrepareError as error:  # read_trees's own class (vaswani_plugin.errors), naming the line
                 raise PrepareError(f"{path}: {error}") from None
             count = 0
             for number, tree in enumerate(map(clean, trees), 1):

@@ -82,7 +82,7 @@ else
     mkdir -p "$WORK_DIR" && WORK_DIR=$(cd "$WORK_DIR" && pwd)
 fi
 # The paper's settings (§5-§6, Table 3), from their one home: PAPER_BEAM=4 ..., PAPER_TRAINING_ARGS=(...), ...
-eval "$("$PYTHON" "$PLUGIN/paper.py" --shell)" || die "cannot read the paper's settings ($PLUGIN/paper.py)"
+eval "$("$PYTHON" -m recipes.launch paper --shell)" || die "cannot read the paper's settings (vaswani_plugin/paper.py)"
 
 # needs VARIABLE FUNCTION: stop in one line unless VARIABLE, which FUNCTION sets, is set (the order of calls).
 needs() {

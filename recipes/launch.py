@@ -2,6 +2,7 @@
 
     python -m recipes.launch devices --python PYTHON --shell-pid PID   # LAUNCH, RUN_RANK, WORKERS, DEVICE_ARGS ...
     python -m recipes.launch batch --python PYTHON --workers N --data-bin DIR   # UPDATE_FREQ, MAX_TOKENS (§5.1)
+    python -m recipes.launch paper --shell | SECTION...   # vaswani_plugin/paper.py's settings (bash; arguments)
 
 Reads the recipe's variables (NUM_GPUS, CPU, NUM_NODES, ...) and the launchers' (SLURM_*, torchrun's RANK ...) from
 the environment; says what it chose on stderr as the recipes do, or stops with one line (exit 1). It imports
@@ -20,12 +21,15 @@ import time
 from dataclasses import dataclass, field
 from typing import List, Optional
 
+from prepare._common import plugin_leaf  # the repository's modules, as the recipes run them
+
 CPU_TRAINING_ENV = {  # glibc keeps allocations over 32 MB in the heap: 1.25x tokens/s (docs/results.md)
     "MALLOC_MMAP_THRESHOLD_": "4294967296", "MALLOC_TRIM_THRESHOLD_": "4294967296"}
 
 
-class LaunchError(Exception):
-    """A setting the user can fix: the recipe stops with `RECIPE: error: MESSAGE`."""
+# A setting the user can fix: the recipe stops with `RECIPE: error: MESSAGE` (the plugin's one family of user errors
+# and its reporter, vaswani_plugin/errors.py).
+LaunchError = plugin_leaf("errors").VaswaniConfigError
 
 
 def env(name: str) -> str:
@@ -302,22 +306,33 @@ def shell(assignments: dict) -> str:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="recipes.launch", description=__doc__.split("\n")[0])
-    parser.add_argument("plan", choices=["devices", "batch"])
+    parser.add_argument("plan", choices=["devices", "batch", "paper"])
+    parser.add_argument("sections", nargs="*", help="paper: training, decoding, parsing-decoding or model:NAME, "
+                        "printed as fairseq arguments, one per line")
+    parser.add_argument("--shell", action="store_true", help="paper: every setting as bash variables")
     parser.add_argument("--python", default=sys.executable, help="the recipe's interpreter (it has torch)")
     parser.add_argument("--shell-pid", default=str(os.getppid()), help="the recipe's $$, in a lone run's launch id")
     parser.add_argument("--workers", type=int, help="batch: the processes that train in parallel")
     parser.add_argument("--data-bin", help="batch: the binarised data, for its longest sentence")
     args = parser.parse_args(argv)
-    try:
-        if args.plan == "devices":
-            print(shell(devices_plan(args.python, args.shell_pid)))
-        else:
-            from prepare._common import plugin_leaf  # the repository's, as the recipes run it
-            print(shell(batch_plan(args.python, args.workers, args.data_bin, plugin_leaf("paper").TOKENS_PER_STEP)))
-    except LaunchError as error:
-        print(f"{env('RECIPE')}: error: {error}", file=sys.stderr)
-        sys.exit(1)
+    errors = plugin_leaf("errors")
+    errors.run_reported(env("RECIPE") or parser.prog, lambda: print(plan(args)))
 
+
+def plan(args) -> str:
+    """What the command prints: assignments for bash's eval, or the paper's arguments."""
+    paper = plugin_leaf("paper")
+    if args.plan == "devices":
+        return shell(devices_plan(args.python, args.shell_pid))
+    if args.plan == "batch":
+        return shell(batch_plan(args.python, args.workers, args.data_bin, paper.TOKENS_PER_STEP))
+    if args.shell:
+        return paper.shell()
+    try:
+        return "\n".join(word for section in args.sections for word in paper.arguments(section))
+    except KeyError as error:
+        raise LaunchError(f"paper.py has no section {error}; use training, decoding, parsing-decoding or model:NAME "
+                          f"({', '.join(paper.MODELS)})")
 
 if __name__ == "__main__":
     main()

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from vaswani_plugin import paper
+
 REPO = Path(__file__).resolve().parents[1]
 # The real data of the end-to-end tests (Multi30k, newstest, the WSJ sample), beside the repository, never in it;
 # tests/conftest.py skips the tests marked e2e or shared_data where it is absent.
@@ -19,11 +21,15 @@ BIN = Path(sys.executable).parent
 TINY_MODEL = ("--encoder-layers 1 --decoder-layers 2 --encoder-embed-dim 32 --decoder-embed-dim 32 "
               "--encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 --encoder-attention-heads 4 "
               "--decoder-attention-heads 4").split()
-PAPER_TRAINING = ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-9",
-                  "--lr-scheduler", "noam", "--warmup-updates", "4000",
-                  "--criterion", "vaswani_label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+PAPER_TRAINING = [*paper.arguments("training"), "--warmup-updates", str(paper.WARMUP_STEPS),
                   "--max-tokens", "1000", "--cpu", "--seed", "1", "--required-batch-size-multiple", "1"]
 TEST_SENTENCES = 103  # not a multiple of 8: every one must come back (fairseq issue #5036)
+
+
+def paper_options(section, *names):
+    """The options `names` of paper.arguments(section), each with its value, in the order named."""
+    values = dict(zip(*[iter(paper.arguments(section))] * 2))
+    return [word for name in names for word in (name, values[name])]
 
 
 def run_command(name, command, cwd, stdin=None, check=True):

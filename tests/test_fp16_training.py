@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from cli_helpers import BIN, REPO, TINY_MODEL
+from cli_helpers import BIN, REPO, TINY_MODEL, paper_options
 from conftest import lane_job, reversal_corpus
 
 MODELS = {
@@ -24,10 +24,11 @@ FLOAT16 = {"fp16": ["--fp16"], "memory-efficient-fp16": ["--memory-efficient-fp1
 UPDATES, OVERFLOW_AT, INIT_SCALE = 30, 21, 128
 # §5.3's Adam with fairseq's inverse_sqrt (eq. 3's shape) warmed up over 10 updates, so that 30 updates learn;
 # no dropout, so that both precisions compute the same function of the same batches.
-TRAINING = [*TINY_MODEL, "--share-all-embeddings", "--dropout", "0", "--label-smoothing", "0.1",
-            "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-9", "--lr-scheduler",
-            "inverse_sqrt", "--warmup-updates", "10", "--lr", "3e-3", "--max-tokens", "200", "--cpu", "--seed", "1",
-            "--required-batch-size-multiple", "1", "--max-update", str(UPDATES), "--fp16-init-scale", str(INIT_SCALE),
+TRAINING = [*TINY_MODEL, "--share-all-embeddings", "--dropout", "0",
+            *paper_options("training", "--label-smoothing", "--optimizer", "--adam-betas", "--adam-eps"),
+            "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "10", "--lr", "3e-3", "--max-tokens", "200", "--cpu",
+            "--seed", "1", "--required-batch-size-multiple", "1", "--max-update", str(UPDATES),
+            "--fp16-init-scale", str(INIT_SCALE),
             "--no-save", "--disable-validation", "--log-format", "json", "--log-interval", "1"]
 # float16 keeps 11 significant bits (relative rounding 2^-11 = 5e-4), so activations and logits differ from
 # float32 by ~1e-3 relative, and the measured losses by at most 0.005 bits per token per update. 0.05 leaves ten

@@ -4,6 +4,7 @@ import torch
 from fairseq.sequence_generator import SequenceGenerator
 
 from conftest import build_model, make_dictionary
+from vaswani_plugin import paper
 from vaswani_plugin.criterions.vaswani_label_smoothed_cross_entropy import VaswaniLabelSmoothedCrossEntropy
 from vaswani_plugin.lr_scheduler.noam import noam_learning_rate
 
@@ -31,8 +32,8 @@ def test_tiny_model_learns_to_reverse_with_beam_search():
     model = build_model(dictionary, encoder_embed_dim=64, decoder_embed_dim=64, encoder_ffn_embed_dim=128,
                         decoder_ffn_embed_dim=128, share_all_embeddings=True, dropout=0.0)
     task = type("Task", (), {"target_dictionary": dictionary})()
-    criterion = VaswaniLabelSmoothedCrossEntropy(task, label_smoothing=0.1, sentence_avg=False)
-    optimizer = torch.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9)  # §5.3
+    criterion = VaswaniLabelSmoothedCrossEntropy(task, label_smoothing=paper.LABEL_SMOOTHING, sentence_avg=False)
+    optimizer = torch.optim.Adam(model.parameters(), betas=paper.ADAM_BETAS, eps=paper.ADAM_EPS)  # §5.3
     model.train()
     for step in range(1, 1201):
         for group in optimizer.param_groups:
@@ -49,7 +50,7 @@ def test_tiny_model_learns_to_reverse_with_beam_search():
 
     model.eval()
     source, lengths, target, _ = reversal_batch(dictionary, 200, torch.Generator().manual_seed(123))
-    generator_ = SequenceGenerator([model], dictionary, beam_size=4, max_len_a=1, max_len_b=5)
+    generator_ = SequenceGenerator([model], dictionary, beam_size=paper.BEAM, max_len_a=1, max_len_b=5)
     with torch.no_grad():
         hypotheses = generator_.generate([model], {"net_input": {"src_tokens": source, "src_lengths": lengths}})
     exact = sum(

@@ -267,13 +267,13 @@ def test_table3_needs_a_row():
 
 def run_common(tmp_path, commands, gpus=8, **settings):
     """Source recipes/common.sh and run COMMANDS, with a stand-in python that reports GPUS visible GPUs, a longest
-    training sentence of 100 tokens (prepare.longest), runs the stage records (prepare.records), the launch plan
-    (recipes.launch) and the paper's settings (paper.py) and prints any other command it is given
-    (`python ARGS...`) instead of running it."""
+    training sentence of 100 tokens (prepare.longest), runs the stage records (prepare.records) and the launch plan
+    and paper's settings (recipes.launch), and prints any other command it is given (`python ARGS...`) instead of
+    running it."""
     fake_python = tmp_path / "python"
     fake_python.write_text(f'#!/bin/sh\nif [ "$1" = -c ]; then echo {gpus}; elif [ "$2" = prepare.longest ]; then '
-                           f'echo 100 train; elif [ "$2" = prepare.records ] || [ "$2" = recipes.launch ] || '
-                           f'[ "${{1##*/}}" = paper.py ]; then exec {sys.executable} "$@"; '
+                           f'echo 100 train; elif [ "$2" = prepare.records ] || [ "$2" = recipes.launch ]; then '
+                           f'exec {sys.executable} "$@"; '
                            f'else echo "python $*"; fi\n')
     fake_python.chmod(0o755)
     env = dict(os.environ, PYTHON=str(fake_python), RECIPE="test", WORK_DIR=str(tmp_path), **settings)

@@ -15,6 +15,9 @@ except ImportError as error:
         "(ve-fairseq 0.12.3, for Python 3.11 and 3.12)."
     ) from None
 
+# The leaves prepare/ may have loaded by their paths first (prepare._common.plugin_leaf): bound here as the
+# package's attributes, which such a load leaves unset.
+from vaswani_plugin import errors, paper  # noqa: E402,F401
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.cli import install_error_hook
 from vaswani_plugin.checkpoints.storage import allow_fairseq_checkpoint_classes

@@ -1,23 +1,21 @@
-"""The one place that reports a user's mistake on the command line, for fairseq's commands and the package's."""
+"""A user's mistake in one line (vaswani_plugin.errors): the package's commands through run_command, fairseq's own
+commands through install_error_hook."""
 
 import argparse
 import sys
 from typing import Callable, Optional, Sequence
 
 from vaswani_plugin.checkpoints.storage import unreadable_checkpoint_message
-from vaswani_plugin.errors import VaswaniConfigError
+from vaswani_plugin.errors import VaswaniConfigError, error_line, run_reported
 
 
 def run_command(parser: argparse.ArgumentParser, command: Callable[[argparse.Namespace], None],
                 argv: Optional[Sequence[str]] = None) -> None:
-    """Parse `argv` with `parser` and run `command(args)`. A VaswaniConfigError (bad options or input, an
-    unreadable checkpoint) or an OSError (a missing or unwritable file) ends as `PROG: error: MESSAGE` on
-    stderr instead of a traceback; anything else is a bug and keeps its traceback."""
+    """Parse `argv` with `parser` and run `command(args)` through errors.run_reported: a VaswaniConfigError (bad
+    options or input, an unreadable checkpoint) or an OSError (a missing or unwritable file) ends as
+    `PROG: error: MESSAGE` and exit status 1, Ctrl-C as `PROG: interrupted` and 130, not as a traceback."""
     args = parser.parse_args(argv)
-    try:
-        command(args)
-    except (VaswaniConfigError, OSError) as error:
-        sys.exit(f"{parser.prog}: error: {error}")
+    run_reported(parser.prog, lambda: command(args))
 
 
 def install_error_hook():
@@ -30,7 +28,7 @@ def install_error_hook():
     def hook(exc_type, exc, tb):
         message = str(exc) if issubclass(exc_type, VaswaniConfigError) else unreadable_checkpoint_message(exc)
         if message is not None:
-            print(f"vaswani_plugin: error: {message}", file=sys.stderr)
+            print(error_line("vaswani_plugin", message), file=sys.stderr)
         else:
             previous_hook(exc_type, exc, tb)
 

@@ -1,13 +1,12 @@
 """The paper's settings (§5.1-§6.3, Table 3), written once; the quickstart's small model beside them.
 
-A leaf that imports nothing: the plugin, benchmarks and tests import it; the recipes run it by its path, which
-skips the package's fairseq import: `python vaswani_plugin/paper.py training decoding` prints those settings as
-fairseq arguments, one per line; `--shell`, every setting as bash variables (PAPER_BEAM=4 ...; arrays
-PAPER_TRAINING_ARGS, PAPER_MODEL_QUICKSTART ...). tests/test_paper.py pins each value to the paper.
+A leaf that imports nothing: the plugin, benchmarks and tests import it; repository scripts load it by its path
+(prepare._common.plugin_leaf), which skips the package's fairseq import, and the recipes read it as bash variables
+(`python -m recipes.launch paper --shell`: PAPER_BEAM=4 ..., arrays PAPER_TRAINING_ARGS ...). tests/test_paper.py
+pins each value to the paper.
 """
 
 import shlex
-import sys
 
 TOKENS_PER_STEP = 25000  # §5.1: about 25,000 source and 25,000 target tokens a batch
 
@@ -85,12 +84,3 @@ def shell() -> str:
         lines.append(f"PAPER_{name}{'' if name.startswith('MODEL') else '_ARGS'}=({shlex.join(arguments(section))})")
     return "\n".join(lines)
 
-
-if __name__ == "__main__":
-    if sys.argv[1:] == ["--shell"]:
-        sys.exit(print(shell()))
-    try:
-        print("\n".join(word for section in sys.argv[1:] for word in arguments(section)))
-    except KeyError as error:
-        sys.exit(f"paper.py: error: no section {error}; use training, decoding, parsing-decoding or model:NAME "
-                 f"({', '.join(MODELS)})")
