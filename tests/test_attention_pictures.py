@@ -8,6 +8,7 @@ from matplotlib.image import imread
 
 from cli_helpers import REPO, run_module
 from vaswani_plugin.tools import attention_pictures
+from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.serving.loading import load_model
 from vaswani_plugin.tools.attention_pictures import KINDS, captured_attention, encode, main
 from vaswani_plugin.models.layers import MultiHeadAttention
@@ -146,3 +147,30 @@ def test_unknown_words_become_unk_with_one_warning(capsys):
     assert tokens.tolist() == [dictionary.index("known"), dictionary.unk(), dictionary.index("known"),
                                dictionary.unk(), dictionary.eos()]
     assert capsys.readouterr().err == "warning: --source: not in the dictionary, read as <unk>: new other\n"
+
+
+def test_other_dictionaries_are_named_as_the_mistake(reversal_data, checkpoint, tmp_path):
+    """serving/loading.py: a data-bin whose dictionaries are not the checkpoint's (one more word: every
+    embedding and the output layer one row larger) is reported as such."""
+    for lang in ("src", "tgt"):
+        words = (reversal_data / "joined" / f"dict.{lang}.txt").read_text()
+        (tmp_path / f"dict.{lang}.txt").write_text(words + "unseenword 1\n")
+    with pytest.raises(VaswaniConfigError) as error:
+        load_model(checkpoint, tmp_path, "src", "tgt")
+    assert str(error.value) == f"the dictionaries in --data {tmp_path} are not the ones {checkpoint} was trained with"
+
+
+def test_a_load_error_that_is_no_dictionary_mismatch_keeps_its_cause(reversal_data, checkpoint, tmp_path):
+    """serving/loading.py: a checkpoint that lacks a parameter fails in load_state_dict too, with the right
+    dictionaries: its one line says what torch said, and torch's error is the cause."""
+    state = torch.load(checkpoint, weights_only=True)
+    del state["model"]["decoder.output_projection.weight"]
+    torch.save(state, tmp_path / "incomplete.pt")
+    with pytest.raises(VaswaniConfigError) as error:
+        load_model(tmp_path / "incomplete.pt", reversal_data / "joined", option="--checkpoint")
+    message = str(error.value)
+    assert message.startswith(f"--checkpoint {tmp_path / 'incomplete.pt'} does not load: Error(s) in loading ")
+    assert 'Missing key(s) in state_dict: "decoder.output_projection.weight"' in message
+    assert "\n" not in message and "dictionaries" not in message
+    assert isinstance(error.value.__cause__, RuntimeError) and "decoder.output_projection.weight" in str(
+        error.value.__cause__)

@@ -9,7 +9,6 @@ cut-short or foreign file is a one-line UnreadableCheckpoint naming it, not torc
 import argparse
 import os
 import tempfile
-import traceback
 import zipfile
 from pathlib import Path
 from typing import BinaryIO, Callable, Optional
@@ -19,6 +18,7 @@ import torch
 from torch.torch_version import TorchVersion
 
 from vaswani_plugin.errors import VaswaniConfigError
+from vaswani_plugin.fairseq_internals import checkpoint_being_read
 
 # torch.save writes a zip archive; torch < 1.6 wrote a pickle stream that begins with torch's magic number
 # (pickle's LONG1 opcode, 10 bytes, little-endian).
@@ -99,23 +99,19 @@ def load_checkpoint(path, load: Optional[Callable] = None):
 def unreadable_checkpoint_message(exc: BaseException) -> Optional[str]:
     """The one line for an exception raised while fairseq's checkpoint_utils.load_checkpoint_to_cpu read a file
     that is no intact torch checkpoint, naming the file; None otherwise (any other error keeps its traceback).
-
-    The file is read from that function's frame: fairseq's commands call it inside their own main(), which the
-    plugin does not wrap, so the frame is the only place the path is known.
-    """
-    for frame, _ in traceback.walk_tb(exc.__traceback__):
-        if frame.f_globals.get("__name__") == "fairseq.checkpoint_utils" and \
-                frame.f_code.co_name == "load_checkpoint_to_cpu":
-            path = frame.f_locals["path"]
-            problem = checkpoint_problem(frame.f_locals.get("local_path", path), exc)
-            if problem is None:
-                return None
-            hint = ""
-            if os.path.basename(path) == "checkpoint_last.pt":  # fairseq-train resuming
-                hint = (f"; `python -m vaswani_plugin.checkpoints.resume {os.path.dirname(path) or '.'}` "
-                        "resumes from the newest intact checkpoint there")
-            return f"{path}: {problem}{hint}"
-    return None
+    Which file: fairseq_internals.checkpoint_being_read."""
+    being_read = checkpoint_being_read(exc)
+    if being_read is None:
+        return None
+    path, local_path = being_read
+    problem = checkpoint_problem(local_path, exc)
+    if problem is None:
+        return None
+    hint = ""
+    if os.path.basename(path) == "checkpoint_last.pt":  # fairseq-train resuming
+        hint = (f"; `python -m vaswani_plugin.checkpoints.resume {os.path.dirname(path) or '.'}` "
+                "resumes from the newest intact checkpoint there")
+    return f"{path}: {problem}{hint}"
 
 
 def save_atomically(state: dict, output) -> None:

@@ -9,13 +9,14 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 from omegaconf import II
 
+from vaswani_plugin import paper
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.models.output_layer_loss import SmoothedLoss
 
 
 @dataclass
 class VaswaniLabelSmoothedCrossEntropyConfig(FairseqDataclass):
-    label_smoothing: float = field(default=0.1, metadata={"help": "epsilon_ls of §5.4"})
+    label_smoothing: float = field(default=paper.LABEL_SMOOTHING, metadata={"help": "epsilon_ls of §5.4"})
     loss_chunk_logits: int = field(
         default=0, metadata={"help": "logits per chunk of the output layer and loss; 0: by device (2^22 on a CPU, "
                                      "1/32 of a GPU's memory on a GPU: one chunk for most batches)"})
@@ -42,13 +43,10 @@ class VaswaniLabelSmoothedCrossEntropy(FairseqCriterion):
                                      "output_projection, a linear map without bias (§3.4)")
         smoothed_loss = SmoothedLoss(sample["target"], self.epsilon, self.padding_idx, sample["ntokens"],
                                      self.loss_chunk_logits)
-        if getattr(model, "forward_computes_smoothed_loss", False):
-            # The plugin's model runs the output layer inside its forward, where DDP sees W used.
-            loss, nll_loss, n_correct = model(**sample["net_input"], smoothed_loss=smoothed_loss)
-        else:
-            # Other models (fairseq's transformer): the output layer (§3.4) after their forward.
-            features, _ = model(**sample["net_input"], features_only=True)
-            loss, nll_loss, n_correct = smoothed_loss(features, projection.weight)
+        # The model's features, then the output layer (§3.4) and the loss in chunks, for the plugin's model and
+        # fairseq's alike; the plugin's decoder returns the W to use, seen by data-parallel wrappers (its forward).
+        features, extra = model(**sample["net_input"], features_only=True)
+        loss, nll_loss, n_correct = smoothed_loss(features, extra.get("output_weight", projection.weight))
         sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
         logging_output = {
             "loss": loss.data,

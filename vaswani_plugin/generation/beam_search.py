@@ -17,9 +17,10 @@ from fairseq.models import FairseqIncrementalDecoder
 from fairseq.search import BeamSearch
 from torch import Tensor, nn
 
+from vaswani_plugin import paper
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.generation.empty_sources import empty_output, empty_sources
-from vaswani_plugin.generation.length import PAPER_ALPHA, gnmt_length_penalty, length_limit
+from vaswani_plugin.generation.length import gnmt_length_penalty, length_limit
 
 
 
@@ -45,7 +46,7 @@ class BeamSearchGenerator(nn.Module):
         self.temperature = temperature
         self.extract_alignment = {None: None, "hard": utils.extract_hard_alignment,
                                   "soft": utils.extract_soft_alignment}[print_alignment or None]
-        self.gnmt_alpha = PAPER_ALPHA if gnmt_alpha is None else gnmt_alpha
+        self.gnmt_alpha = paper.ALPHA if gnmt_alpha is None else gnmt_alpha
         self.per_sentence_limits = True  # each sentence's own limit (the tree constraint reads it)
         self.search = BeamSearch(tgt_dict) if search_strategy is None else search_strategy
         self.should_set_src_lengths = getattr(self.search, "needs_src_lengths", False)

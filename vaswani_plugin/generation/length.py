@@ -3,8 +3,6 @@
 import numpy
 import torch
 
-PAPER_ALPHA = 0.6  # §6.1
-
 
 def gnmt_length_penalty(length, alpha: float):
     """§6.1 (Wu et al., 2016, eq. 14): lp(Y) = ((5 + |Y|) / 6)^α, |Y| counting </s>; an int or a tensor."""

@@ -8,6 +8,7 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.optim.lr_scheduler import FairseqLRScheduler, register_lr_scheduler
 from omegaconf import II
 
+from vaswani_plugin import paper
 from vaswani_plugin.errors import VaswaniConfigError
 
 logger = logging.getLogger(__name__)
@@ -15,7 +16,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class NoamConfig(FairseqDataclass):
-    warmup_updates: int = field(default=4000, metadata={"help": "warmup_steps of eq. 3"})
+    warmup_updates: int = field(default=paper.WARMUP_STEPS, metadata={"help": "warmup_steps of eq. 3"})
     model_dim: Optional[int] = field(
         default=None, metadata={"help": "d_model of eq. 3; default: the model's --encoder-embed-dim"})
     factor: float = field(default=1.0, metadata={"help": "multiplies eq. 3 (1.0 in the paper)"})

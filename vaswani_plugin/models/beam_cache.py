@@ -1,7 +1,7 @@
 """Keys and values for step-by-step decoding that beam search reorders without copying them.
 
 fairseq's incremental-state protocol reorders every layer's cached keys/values at every step (index_select)
-and grows them by concatenation: O(length²) copying per sentence, a large part of beam-4 decoding time on CPU
+and grows them by concatenation: O(length²) copying per sentence, a large part of §6.1's beam-search time on CPU
 (docs/results.md, Speed). Here each position's keys/values are written once, into a preallocated slab with one
 group of rows per sentence and one slot per beam. A hypothesis keeps, for each earlier position, the slot of
 the beam that wrote it (its ancestry); attention scores every slot of the sentence's group and keeps the

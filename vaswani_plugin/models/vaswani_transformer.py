@@ -4,6 +4,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+import torch
 from fairseq.dataclass import FairseqDataclass
 from fairseq.models import (
     FairseqEncoder,
@@ -15,9 +16,9 @@ from fairseq.models import (
 from fairseq.utils import safe_getattr, safe_hasattr
 from torch import Tensor, nn
 
+from vaswani_plugin import paper
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.models.beam_cache import BeamCache
-from vaswani_plugin.models.output_layer_loss import SmoothedLoss
 from vaswani_plugin.models.layers import (
     DecoderLayer,
     EncoderLayer,
@@ -27,23 +28,31 @@ from vaswani_plugin.models.layers import (
     position_indices,
 )
 
+BASE = paper.model_options("base")  # Table 3's base model: the defaults below
+
 
 @dataclass
 class VaswaniTransformerConfig(FairseqDataclass):
     """Defaults are the base model of Table 3. Option names are fairseq's `transformer` ones where it has one."""
 
-    encoder_embed_dim: int = field(default=512, metadata={"help": "encoder d_model (§3.1)"})
-    encoder_ffn_embed_dim: int = field(default=2048, metadata={"help": "encoder d_ff, FFN inner size (§3.3)"})
-    encoder_layers: int = field(default=6, metadata={"help": "encoder N, number of layers (§3.1)"})
-    encoder_attention_heads: int = field(default=8, metadata={"help": "encoder h, attention heads (§3.2.2)"})
+    encoder_embed_dim: int = field(default=BASE["encoder_embed_dim"], metadata={"help": "encoder d_model (§3.1)"})
+    encoder_ffn_embed_dim: int = field(
+        default=BASE["encoder_ffn_embed_dim"], metadata={"help": "encoder d_ff, FFN inner size (§3.3)"})
+    encoder_layers: int = field(
+        default=BASE["encoder_layers"], metadata={"help": "encoder N, number of layers (§3.1)"})
+    encoder_attention_heads: int = field(
+        default=BASE["encoder_attention_heads"], metadata={"help": "encoder h, attention heads (§3.2.2)"})
     encoder_normalize_before: bool = field(
         default=False, metadata={"help": "pre-norm x + Sublayer(LayerNorm(x)) instead of the paper's post-norm"})
     encoder_learned_pos: bool = field(
         default=False, metadata={"help": "learned positional embeddings instead of sinusoids (Table 3 row E)"})
-    decoder_embed_dim: int = field(default=512, metadata={"help": "decoder d_model (§3.1)"})
-    decoder_ffn_embed_dim: int = field(default=2048, metadata={"help": "decoder d_ff, FFN inner size (§3.3)"})
-    decoder_layers: int = field(default=6, metadata={"help": "decoder N, number of layers (§3.1)"})
-    decoder_attention_heads: int = field(default=8, metadata={"help": "decoder h, attention heads (§3.2.2)"})
+    decoder_embed_dim: int = field(default=BASE["decoder_embed_dim"], metadata={"help": "decoder d_model (§3.1)"})
+    decoder_ffn_embed_dim: int = field(
+        default=BASE["decoder_ffn_embed_dim"], metadata={"help": "decoder d_ff, FFN inner size (§3.3)"})
+    decoder_layers: int = field(
+        default=BASE["decoder_layers"], metadata={"help": "decoder N, number of layers (§3.1)"})
+    decoder_attention_heads: int = field(
+        default=BASE["decoder_attention_heads"], metadata={"help": "decoder h, attention heads (§3.2.2)"})
     decoder_normalize_before: bool = field(
         default=False, metadata={"help": "pre-norm x + Sublayer(LayerNorm(x)) instead of the paper's post-norm"})
     decoder_learned_pos: bool = field(
@@ -54,7 +63,8 @@ class VaswaniTransformerConfig(FairseqDataclass):
     attention_value_dim: Optional[int] = field(
         default=None, metadata={"help": "d_v, value size per head (§3.2.2, Table 3 row A); default d_model / h"})
     dropout: float = field(
-        default=0.1, metadata={"help": "P_drop on every sub-layer output and on embedding + PE sums (§5.4)"})
+        default=BASE["dropout"],
+        metadata={"help": "P_drop on every sub-layer output and on embedding + PE sums (§5.4)"})
     attention_dropout: float = field(default=0.0, metadata={"help": "dropout on attention probabilities"})
     activation_dropout: float = field(default=0.0, metadata={"help": "dropout after the FFN's ReLU"})
     share_all_embeddings: bool = field(
@@ -94,8 +104,10 @@ class VaswaniTransformerModel(FairseqEncoderDecoderModel):
     # fairseq's SequenceGeneratorWithAlignment (--print-alignment) then takes the attention from one full pass
     # over the finished hypotheses (the same values, tests/test_beam_cache.py) instead of every decoding step.
     full_context_alignment = True
-    # vaswani_label_smoothed_cross_entropy passes its SmoothedLoss to forward (see forward).
-    forward_computes_smoothed_loss = True
+
+    def __init__(self, cfg, encoder, decoder):
+        super().__init__(encoder, decoder)
+        self.cfg = cfg  # the model's sizes, as the exporters and tools read them
 
     @classmethod
     def build_model(cls, cfg, task):
@@ -116,18 +128,12 @@ class VaswaniTransformerModel(FairseqEncoderDecoderModel):
         encoder = VaswaniEncoder(cfg, source_dict, encoder_embedding)
         decoder = VaswaniDecoder(cfg, target_dict, decoder_embedding,
                                  share_output=cfg.share_all_embeddings or cfg.share_decoder_input_output_embed)
-        return cls(encoder, decoder)
+        return cls(cfg, encoder, decoder)
 
-    def forward(self, src_tokens, src_lengths, prev_output_tokens, smoothed_loss: Optional[SmoothedLoss] = None,
-                **kwargs):
-        """§3.1: encoder, then decoder. With smoothed_loss, the output layer (§3.4) and the loss of §5.4 run here,
-        inside forward, and (loss, nll_loss, n_correct) is returned: data-parallel wrappers then see W used by
-        the forward pass (DDP's find_unused_parameters with an untied output layer)."""
+    def forward(self, src_tokens, src_lengths, prev_output_tokens, **kwargs):
+        """§3.1: encoder, then decoder; the decoder's output as fairseq's models return it."""
         encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, **kwargs)
-        if smoothed_loss is None:
-            return self.decoder(prev_output_tokens, encoder_out=encoder_out, **kwargs)
-        features, _ = self.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=True)
-        return smoothed_loss(features, self.decoder.output_projection.weight)
+        return self.decoder(prev_output_tokens, encoder_out=encoder_out, **kwargs)
 
     def set_beam_size(self, beam_size: int):
         """fairseq's SequenceGenerator announces its beam size here; the decoder's beam cache uses it."""
@@ -220,10 +226,15 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
 
     def forward(self, prev_output_tokens, encoder_out=None, incremental_state=None, features_only=False,
                 return_attention: Optional[bool] = None, **kwargs):
+        """(logits, extra), or with features_only (features, extra) whose extra also holds "output_weight", §3.4's
+        W for the caller to apply (the criterion's chunked output layer and loss), as a view: a data-parallel
+        wrapper traces it back to W among the outputs and counts W used (DDP's find_unused_parameters with an
+        untied output layer; a bare parameter there is not traced)."""
         x, extra = self.extract_features(prev_output_tokens, encoder_out, incremental_state, return_attention)
-        if not features_only:
-            x = self.output_layer(x)
-        return x, extra
+        if features_only:
+            weight = self.output_projection.weight
+            return x, dict(extra, output_weight=weight.view_as(weight) if torch.is_grad_enabled() else weight)
+        return self.output_layer(x), extra
 
     def extract_features(self, prev_output_tokens, encoder_out=None, incremental_state=None,
                          return_attention: Optional[bool] = None, **kwargs):
@@ -318,20 +329,19 @@ def base_defaults(args):
 @register_model_architecture("vaswani_transformer", "vaswani_transformer_big")
 def vaswani_transformer_big(args):
     """Big model, Table 3 (WMT14 En-De): d_model = 1024, d_ff = 4096, h = 16, P_drop = 0.3."""
-    set_sizes(args, encoder_embed_dim=1024, encoder_ffn_embed_dim=4096, encoder_attention_heads=16,
-              decoder_embed_dim=1024, decoder_ffn_embed_dim=4096, decoder_attention_heads=16, dropout=0.3)
+    set_sizes(args, **paper.model_options("big"))
     base_defaults(args)
 
 
 @register_model_architecture("vaswani_transformer", "vaswani_transformer_big_en_fr")
 def vaswani_transformer_big_en_fr(args):
     """Big model for WMT14 En-Fr (§6.1): as big, with P_drop = 0.1."""
-    set_sizes(args, dropout=0.1)
-    vaswani_transformer_big(args)
+    set_sizes(args, **paper.model_options("big_en_fr"))
+    base_defaults(args)
 
 
 @register_model_architecture("vaswani_transformer", "vaswani_transformer_parsing")
 def vaswani_transformer_parsing(args):
     """Constituency parsing (§6.3): 4 layers, d_model = 1024, other settings as the base model."""
-    set_sizes(args, encoder_layers=4, decoder_layers=4, encoder_embed_dim=1024, decoder_embed_dim=1024)
+    set_sizes(args, **paper.model_options("parsing"))
     base_defaults(args)

@@ -22,7 +22,7 @@ from fairseq.data import Dictionary
 
 from vaswani_plugin.cli import run_command
 from vaswani_plugin.models.layers import sinusoidal_positions
-from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerModel
+from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerModel, head_dims
 from vaswani_plugin.serving.loading import add_export_arguments, load_for_export, refuse_existing_output
 
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
@@ -39,16 +39,15 @@ def vocabulary(dictionary: Dictionary):
 
 
 def head_dim(model: VaswaniTransformerModel, side: str):
-    """CTranslate2's head_dim for a stack, None where it is d_model / h; refuses d_k ≠ d_v (§3.2.2), which
-    CTranslate2's attention cannot hold (it splits keys and values into equal heads)."""
-    stack = getattr(model, side)
-    attention = stack.layers[0].self_attention.sublayer
-    dim, heads = stack.embedding.dim, attention.heads
-    if attention.key_dim != attention.value_dim:
+    """CTranslate2's head_dim for a stack (from the model's config), None where it is d_model / h; refuses
+    d_k ≠ d_v (§3.2.2), which CTranslate2's attention cannot hold (it splits keys and values into equal heads)."""
+    cfg = model.cfg
+    key_dim, value_dim = head_dims(cfg, side)
+    if key_dim != value_dim:
         raise VaswaniConfigError(
-            f"the {side} has d_k = {attention.key_dim} and d_v = {attention.value_dim} "
+            f"the {side} has d_k = {key_dim} and d_v = {value_dim} "
             "(--attention-key-dim/--attention-value-dim); CTranslate2's attention needs d_k = d_v")
-    return None if attention.key_dim * heads == dim else attention.key_dim
+    return None if key_dim * getattr(cfg, f"{side}_attention_heads") == getattr(cfg, f"{side}_embed_dim") else key_dim
 
 
 def position_table(embedding, rows: int) -> numpy.ndarray:
@@ -105,15 +104,14 @@ def layer_norm_epsilon(model) -> float:
 
 def transformer_spec_of(model: VaswaniTransformerModel, source_dictionary: Dictionary,
                         target_dictionary: Dictionary, max_source_positions: int, max_target_positions: int):
-    """The ctranslate2.specs.TransformerSpec that computes what `model` computes."""
-    encoder, decoder = model.encoder, model.decoder
-    encoder_pre_norm = encoder.final_norm is not None
-    decoder_pre_norm = decoder.final_norm is not None
+    """The ctranslate2.specs.TransformerSpec that computes what `model` computes (sizes from its config)."""
+    cfg, encoder, decoder = model.cfg, model.encoder, model.decoder
+    encoder_pre_norm, decoder_pre_norm = cfg.encoder_normalize_before, cfg.decoder_normalize_before
     encoder_spec = transformer_spec.TransformerEncoderSpec(
-        len(encoder.layers), encoder.layers[0].self_attention.sublayer.heads, pre_norm=encoder_pre_norm,
+        cfg.encoder_layers, cfg.encoder_attention_heads, pre_norm=encoder_pre_norm,
         activation=common_spec.Activation.RELU, head_dim=head_dim(model, "encoder"))
     decoder_spec = transformer_spec.TransformerDecoderSpec(
-        len(decoder.layers), decoder.layers[0].self_attention.sublayer.heads, pre_norm=decoder_pre_norm,
+        cfg.decoder_layers, cfg.decoder_attention_heads, pre_norm=decoder_pre_norm,
         activation=common_spec.Activation.RELU, head_dim=head_dim(model, "decoder"))
 
     set_embedding(encoder_spec, encoder_spec.embeddings[0], encoder.embedding, max_source_positions)
@@ -191,9 +189,9 @@ def export_command(args) -> None:
     print(f"writing {args.output} (ctranslate2 {ctranslate2.__version__}, weights "
           f"{args.quantization or 'float32'})", flush=True)
     export(model, source_dictionary, target_dictionary, args.output, args.quantization, args.force)
-    encoder, decoder = model.encoder, model.decoder
-    print(f"exported {args.checkpoint} -> {args.output}: d_model {encoder.embedding.dim}, N "
-          f"{len(encoder.layers)}/{len(decoder.layers)}, {'pre' if encoder.final_norm else 'post'}-norm, "
+    cfg = model.cfg
+    print(f"exported {args.checkpoint} -> {args.output}: d_model {cfg.encoder_embed_dim}, N "
+          f"{cfg.encoder_layers}/{cfg.decoder_layers}, {'pre' if cfg.encoder_normalize_before else 'post'}-norm, "
           f"vocabularies {len(source_dictionary)}/{len(target_dictionary)}; translate with "
           f"python -m vaswani_plugin.serving.translate_ctranslate2 --model {args.output}")
 

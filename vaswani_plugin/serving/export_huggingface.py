@@ -24,18 +24,18 @@ except OSError as error:  # transformers imports any torchaudio installed, and o
     raise MissingExtra(f"transformers does not load: {error}; a torchaudio built for another torch is the usual "
                        "cause (ve-fairseq pulls one in): pip uninstall torchaudio") from None
 
+from vaswani_plugin import paper  # noqa: E402
 from vaswani_plugin.cli import run_command  # noqa: E402
-from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerModel  # noqa: E402
+from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerModel, head_dims  # noqa: E402
 from vaswani_plugin.serving.huggingface_tokenizer import write_fsmt_tokenizer, write_marian_tokenizer  # noqa: E402
 from vaswani_plugin.serving.loading import add_export_arguments, load_for_export, refuse_existing_output  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-# transformers' beam score is log P / |Y|^p, §6.1's (GNMT) log P / ((5 + |Y|) / 6)^0.6; p = LENGTH_PENALTY agreed
+# transformers' beam score is log P / |Y|^p, §6.1's (GNMT) log P / ((5 + |Y|) / 6)^α; p = LENGTH_PENALTY agreed
 # best with --search paper on the quickstart model (docs/results.md#hugging-face-transformers).
 LENGTH_PENALTY = 0.5
 # transformers has no limit relative to the input (§6.1's input + 50): fairseq-generate's default fixed one.
 MAX_NEW_TOKENS = 200
-BEAM = 4  # §6.1
 
 
 def residual_permutation(dim: int) -> torch.Tensor:
@@ -45,24 +45,25 @@ def residual_permutation(dim: int) -> torch.Tensor:
 
 
 def check_exportable(model: VaswaniTransformerModel):
-    """One line for each variant Marian cannot compute: learned positions, pre-norm, d_k or d_v ≠ d_model / h,
-    different encoder and decoder widths."""
-    encoder, decoder = model.encoder, model.decoder
-    if encoder.embedding.learned_positions is not None or decoder.embedding.learned_positions is not None:
+    """One line for each variant Marian cannot compute (read from the model's config): learned positions, pre-norm,
+    d_k or d_v ≠ d_model / h, different encoder and decoder widths."""
+    cfg = model.cfg
+    if cfg.encoder_learned_pos or cfg.decoder_learned_pos:
         raise VaswaniConfigError("the model has learned positional embeddings (Table 3 row E); transformers' "
                                  "MarianMTModel has sinusoids only: export it with export_ctranslate2 instead")
-    if encoder.final_norm is not None or decoder.final_norm is not None:
+    if cfg.encoder_normalize_before or cfg.decoder_normalize_before:
         raise VaswaniConfigError("the model is pre-norm (--encoder/decoder-normalize-before); transformers' "
                                  "MarianMTModel is post-norm (§3.1) only: export it with export_ctranslate2 instead")
-    if encoder.embedding.dim != decoder.embedding.dim:
-        raise VaswaniConfigError(f"the encoder's d_model {encoder.embedding.dim} differs from the decoder's "
-                                 f"{decoder.embedding.dim}; MarianMTModel has one d_model")
-    for side, stack in (("encoder", encoder), ("decoder", decoder)):
-        attention = stack.layers[0].self_attention.sublayer
-        if attention.key_dim * attention.heads != stack.embedding.dim or attention.value_dim != attention.key_dim:
+    if cfg.encoder_embed_dim != cfg.decoder_embed_dim:
+        raise VaswaniConfigError(f"the encoder's d_model {cfg.encoder_embed_dim} differs from the decoder's "
+                                 f"{cfg.decoder_embed_dim}; MarianMTModel has one d_model")
+    for side in ("encoder", "decoder"):
+        (key_dim, value_dim), heads = head_dims(cfg, side), getattr(cfg, f"{side}_attention_heads")
+        dim = getattr(cfg, f"{side}_embed_dim")
+        if key_dim * heads != dim or value_dim != key_dim:
             raise VaswaniConfigError(
-                f"the {side} has d_k = {attention.key_dim}, d_v = {attention.value_dim} with h = {attention.heads} "
-                f"and d_model = {stack.embedding.dim}; MarianMTModel needs d_k = d_v = d_model / h")
+                f"the {side} has d_k = {key_dim}, d_v = {value_dim} with h = {heads} "
+                f"and d_model = {dim}; MarianMTModel needs d_k = d_v = d_model / h")
 
 
 def shares(model: VaswaniTransformerModel):
@@ -73,21 +74,18 @@ def shares(model: VaswaniTransformerModel):
 
 
 def marian_config(model: VaswaniTransformerModel, source_dictionary, target_dictionary) -> MarianConfig:
-    encoder, decoder = model.encoder, model.decoder
+    """The model's sizes (its config) as Marian's."""
+    cfg = model.cfg
     shared_embeddings, tied_output = shares(model)
-    layer = encoder.layers[0]
     return MarianConfig(
         vocab_size=len(source_dictionary), decoder_vocab_size=len(target_dictionary),
         share_encoder_decoder_embeddings=shared_embeddings, tie_word_embeddings=tied_output,
-        d_model=encoder.embedding.dim, scale_embedding=True, activation_function="relu",
-        encoder_layers=len(encoder.layers), decoder_layers=len(decoder.layers),
-        encoder_attention_heads=layer.self_attention.sublayer.heads,
-        decoder_attention_heads=decoder.layers[0].self_attention.sublayer.heads,
-        encoder_ffn_dim=layer.feed_forward.sublayer.inner.out_features,
-        decoder_ffn_dim=decoder.layers[0].feed_forward.sublayer.inner.out_features,
-        dropout=layer.self_attention.dropout.p, attention_dropout=layer.self_attention.sublayer.dropout,
-        activation_dropout=layer.feed_forward.sublayer.activation_dropout.p,
-        max_position_embeddings=max(encoder.max_positions(), decoder.max_positions()),
+        d_model=cfg.encoder_embed_dim, scale_embedding=True, activation_function="relu",
+        encoder_layers=cfg.encoder_layers, decoder_layers=cfg.decoder_layers,
+        encoder_attention_heads=cfg.encoder_attention_heads, decoder_attention_heads=cfg.decoder_attention_heads,
+        encoder_ffn_dim=cfg.encoder_ffn_embed_dim, decoder_ffn_dim=cfg.decoder_ffn_embed_dim,
+        dropout=cfg.dropout, attention_dropout=cfg.attention_dropout, activation_dropout=cfg.activation_dropout,
+        max_position_embeddings=max(cfg.max_source_positions, cfg.max_target_positions),
         # fairseq's conventions: <s> 0, <pad> 1, </s> 2; the source ends in </s>, decoding starts from </s>.
         pad_token_id=target_dictionary.pad(), eos_token_id=target_dictionary.eos(),
         bos_token_id=target_dictionary.bos(), decoder_start_token_id=target_dictionary.eos(),
@@ -95,11 +93,12 @@ def marian_config(model: VaswaniTransformerModel, source_dictionary, target_dict
 
 
 def generation_config(config: MarianConfig, target_dictionary, max_new_tokens: int) -> GenerationConfig:
-    """§6.1 as far as transformers can say it: beam 4, stop once 4 hypotheses have ended (fairseq's rule), <pad>
-    never generated (removed after the softmax, as fairseq does), a fixed length limit (transformers has none
-    relative to the input: max_new_tokens = the batch's longest input + 51 per call gives §6.1's)."""
+    """§6.1 as far as transformers can say it: its beam (paper.BEAM), stop once as many hypotheses have ended
+    (fairseq's rule), <pad> never generated (removed after the softmax, as fairseq does), a fixed length limit
+    (transformers has none relative to the input: max_new_tokens = the batch's longest input + 51 per call gives
+    §6.1's)."""
     return GenerationConfig(
-        num_beams=BEAM, length_penalty=LENGTH_PENALTY, early_stopping=True, max_new_tokens=max_new_tokens,
+        num_beams=paper.BEAM, length_penalty=LENGTH_PENALTY, early_stopping=True, max_new_tokens=max_new_tokens,
         decoder_start_token_id=config.decoder_start_token_id, eos_token_id=config.eos_token_id,
         forced_eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id, bos_token_id=config.bos_token_id,
         suppress_tokens=[target_dictionary.pad()])
@@ -138,7 +137,7 @@ def feed_forward_weights(prefix: str, residual, perm) -> dict:
 def marian_state_dict(model: VaswaniTransformerModel) -> dict:
     """The plugin's parameters under MarianMTModel's names, the residual coordinates permuted; the sinusoid tables
     are Marian's own (computed, never stored)."""
-    perm = residual_permutation(model.encoder.embedding.dim)
+    perm = residual_permutation(model.cfg.encoder_embed_dim)
     encoder, decoder = model.encoder, model.decoder
     weights = {"model.encoder.embed_tokens.weight": encoder.embedding.embed_tokens.weight[:, perm],
                "model.decoder.embed_tokens.weight": decoder.embedding.embed_tokens.weight[:, perm],
@@ -231,8 +230,8 @@ def export_command(args) -> None:
     export(model, task.source_dictionary, task.target_dictionary, args.output, source_lang=source_lang,
            target_lang=target_lang, bpe_codes=args.bpe_codes, sentencepiece_model=args.sentencepiece,
            dtype=args.dtype, max_new_tokens=args.max_new_tokens, force=args.force)
-    print(f"exported {args.checkpoint} -> {args.output}: d_model {model.encoder.embedding.dim}, N "
-          f"{len(model.encoder.layers)}/{len(model.decoder.layers)}, vocabularies "
+    print(f"exported {args.checkpoint} -> {args.output}: d_model {model.cfg.encoder_embed_dim}, N "
+          f"{model.cfg.encoder_layers}/{model.cfg.decoder_layers}, vocabularies "
           f"{len(task.source_dictionary)}/{len(task.target_dictionary)}; load it with transformers' AutoTokenizer "
           f'and AutoModelForSeq2SeqLM.from_pretrained("{args.output}")')
 

@@ -2,6 +2,7 @@
 
 import argparse
 import pickle
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -13,6 +14,17 @@ import vaswani_plugin  # noqa: F401  (registers the model and task; allow-lists 
 from vaswani_plugin.checkpoints.storage import UnreadableCheckpoint, load_checkpoint
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerModel
+
+# The parameters whose sizes the dictionaries set: the embeddings and the pre-softmax projection (§3.4).
+DICTIONARY_SIZED = ("embed_tokens.weight", "output_projection.weight")
+
+
+def dictionary_mismatch(error: RuntimeError) -> bool:
+    """Whether load_state_dict's error is about the dictionaries' sizes alone: only "size mismatch" lines, each for
+    a parameter in DICTIONARY_SIZED (torch writes one line per problem after the first)."""
+    problems = str(error).split("\n")[1:]
+    names = [re.match(r"\s*size mismatch for ([\w.]+):", line) for line in problems]
+    return bool(names) and all(name is not None and name[1].endswith(DICTIONARY_SIZED) for name in names)
 
 
 def load_model(path, data, source_lang: Optional[str] = None, target_lang: Optional[str] = None,
@@ -50,9 +62,11 @@ def load_model(path, data, source_lang: Optional[str] = None, target_lang: Optio
     cfg.task.update({"data": str(data), "source_lang": source_lang, "target_lang": target_lang})
     try:
         models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], state=state)
-    except RuntimeError:  # load_state_dict: embedding sizes follow the dictionaries
-        raise VaswaniConfigError(f"the dictionaries in --data {data} are not the ones {path} was trained with") \
-            from None
+    except RuntimeError as error:
+        if dictionary_mismatch(error):  # load_state_dict: embedding sizes follow the dictionaries
+            raise VaswaniConfigError(f"the dictionaries in --data {data} are not the ones {path} was trained with") \
+                from error
+        raise VaswaniConfigError(f"{option} {path} does not load: {' '.join(str(error).split())}") from error
     return task, models[0].eval()
 
 

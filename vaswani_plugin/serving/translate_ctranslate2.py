@@ -1,7 +1,7 @@
 """Translate raw text, a sentence a line, with a model exported by export_ctranslate2, on CTranslate2.
 
     python -m vaswani_plugin.serving.translate_ctranslate2 --model DIR --source-lang en --target-lang de \\
-        --bpe-codes data/bpe/codes [--beam 4] [--compute-type int8] < input.txt > output.txt
+        --bpe-codes data/bpe/codes [--beam N] [--compute-type int8] < input.txt > output.txt
 
 Text handling, batching, the length limit and --length-penalty: docs/reference.md#serving-with-ctranslate2.
 """
@@ -18,6 +18,7 @@ try:
 except ImportError:
     raise MissingExtra(CTRANSLATE2_MISSING) from None
 
+from vaswani_plugin import paper
 from vaswani_plugin.cli import run_command
 from vaswani_plugin.generation.length import length_limit
 from vaswani_plugin.serving.text import TextPipeline
@@ -54,7 +55,8 @@ def main(argv=None) -> None:
     subwords.add_argument("--bpe-codes", help="subword-nmt codes the data was segmented with (the quickstart's "
                                               "data/bpe/codes)")
     subwords.add_argument("--sentencepiece-model", help="sentencepiece model the data was segmented with (En-Fr)")
-    parser.add_argument("--beam", type=int, default=4, help="beam size; 1: greedy (default 4, §6.1)")
+    parser.add_argument("--beam", type=int, default=paper.BEAM,
+                        help=f"beam size; 1: greedy (default {paper.BEAM}, §6.1)")
     parser.add_argument("--length-penalty", type=float, default=1.0,
                         help="CTranslate2's: hypotheses ranked by log P / |Y|^p (|Y| with </s>), fairseq-generate's "
                              "--lenpen; 0: by log P. Not GNMT's ((5+|Y|)/6)^alpha (docs/reference.md) (default 1)")

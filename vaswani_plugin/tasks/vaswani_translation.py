@@ -1,6 +1,6 @@
-"""Task `vaswani_translation`: fairseq's `translation` with §6.1's decoding (--search, --gnmt-alpha; the
-generators are vaswani_plugin.generation's), parsing's tree constraint (§6.3, --parse-constrained) and training
-under bfloat16 autocast (--bf16-autocast auto|on|off, decided by vaswani_plugin.precision)."""
+"""Task `vaswani_translation`: fairseq's `translation` with §6.1's decoding (--search, --gnmt-alpha: build_generator
+chooses among vaswani_plugin.generation's generators), parsing's tree constraint (§6.3, --parse-constrained) and
+training under bfloat16 autocast (--bf16-autocast auto|on|off, decided by vaswani_plugin.precision)."""
 
 import logging
 from dataclasses import dataclass, field
@@ -8,24 +8,33 @@ from typing import Optional
 
 import numpy as np
 import torch
-from fairseq.optim.amp_optimizer import AMPOptimizer
-from fairseq.optim.fp16_optimizer import _FP16OptimizerMixin, _MemoryEfficientFP16OptimizerMixin
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
+from vaswani_plugin import paper
 from vaswani_plugin.errors import VaswaniConfigError
-from vaswani_plugin.generation.generators import SEARCH_RULES, GeneratorChoice
+from vaswani_plugin.fairseq_internals import fairseq_precision
+from vaswani_plugin.generation.beam_search import BeamSearchGenerator
+from vaswani_plugin.generation.generators import (
+    GnmtSequenceGenerator,
+    GnmtSequenceGeneratorWithAlignment,
+    PlainSequenceGenerator,
+    PlainSequenceGeneratorWithAlignment,
+)
+from vaswani_plugin.generation.tree_constraint import constrain_to_trees
 from vaswani_plugin.precision import bf16_autocast_enabled, bf16_autocast_setting, precision_line
 from vaswani_plugin.tasks.resumable_iterator import resumable
 
 logger = logging.getLogger(__name__)
 
+SEARCH_RULES = ("fairseq", "paper")
+
 
 @dataclass
 class VaswaniTranslationConfig(TranslationConfig):
     gnmt_alpha: Optional[float] = field(
-        default=None, metadata={"help": "rank beam-search hypotheses by log P(Y|X) / ((5+|Y|)/6)^alpha, the "
-                                        "GNMT length penalty of §6.1 (0.6 in the paper); replaces --lenpen"})
+        default=None, metadata={"help": "rank beam-search hypotheses by log P(Y|X) / ((5+|Y|)/6)^alpha, the GNMT "
+                                        f"length penalty of §6.1 ({paper.ALPHA} in the paper); replaces --lenpen"})
     search: str = field(
         default="fairseq", metadata={
             "help": "the beam search's rule: fairseq (default), fairseq-generate's hypotheses; paper, §6.1's (GNMT "
@@ -39,20 +48,39 @@ class VaswaniTranslationConfig(TranslationConfig):
             "help": "auto, on or off (default off; bare: on): train under bfloat16 autocast, weights, loss and Adam "
                     "in float32; auto: on only on a CPU with AVX512-BF16 or AMX. Not fairseq's --bf16 (TPUs)"})
 
-def fairseq_precision(optimizer, dtype: torch.dtype) -> Optional[str]:
-    """fairseq's own mixed precision, told by its optimizer wrapper and the model's dtype; None for float32."""
-    if isinstance(optimizer, AMPOptimizer):
-        return "--amp"
-    half = "bf16" if dtype == torch.bfloat16 else "fp16"
-    if isinstance(optimizer, _MemoryEfficientFP16OptimizerMixin):
-        return f"--memory-efficient-{half}"
-    if isinstance(optimizer, _FP16OptimizerMixin):
-        return f"--{half}"
-    return None
+
+def unsupported_by_plugin_search(models, args, seq_gen_cls, extra_gen_cls_kwargs,
+                                 prefix_allowed_tokens_fn) -> Optional[str]:
+    """What of this generation fairseq's SequenceGenerator must do (named as its option); None: nothing."""
+    if len(models) != 1:
+        return "an ensemble of models"
+    # fairseq-generate always passes lm_model (None without --lm-path) and lm_weight.
+    extra_options = set(extra_gen_cls_kwargs or {}) - {"lm_model", "lm_weight"}
+    options = [("--sampling", getattr(args, "sampling", False)),
+               ("--diverse-beam-groups", getattr(args, "diverse_beam_groups", -1) > 0),
+               ("--diversity-rate", getattr(args, "diversity_rate", -1) > -1),
+               ("--match-source-len", getattr(args, "match_source_len", False)),
+               ("--constraints", getattr(args, "constraints", False)),
+               ("--prefix-size", getattr(args, "prefix_size", 0) > 0),
+               ("--no-repeat-ngram-size", getattr(args, "no_repeat_ngram_size", 0) > 0),
+               ("a prefix_allowed_tokens_fn", prefix_allowed_tokens_fn is not None
+                or getattr(args, "prefix_allowed_tokens_fn", None) is not None),
+               (f"generator class {getattr(seq_gen_cls, '__name__', '')}", seq_gen_cls is not None),
+               ("--lm-path", (extra_gen_cls_kwargs or {}).get("lm_model") is not None),
+               (f"generator options {', '.join(sorted(extra_options))}", bool(extra_options)),
+               ("--print-alignment with a model that aligns step by step (no full_context_alignment)",
+                getattr(args, "print_alignment", None) and not getattr(models[0], "full_context_alignment", False))]
+    return next((option for option, present in options if present), None)
+
+
+def check_no_fairseq_normalisation(args, option: str):
+    if getattr(args, "lenpen", 1) != 1 or getattr(args, "unnormalized", False):
+        given = "--unnormalized" if getattr(args, "unnormalized", False) else f"--lenpen {args.lenpen}"
+        raise VaswaniConfigError(f"{option} replaces fairseq's length normalisation; drop {given}")
 
 
 @register_task("vaswani_translation", dataclass=VaswaniTranslationConfig)
-class VaswaniTranslationTask(GeneratorChoice, TranslationTask):
+class VaswaniTranslationTask(TranslationTask):
     """fairseq's `translation`, plus --gnmt-alpha for beam search as in §6.1, --parse-constrained for parsing
     (§6.3) and --bf16-autocast for training."""
 
@@ -84,6 +112,58 @@ class VaswaniTranslationTask(GeneratorChoice, TranslationTask):
                 return criterion(model, sample)
 
         return super().train_step(sample, model, criterion_under_autocast, optimizer, update_num, ignore_grad)
+
+    def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None,
+                        prefix_allowed_tokens_fn=None):
+        """--search paper: the plugin's beam search (§6.1); fairseq: fairseq's generator, GNMT-ranked."""
+        if getattr(args, "score_reference", False):
+            return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn)
+        alpha = self.cfg.gnmt_alpha
+        if self.cfg.search == "fairseq":
+            if alpha is not None:
+                check_no_fairseq_normalisation(args, f"--gnmt-alpha {alpha}")
+            generator = self.build_ranked_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs,
+                                                    prefix_allowed_tokens_fn)
+        else:
+            check_no_fairseq_normalisation(args, "--search paper" if alpha is None else f"--gnmt-alpha {alpha}")
+            unsupported = unsupported_by_plugin_search(models, args, seq_gen_cls, extra_gen_cls_kwargs,
+                                                       prefix_allowed_tokens_fn)
+            if unsupported is not None:
+                raise VaswaniConfigError(f"--search paper does not combine with {unsupported}: fairseq's generator "
+                                         "would decode by its own rule; use --search fairseq")
+            generator = BeamSearchGenerator(
+                models, self.target_dictionary, beam_size=getattr(args, "beam", 5),
+                max_len_a=getattr(args, "max_len_a", 0), max_len_b=getattr(args, "max_len_b", 200),
+                min_len=getattr(args, "min_len", 1), unk_penalty=getattr(args, "unkpen", 0),
+                temperature=getattr(args, "temperature", 1.0), gnmt_alpha=alpha,
+                print_alignment=getattr(args, "print_alignment", None))
+        if self.cfg.parse_constrained:
+            generator = constrain_to_trees(generator, self.tgt_dict, self.datasets, self.src_dict)
+        return generator
+
+    def build_ranked_generator(self, models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn):
+        """fairseq's generator, hypotheses ranked by the GNMT penalty when --gnmt-alpha is set (§6.1)."""
+        alpha = self.cfg.gnmt_alpha
+        if seq_gen_cls is not None:
+            if alpha is not None:
+                raise VaswaniConfigError(f"--gnmt-alpha ranks fairseq's SequenceGenerator, not {seq_gen_cls.__name__}")
+            return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn)
+        aligned = bool(getattr(args, "print_alignment", False))
+        extra_gen_cls_kwargs = dict(extra_gen_cls_kwargs or {})
+        if alpha is None:
+            seq_gen_cls = PlainSequenceGeneratorWithAlignment if aligned else PlainSequenceGenerator
+        else:
+            seq_gen_cls = GnmtSequenceGeneratorWithAlignment if aligned else GnmtSequenceGenerator
+            extra_gen_cls_kwargs["gnmt_alpha"] = alpha
+        if aligned:
+            extra_gen_cls_kwargs["print_alignment"] = args.print_alignment
+        return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn)
+
+    def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
+        begin_batch = getattr(getattr(generator, "search", None), "begin_batch", None)
+        if begin_batch is not None:  # the tree constraint's word leaves are this batch's input words
+            begin_batch(sample)
+        return super().inference_step(generator, models, sample, prefix_tokens, constraints)
 
     def get_batch_iterator(self, *args, **kwargs):
         """fairseq's, resumable on another number of processes or --max-tokens (resumable_iterator.py)."""

@@ -3,7 +3,7 @@
     python -m vaswani_plugin.tools.attention_pictures --path checkpoint_best.pt --data data-bin \\
         --source "the cat sat" --output-dir pictures [--target "die Katze saß"] [--layer 6 --head 3]
 
-Sentences are dictionary tokens, or raw text with --bpe-codes; without --target the source is translated (beam 4).
+Sentences are dictionary tokens, or raw text with --bpe-codes; without --target the source is translated (§6.1's beam).
 One teacher-forced pass records encoder_self [layers, heads, S, S], decoder_self [.., T, T] and encoder_decoder
 [.., T, S]; the output directory gets heatmaps and attention.npz. Details: docs/reference.md#attention-pictures.
 """
@@ -23,6 +23,7 @@ from fairseq.dataclass.configs import GenerationConfig
 from torch import Tensor
 
 import vaswani_plugin  # noqa: F401  (registers the model; allow-lists fairseq's checkpoint classes)
+from vaswani_plugin import paper
 from vaswani_plugin.cli import run_command
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerModel
@@ -39,8 +40,8 @@ KINDS = {
 AXES = {"encoder_self": ("source", "source"), "decoder_self": ("target", "decoder_input"),
         "encoder_decoder": ("target", "source")}
 AXIS_NAMES = {"source": "source token", "target": "decoder output", "decoder_input": "decoder input"}
-# §6.1: beam size 4, maximum output length input length + 50.
-BEAM, MAX_LEN_A, MAX_LEN_B = 4, 1, 50
+# §6.1's beam size and maximum output length (input length + 50).
+BEAM, MAX_LEN_A, MAX_LEN_B = paper.BEAM, paper.MAX_LEN_A, paper.MAX_LEN_B
 
 
 def _store_probabilities(slots: List[Optional[Tensor]], index: int, attention, args, kwargs, output) -> None:
@@ -177,13 +178,12 @@ def write_pictures(maps: Dict[str, Tensor], tokens: Dict[str, List[str]], layers
 def write_attention_pictures(args: argparse.Namespace) -> List[Path]:
     """The whole command: load, (translate,) capture, write the pictures and attention.npz; returns the paths."""
     task, model = load_model(args.path, args.data, args.source_lang, args.target_lang)
-    stacks = {"encoder": model.encoder.layers, "decoder": model.decoder.layers}
+    stacks = ("encoder", "decoder")
     if args.layer is not None:
-        check_range("--layer", args.layer, {stack: len(layers) for stack, layers in stacks.items()})
+        check_range("--layer", args.layer, {stack: getattr(model.cfg, f"{stack}_layers") for stack in stacks})
     if args.head is not None:
-        check_range("--head", args.head,
-                    {stack: layers[0].self_attention.sublayer.heads for stack, layers in stacks.items()})
-    layers = {kind: args.layer or len(stacks[stack]) for kind, (_, stack, _) in KINDS.items()}
+        check_range("--head", args.head, {stack: getattr(model.cfg, f"{stack}_attention_heads") for stack in stacks})
+    layers = {kind: args.layer or getattr(model.cfg, f"{stack}_layers") for kind, (_, stack, _) in KINDS.items()}
 
     source, target_text = args.source, args.target
     if args.bpe_codes:
