@@ -29,7 +29,8 @@ CPU_TRAINING_ENV = {  # glibc keeps allocations over 32 MB in the heap: 1.25x to
 
 # A setting the user can fix: the recipe stops with `RECIPE: error: MESSAGE` (the plugin's one family of user errors
 # and its reporter, vaswani_plugin/errors.py).
-LaunchError = plugin_leaf("errors").VaswaniConfigError
+ERRORS = plugin_leaf("errors")
+LaunchError = ERRORS.VaswaniConfigError
 
 
 def env(name: str) -> str:
@@ -293,6 +294,19 @@ def batch_plan(python: str, workers: int, data_bin: str, default_tokens: int) ->
     return dict(UPDATE_FREQ=update_freq, MAX_TOKENS=max_tokens)
 
 
+def paper_variables(paper) -> dict:
+    """paper.py's settings as the recipes' variables: PAPER_BEAM=4 ... for each number, the argument sections as
+    arrays (PAPER_TRAINING_ARGS, PAPER_DECODING_ARGS, PAPER_PARSING_DECODING_ARGS) and each model's sizes
+    (PAPER_MODEL_QUICKSTART ...)."""
+    variables = {f"PAPER_{name}": paper.number(value) for name, value in vars(paper).items()
+                 if name.isupper() and isinstance(value, (int, float))}
+    for section in ("training", "decoding", "parsing-decoding"):
+        variables[f"PAPER_{section.replace('-', '_').upper()}_ARGS"] = paper.arguments(section)
+    for model in paper.MODELS:
+        variables[f"PAPER_MODEL_{model.upper()}"] = paper.arguments(f"model:{model}")
+    return variables
+
+
 def shell(assignments: dict) -> str:
     """NAME=VALUE lines for bash's eval; lists become arrays."""
     lines = []
@@ -315,8 +329,7 @@ def main(argv=None) -> None:
     parser.add_argument("--workers", type=int, help="batch: the processes that train in parallel")
     parser.add_argument("--data-bin", help="batch: the binarised data, for its longest sentence")
     args = parser.parse_args(argv)
-    errors = plugin_leaf("errors")
-    errors.run_reported(env("RECIPE") or parser.prog, lambda: print(plan(args)))
+    ERRORS.run_reported(env("RECIPE") or parser.prog, lambda: print(plan(args)))
 
 
 def plan(args) -> str:
@@ -327,7 +340,7 @@ def plan(args) -> str:
     if args.plan == "batch":
         return shell(batch_plan(args.python, args.workers, args.data_bin, paper.TOKENS_PER_STEP))
     if args.shell:
-        return paper.shell()
+        return shell(paper_variables(paper))
     try:
         return "\n".join(word for section in args.sections for word in paper.arguments(section))
     except KeyError as error:

@@ -2,11 +2,8 @@
 
 A leaf that imports nothing: the plugin, benchmarks and tests import it; repository scripts load it by its path
 (prepare._common.plugin_leaf), which skips the package's fairseq import, and the recipes read it as bash variables
-(`python -m recipes.launch paper --shell`: PAPER_BEAM=4 ..., arrays PAPER_TRAINING_ARGS ...). tests/test_paper.py
-pins each value to the paper.
+(recipes/launch.py: `python -m recipes.launch paper --shell`). tests/test_paper.py pins each value to the paper.
 """
-
-import shlex
 
 TOKENS_PER_STEP = 25000  # §5.1: about 25,000 source and 25,000 target tokens a batch
 
@@ -72,15 +69,4 @@ def arguments(section: str) -> list:
         return [word for name, value in model_options(section[len("model:"):]).items()
                 for word in (f"--{name.replace('_', '-')}", number(value))]
     raise KeyError(section)
-
-
-def shell() -> str:
-    """Every setting as bash assignments: scalars PAPER_NAME, argument sections and models as arrays."""
-    lines = [f"PAPER_{name}={number(value)}" for name, value in globals().items()
-             if name.isupper() and isinstance(value, (int, float))]
-    sections = ["training", "decoding", "parsing-decoding"] + [f"model:{name}" for name in MODELS]
-    for section in sections:
-        name = section.replace("model:", "model_").replace("-", "_").upper()
-        lines.append(f"PAPER_{name}{'' if name.startswith('MODEL') else '_ARGS'}=({shlex.join(arguments(section))})")
-    return "\n".join(lines)
 
