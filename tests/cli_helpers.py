@@ -6,6 +6,7 @@ import random
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from vaswani_plugin import paper
@@ -43,8 +44,73 @@ def run_command(name, command, cwd, stdin=None, check=True):
 
 
 def run(tool, *args, cwd, stdin=None, check=True):
-    """Run fairseq-TOOL (from this environment) with safe checkpoint loading left on."""
-    return run_command(f"fairseq-{tool}", [BIN / f"fairseq-{tool}", *args], cwd, stdin, check)
+    """Run fairseq-TOOL (from this environment) with safe checkpoint loading left on. A run that must succeed
+    (check) runs in this process, as the console script would (no 3-4 s of a new process's fairseq import); one
+    whose failure a test reads (its exit status, its last line) runs as a process of its own, and so does every
+    run of the second lane's thread (a run in this process changes its folder and standard streams)."""
+    if not check or threading.current_thread() is not threading.main_thread():
+        return run_command(f"fairseq-{tool}", [BIN / f"fairseq-{tool}", *args], cwd, stdin, check)
+    words = [f"fairseq-{tool}", *map(str, args)]
+    status, out, err = run_in_process(words, cwd, stdin)
+    if status != 0:
+        raise AssertionError(f"fairseq-{tool} failed ({status}):\n{err[-3000:]}")
+    return subprocess.CompletedProcess(words, status, out, err)
+
+
+def forget_the_last_training(command):
+    """What fairseq-train keeps a process long, on its functions: the best validation loss (checkpoint_best.pt is
+    written only below it; early stopping's count), gone as in a new process."""
+    from fairseq import checkpoint_utils
+    for function, names in ((checkpoint_utils.save_checkpoint, ("best",)),
+                            (getattr(command, "should_stop_early", None), ("best", "num_runs"))):
+        for name in names:
+            if hasattr(function, name):
+                delattr(function, name)
+
+
+def run_in_process(words, cwd, stdin=None):
+    """`fairseq-TOOL ARGS` or `python -m MODULE ARGS` (words) run in this process, in `cwd`, as its console script
+    or `-m` runs it: fairseq's log lines to stdout as its commands configure them, safe checkpoint loading on.
+    Returns (exit status, stdout, stderr). The main thread's only: the folder and the streams are the process's."""
+    assert threading.current_thread() is threading.main_thread(), "run_in_process outside the main thread"
+    import contextlib
+    import importlib
+    import io
+    import logging
+    import runpy
+    import pytest
+    out, err, status = io.StringIO(), io.StringIO(), 0
+    # fairseq's commands call logging.basicConfig(stream=sys.stdout, level=INFO) when first imported, which does
+    # nothing where a handler is already there (pytest's): the same lines, to this run's stdout.
+    log = logging.StreamHandler(out)
+    log.setFormatter(logging.Formatter("%(asctime)s | %(levelname)s | %(name)s | %(message)s", "%Y-%m-%d %H:%M:%S"))
+    root = logging.getLogger()
+    level = root.level
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        patch.chdir(cwd)
+        patch.delenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", raising=False)
+        if stdin is not None:
+            patch.setattr(sys, "stdin", io.StringIO(stdin))
+        root.addHandler(log)
+        root.setLevel(logging.INFO)
+        try:
+            if words[:2] == ["python", "-m"]:
+                patch.setattr(sys, "argv", [words[2], *words[3:]])
+                runpy.run_module(words[2], run_name="__main__", alter_sys=True)
+            else:
+                assert words[0].startswith("fairseq-"), words
+                patch.setattr(sys, "argv", list(words))
+                command = importlib.import_module(f"fairseq_cli.{words[0][len('fairseq-'):]}")
+                forget_the_last_training(command)
+                command.cli_main()
+        except SystemExit as exit:
+            status = exit.code if isinstance(exit.code, int) else 1 if exit.code else 0
+            if isinstance(exit.code, str):
+                print(exit.code, file=sys.stderr)
+        finally:
+            root.removeHandler(log)
+            root.setLevel(level)
+    return status, out.getvalue(), err.getvalue()
 
 
 def run_module(module, *args, cwd, check=True):

@@ -95,13 +95,8 @@ def run_here(command: str, cwd, plugin: Optional[str] = None):
     after) run in this process, as its console script or `-m` would run it, in `cwd`: without the 4-5 s of a new
     process's fairseq import. `"$(python -m vaswani_plugin)"` becomes `plugin`. Returns (exit status, stdout,
     stderr: what they printed); what `> FILE` names is written too."""
-    import contextlib
-    import importlib
-    import io
-    import runpy
     import shlex
-    import sys
-    import pytest
+    from cli_helpers import run_in_process
     command = joined(command)
     if plugin is not None:
         command = command.replace('"$(python -m vaswani_plugin)"', shlex.quote(plugin))
@@ -115,25 +110,9 @@ def run_here(command: str, cwd, plugin: Optional[str] = None):
     while len(words) > 2 and words[-2] in ("<", ">"):
         redirect[words[-2]], words = words[-1], words[:-2]
     assert not {"|", "<", ">", "&&", ";"} & set(words), f"more shell than run_here reads: {command}"
-    out, err, status = io.StringIO(), io.StringIO(), 0
-    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        patch.chdir(cwd)
-        if "<" in redirect:
-            stdin = Path(redirect["<"]).read_text(encoding="utf-8")
-        if stdin is not None:
-            patch.setattr(sys, "stdin", io.StringIO(stdin))
-        try:
-            if words[:2] == ["python", "-m"]:
-                patch.setattr(sys, "argv", [words[2], *words[3:]])
-                runpy.run_module(words[2], run_name="__main__", alter_sys=True)
-            else:
-                assert words[0].startswith("fairseq-"), command
-                patch.setattr(sys, "argv", words)
-                importlib.import_module(f"fairseq_cli.{words[0][len('fairseq-'):]}").cli_main()
-        except SystemExit as exit:
-            status = exit.code if isinstance(exit.code, int) else 1 if exit.code else 0
-            if isinstance(exit.code, str):
-                print(exit.code, file=sys.stderr)
-        if ">" in redirect:
-            Path(redirect[">"]).write_text(out.getvalue(), encoding="utf-8")
-    return status, out.getvalue(), err.getvalue()
+    if "<" in redirect:
+        stdin = (Path(cwd) / redirect["<"]).read_text(encoding="utf-8")
+    status, out, err = run_in_process(words, cwd, stdin)
+    if ">" in redirect:
+        (Path(cwd) / redirect[">"]).write_text(out, encoding="utf-8")
+    return status, out, err
