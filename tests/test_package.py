@@ -225,3 +225,15 @@ def test_module_docstrings_and_option_help_are_short():
                 if isinstance(node, ast.Dict) else []
             long += [f"{path.relative_to(REPO)}:{v.lineno}: help" for v in helps if v.end_lineno - v.lineno >= 3]
     assert not long, long
+
+
+def test_commands_that_need_no_fairseq_start_without_it():
+    """`python -m vaswani_plugin.COMMAND` imports the package while sys.argv[0] is "-m" (Python's documentation of
+    -m; set so here, to import five commands in one process): scoring, averaging, the resumption plan's reading of
+    checkpoints and the training cost import no fairseq (3 s); `import vaswani_plugin` registers (every other test)."""
+    commands = ["vaswani_plugin.checkpoints.average", "vaswani_plugin.checkpoints.resume",
+                "vaswani_plugin.tools.training_cost", "vaswani_plugin.scoring.bleu", "vaswani_plugin.scoring.parses"]
+    code = (f"import sys; sys.argv = ['-m']; import {', '.join(commands)}; "
+            "print(sorted(name for name in sys.modules if name.split('.')[0] == 'fairseq'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO).stdout
+    assert out.strip() == "[]", out

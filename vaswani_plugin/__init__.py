@@ -1,33 +1,43 @@
 """The Transformer of "Attention Is All You Need" (Vaswani et al., 2017) as a fairseq plugin.
 
-Importing this package (``--user-dir``) registers the architecture family ``vaswani_transformer``, the LR
-scheduler ``noam``, the criterion ``vaswani_label_smoothed_cross_entropy`` and the task
-``vaswani_translation`` (GNMT length penalty), and allow-lists the classes
-that fairseq checkpoints hold for torch's safe (``weights_only``) loading.
+Importing this package (``--user-dir``) runs register(): the architecture family ``vaswani_transformer``, the LR
+scheduler ``noam``, the criterion ``vaswani_label_smoothed_cross_entropy`` and the task ``vaswani_translation``
+(GNMT length penalty) registered with fairseq, and fairseq's checkpoint classes allow-listed for torch's safe
+(``weights_only``) loading. ``python -m vaswani_plugin.COMMAND`` leaves that to the commands that use fairseq.
 """
 
-try:
-    import fairseq  # noqa: F401
-except ImportError as error:
-    raise ImportError(
-        "vaswani_plugin needs fairseq, which is not importable here "
-        f"({error}). Install it with `pip install 'vaswani_plugin[fairseq]'` "
-        "(ve-fairseq 0.12.3, for Python 3.11 and 3.12)."
-    ) from None
+import sys
 
 # The leaves prepare/ may have loaded by their paths first (prepare._common.plugin_leaf): bound here as the
 # package's attributes, which such a load leaves unset.
-from vaswani_plugin import errors, paper  # noqa: E402,F401
+from vaswani_plugin import errors, paper  # noqa: F401
 from vaswani_plugin.errors import VaswaniConfigError
-from vaswani_plugin.cli import install_error_hook
-from vaswani_plugin.checkpoints.storage import allow_fairseq_checkpoint_classes
 
-install_error_hook()
-allow_fairseq_checkpoint_classes()
 
-from vaswani_plugin.models import vaswani_transformer  # noqa: E402,F401  (registers the model and archs)
-from vaswani_plugin.criterions import vaswani_label_smoothed_cross_entropy  # noqa: E402,F401
-from vaswani_plugin.lr_scheduler import noam  # noqa: E402,F401
-from vaswani_plugin.tasks import vaswani_translation  # noqa: E402,F401  (registers the task)
+def register():
+    """Register the plugin's components with fairseq, allow-list fairseq's checkpoint classes and install the
+    one-line error hook of fairseq's commands; a second call does nothing new."""
+    try:
+        import fairseq  # noqa: F401
+    except ImportError as error:
+        raise ImportError(
+            "vaswani_plugin needs fairseq, which is not importable here "
+            f"({error}). Install it with `pip install 'vaswani_plugin[fairseq]'` "
+            "(ve-fairseq 0.12.3, for Python 3.11 and 3.12).") from None
+    from vaswani_plugin.checkpoints.storage import allow_fairseq_checkpoint_classes
+    from vaswani_plugin.cli import install_error_hook
+    install_error_hook()
+    allow_fairseq_checkpoint_classes()
+    from vaswani_plugin.models import vaswani_transformer  # noqa: F401  (registers the model and archs)
+    from vaswani_plugin.criterions import vaswani_label_smoothed_cross_entropy  # noqa: F401
+    from vaswani_plugin.lr_scheduler import noam  # noqa: F401
+    from vaswani_plugin.tasks import vaswani_translation  # noqa: F401  (registers the task)
 
-__all__ = ["VaswaniConfigError"]
+
+# `python -m vaswani_plugin.COMMAND` imports this package while sys.argv[0] is "-m" (Python's documentation of -m):
+# then the commands that need fairseq call register(), and scoring, averaging or reading a checkpoint's
+# bookkeeping start without fairseq's import (3 s).
+if getattr(sys, "argv", [None])[:1] != ["-m"]:
+    register()
+
+__all__ = ["VaswaniConfigError", "register"]

@@ -5,7 +5,6 @@ import argparse
 import sys
 from typing import Callable, Optional, Sequence
 
-from vaswani_plugin.checkpoints.storage import unreadable_checkpoint_message
 from vaswani_plugin.errors import VaswaniConfigError, error_line, run_reported
 
 
@@ -26,6 +25,7 @@ def install_error_hook():
         return
 
     def hook(exc_type, exc, tb):
+        from vaswani_plugin.checkpoints.storage import unreadable_checkpoint_message
         message = str(exc) if issubclass(exc_type, VaswaniConfigError) else unreadable_checkpoint_message(exc)
         if message is not None:
             print(error_line("vaswani_plugin", message), file=sys.stderr)

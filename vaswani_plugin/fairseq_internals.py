@@ -1,15 +1,14 @@
 """The fairseq internals the plugin depends on, beyond fairseq's public classes and registries, in one place.
 
 Each was checked against ve-fairseq 0.12.3 (FAIRSEQ_CHECKED); a newer fairseq that changes one of them changes
-this module. A leaf under the package: it imports fairseq, torch and the standard library, nothing of vaswani_plugin.
+this module. A leaf under the package: it imports torch and the standard library, and fairseq inside the functions
+that need it (a command that only reads a checkpoint never imports fairseq); nothing of vaswani_plugin.
 """
 
 import traceback
 from typing import Optional, Tuple
 
 import torch
-from fairseq.optim.amp_optimizer import AMPOptimizer
-from fairseq.optim.fp16_optimizer import FP16Optimizer, MemoryEfficientFP16Optimizer
 
 FAIRSEQ_CHECKED = "ve-fairseq 0.12.3"
 
@@ -22,6 +21,8 @@ def fairseq_precision(optimizer, dtype: torch.dtype) -> Optional[str]:
     forms a MemoryEfficientFP16Optimizer: the only users of the private _FP16OptimizerMixin and
     _MemoryEfficientFP16OptimizerMixin that the task tested before.
     """
+    from fairseq.optim.amp_optimizer import AMPOptimizer
+    from fairseq.optim.fp16_optimizer import FP16Optimizer, MemoryEfficientFP16Optimizer
     if isinstance(optimizer, AMPOptimizer):
         return "--amp"
     half = "bf16" if dtype == torch.bfloat16 else "fp16"

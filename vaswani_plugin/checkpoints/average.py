@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import List, Sequence
 
 
-import vaswani_plugin  # noqa: F401  (allow-lists fairseq's checkpoint classes for weights_only loading)
 from vaswani_plugin.checkpoints.storage import load_checkpoint, save_atomically
 from vaswani_plugin.cli import run_command
 from vaswani_plugin.errors import VaswaniConfigError

@@ -13,7 +13,6 @@ from pathlib import Path
 import torch
 from fairseq.modules import SinusoidalPositionalEmbedding
 
-import vaswani_plugin  # noqa: F401  (allow-lists fairseq's checkpoint classes for weights_only loading)
 from vaswani_plugin.checkpoints.storage import UnreadableCheckpoint, load_checkpoint, save_atomically
 from vaswani_plugin.cli import run_command
 from vaswani_plugin.errors import VaswaniConfigError

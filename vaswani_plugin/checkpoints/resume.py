@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 from typing import Optional, Tuple
 
-import vaswani_plugin  # noqa: F401  (allow-lists fairseq's checkpoint classes for weights_only loading)
 from vaswani_plugin.cli import run_command
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.checkpoints.storage import UnreadableCheckpoint, load_checkpoint, write_atomically
@@ -120,6 +119,8 @@ TOKENS_TOLERANCE = 0.02  # the recipes' rounding of TOKENS_PER_STEP over the wor
 
 def training_config(plan: str):
     """fairseq-train's configuration (a plain dict) for the fairseq_cli.train command among the plan's lines."""
+    import vaswani_plugin
+    vaswani_plugin.register()  # the plan's --user-dir: this package, already imported, is not imported again
     from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from omegaconf import OmegaConf

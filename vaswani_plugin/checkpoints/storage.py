@@ -85,6 +85,7 @@ def load_checkpoint(path, load: Optional[Callable] = None):
     """
     problem = checkpoint_problem(path)
     if problem is None:
+        allow_fairseq_checkpoint_classes()
         try:
             if load is not None:
                 return load(str(path))

@@ -13,7 +13,6 @@ import re
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
-from fairseq.data.data_utils import post_process
 from sacrebleu.metrics import BLEU
 from sacremoses import MosesDetokenizer, MosesTokenizer
 
@@ -60,6 +59,7 @@ def read_hypotheses(path, remove_bpe: Optional[str] = None):
     ids = sorted(by_id) if by_id else None
     hypotheses = [by_id[i] for i in ids] if by_id else lines
     if remove_bpe:
+        from fairseq.data.data_utils import post_process  # fairseq-generate's own (3 s to import: only here)
         hypotheses = [post_process(h, remove_bpe) for h in hypotheses]
     return hypotheses, ids
 

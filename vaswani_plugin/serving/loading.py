@@ -10,7 +10,7 @@ from fairseq import checkpoint_utils
 from fairseq.data import data_utils
 from fairseq.models import ARCH_MODEL_REGISTRY
 
-import vaswani_plugin  # noqa: F401  (registers the model and task; allow-lists fairseq's checkpoint classes)
+import vaswani_plugin
 from vaswani_plugin.checkpoints.storage import UnreadableCheckpoint, load_checkpoint
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerModel
@@ -31,6 +31,7 @@ def load_model(path, data, source_lang: Optional[str] = None, target_lang: Optio
                option: str = "--path"):
     """(task, model in eval mode) through fairseq's loader, the dictionaries read from `data`; a mistake is one
     VaswaniConfigError naming `option` (the command's name for the checkpoint)."""
+    vaswani_plugin.register()  # the checkpoint's task and model, by their registered names
     if not Path(path).is_file():
         raise VaswaniConfigError(f"{option} {path}: no such checkpoint file")
     try:

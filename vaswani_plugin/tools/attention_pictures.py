@@ -22,7 +22,6 @@ import torch
 from fairseq.dataclass.configs import GenerationConfig
 from torch import Tensor
 
-import vaswani_plugin  # noqa: F401  (registers the model; allow-lists fairseq's checkpoint classes)
 from vaswani_plugin import paper
 from vaswani_plugin.cli import run_command
 from vaswani_plugin.errors import VaswaniConfigError

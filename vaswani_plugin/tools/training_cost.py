@@ -8,7 +8,6 @@ import argparse
 
 import torch
 
-import vaswani_plugin  # noqa: F401  (allow-list for loading fairseq checkpoints safely)
 from vaswani_plugin.checkpoints.storage import load_checkpoint
 from vaswani_plugin.cli import run_command
 from vaswani_plugin.errors import VaswaniConfigError
