@@ -121,3 +121,21 @@ def test_head_sizes_are_free_of_d_model(dictionary):
     attention = model.encoder.layers[0].self_attention.sublayer
     assert attention.qkv_proj.weight.shape == (4 * (6 + 6 + 10), 32)
     assert attention.out_proj.weight.shape == (32, 4 * 10)
+
+
+def test_on_a_gpu_attention_never_runs_cudnns_kernel_and_leaves_the_setting_as_it_was(monkeypatch):
+    """cuDNN's SDPA builds a graph per shape (docs/results.md "GPU"): off during the call on any device but the CPU
+    (here meta tensors, as no GPU is at hand), restored after; on the CPU the setting is not touched."""
+    from vaswani_plugin.models import attention as module
+    seen = []
+
+    def recorder(q, k, v, **options):
+        seen.append((q.device.type, torch.backends.cuda.cudnn_sdp_enabled()))
+        return q
+
+    monkeypatch.setattr(module.F, "scaled_dot_product_attention", recorder)
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+    for device in ("meta", "cpu"):
+        q = torch.zeros(2, 4, 3, 8, device=device)
+        module.attention(q, q, q)
+    assert seen == [("meta", False), ("cpu", True)] and torch.backends.cuda.cudnn_sdp_enabled()

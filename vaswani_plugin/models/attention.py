@@ -25,9 +25,19 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor] = None, is
     if need_weights:
         probs = attention_probabilities(q, k, mask, is_causal)
         return torch.matmul(F.dropout(probs, dropout), v), probs
-    if q.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
-        # In float32: torch's CPU flash attention runs its backward far slower in bfloat16 (docs/design.md).
-        with torch.autocast("cpu", enabled=False):
-            return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask,
-                                                  dropout_p=dropout, is_causal=is_causal), None
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal), None
+    if q.device.type == "cpu":
+        if torch.is_autocast_enabled("cpu"):
+            # In float32: torch's CPU flash attention runs its backward far slower in bfloat16 (docs/design.md).
+            with torch.autocast("cpu", enabled=False):
+                return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask,
+                                                      dropout_p=dropout, is_causal=is_causal), None
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal), None
+    # Not cuDNN's fused attention, which torch picks first on H100s: it builds a graph for each new shape, and
+    # translation batches change length nearly every step (docs/results.md "GPU": 304 ms a training step with it,
+    # 56 without). Set around the call (1-2 µs) and restored: the caller's choice stays theirs elsewhere.
+    cudnn = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    try:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal), None
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(cudnn)
