@@ -44,16 +44,27 @@ def run_command(name, command, cwd, stdin=None, check=True):
 
 
 def run(tool, *args, cwd, stdin=None, check=True):
-    """Run fairseq-TOOL (from this environment) with safe checkpoint loading left on. A run that must succeed
-    (check) runs in this process, as the console script would (no 3-4 s of a new process's fairseq import); one
-    whose failure a test reads (its exit status, its last line) runs as a process of its own, and so does every
-    run of the second lane's thread (a run in this process changes its folder and standard streams)."""
+    """Run fairseq-TOOL (from this environment) with safe checkpoint loading left on, as run_tool() runs it."""
+    return run_tool([f"fairseq-{tool}", *map(str, args)], [BIN / f"fairseq-{tool}", *args], cwd, stdin, check)
+
+
+def run_module(module, *args, cwd, check=True):
+    """Run `python -m MODULE` (one of this package's commands) as a user does, as run_tool() runs it."""
+    return run_tool(["python", "-m", module, *map(str, args)], [sys.executable, "-m", module, *args], cwd, None,
+                    check)
+
+
+def run_tool(words, process, cwd, stdin, check):
+    """A command that must succeed (check) runs in this process, as its console script or -m would (no 3-4 s of a
+    new process's fairseq import); one whose failure a test reads (its exit status, its last line) runs as a
+    process of its own (`process`), and so does every run of the second lane's thread (a run in this process
+    changes its folder and standard streams)."""
+    name = " ".join(words[:3]) if words[0] == "python" else words[0]
     if not check or threading.current_thread() is not threading.main_thread():
-        return run_command(f"fairseq-{tool}", [BIN / f"fairseq-{tool}", *args], cwd, stdin, check)
-    words = [f"fairseq-{tool}", *map(str, args)]
+        return run_command(name, process, cwd, stdin, check)
     status, out, err = run_in_process(words, cwd, stdin)
     if status != 0:
-        raise AssertionError(f"fairseq-{tool} failed ({status}):\n{err[-3000:]}")
+        raise AssertionError(f"{name} failed ({status}):\n{err[-3000:]}")
     return subprocess.CompletedProcess(words, status, out, err)
 
 
@@ -111,11 +122,6 @@ def run_in_process(words, cwd, stdin=None):
             root.removeHandler(log)
             root.setLevel(level)
     return status, out.getvalue(), err.getvalue()
-
-
-def run_module(module, *args, cwd, check=True):
-    """Run `python -m MODULE` (one of this package's commands) as a user does."""
-    return run_command(f"python -m {module}", [sys.executable, "-m", module, *args], cwd, check=check)
 
 
 @functools.lru_cache(maxsize=None)
