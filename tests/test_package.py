@@ -229,11 +229,23 @@ def test_module_docstrings_and_option_help_are_short():
 
 def test_commands_that_need_no_fairseq_start_without_it():
     """`python -m vaswani_plugin.COMMAND` imports the package while sys.argv[0] is "-m" (Python's documentation of
-    -m; set so here, to import five commands in one process): scoring, averaging, the resumption plan's reading of
+    -m; set so here with sys.orig_argv, to import five commands in one process): scoring, averaging, the resumption plan's reading of
     checkpoints and the training cost import no fairseq (3 s); `import vaswani_plugin` registers (every other test)."""
     commands = ["vaswani_plugin.checkpoints.average", "vaswani_plugin.checkpoints.resume",
                 "vaswani_plugin.tools.training_cost", "vaswani_plugin.scoring.bleu", "vaswani_plugin.scoring.parses"]
-    code = (f"import sys; sys.argv = ['-m']; import {', '.join(commands)}; "
+    code = (f"import sys; sys.argv, sys.orig_argv = ['-m'], ['python', '-m', '{commands[0]}']; "
+            f"import {', '.join(commands)}; "
             "print(sorted(name for name in sys.modules if name.split('.')[0] == 'fairseq'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO).stdout
     assert out.strip() == "[]", out
+
+
+def test_only_python_m_of_one_of_its_commands_leaves_the_package_unregistered():
+    from vaswani_plugin import locating_a_command
+    python = "/usr/bin/python3"
+    assert locating_a_command(["-m"], [python, "-m", "vaswani_plugin.scoring.bleu", "--help"])
+    assert locating_a_command(["-m"], [python, "-X", "importtime", "-mvaswani_plugin"])
+    assert not locating_a_command(["-m"], [python, "-m", "mytools.train"])  # a user's package that imports ours
+    assert not locating_a_command(["/x/vaswani_plugin/scoring/bleu.py"], [python, "-m", "vaswani_plugin.scoring.bleu"])
+    assert not locating_a_command(["-c"], [python, "-c", "import vaswani_plugin"])
+    assert not locating_a_command(["-m"], [python, "-m", "vaswani_plugin_extras.x"])

@@ -34,10 +34,21 @@ def register():
     from vaswani_plugin.tasks import vaswani_translation  # noqa: F401  (registers the task)
 
 
-# `python -m vaswani_plugin.COMMAND` imports this package while sys.argv[0] is "-m" (Python's documentation of -m):
-# then the commands that need fairseq call register(), and scoring, averaging or reading a checkpoint's
-# bookkeeping start without fairseq's import (3 s).
-if getattr(sys, "argv", [None])[:1] != ["-m"]:
+def locating_a_command(argv, orig_argv) -> bool:
+    """Whether `python -m vaswani_plugin.COMMAND` is importing this package to find COMMAND: sys.argv[0] is "-m"
+    until it is found (Python's documentation of -m), and sys.orig_argv names the module."""
+    if list(argv[:1]) != ["-m"]:
+        return False
+    for index, word in enumerate(orig_argv[1:], 1):
+        if word.startswith("-m"):
+            module = word[2:] or (orig_argv[index + 1] if index + 1 < len(orig_argv) else "")
+            return module.split(".")[0] == __name__
+    return False
+
+
+# Then the commands that need fairseq call register(), and scoring, averaging or reading a checkpoint's bookkeeping
+# start without fairseq's import (3 s); any other importer, `python -m` of another package included, registers.
+if not locating_a_command(getattr(sys, "argv", []), getattr(sys, "orig_argv", [])):
     register()
 
 __all__ = ["VaswaniConfigError", "register"]
