@@ -68,6 +68,9 @@ def run_tool(words, process, cwd, stdin, check):
     return subprocess.CompletedProcess(words, status, out, err)
 
 
+LOADING_TOOLS = ("fairseq-train", "fairseq-generate", "fairseq-interactive", "fairseq-validate")
+
+
 def forget_the_last_training(command):
     """What fairseq-train keeps a process long, on its functions: the best validation loss (checkpoint_best.pt is
     written only below it; early stopping's count), gone as in a new process."""
@@ -110,6 +113,10 @@ def run_in_process(words, cwd, stdin=None):
                 runpy.run_module(words[2], run_name="__main__", alter_sys=True)
             else:
                 assert words[0].startswith("fairseq-"), words
+                if words[0] in LOADING_TOOLS and not any(word.startswith("--num-workers") for word in words):
+                    # Batches read here, not by forked worker processes: workers forked from this threaded
+                    # process outlive the run, and shutting them down when collected took 5 s each.
+                    words = [*words, "--num-workers", "0"]
                 patch.setattr(sys, "argv", list(words))
                 command = importlib.import_module(f"fairseq_cli.{words[0][len('fairseq-'):]}")
                 forget_the_last_training(command)
