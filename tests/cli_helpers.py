@@ -1,13 +1,21 @@
-"""Helpers for tests that run fairseq's command-line tools as a user does (subprocesses)."""
+"""Helpers for tests that run fairseq's command-line tools and the package's commands as a user does (in the test
+process where a run must succeed, else as processes of their own)."""
 
+import contextlib
 import functools
+import importlib
+import io
+import logging
 import os
 import random
 import re
+import runpy
 import subprocess
 import sys
 import threading
 from pathlib import Path
+
+import pytest
 
 from vaswani_plugin import paper
 
@@ -45,22 +53,23 @@ def run_command(name, command, cwd, stdin=None, check=True):
 
 def run(tool, *args, cwd, stdin=None, check=True):
     """Run fairseq-TOOL (from this environment) with safe checkpoint loading left on, as run_tool() runs it."""
-    return run_tool([f"fairseq-{tool}", *map(str, args)], [BIN / f"fairseq-{tool}", *args], cwd, stdin, check)
+    return run_tool([f"fairseq-{tool}", *map(str, args)], cwd, stdin, check)
 
 
 def run_module(module, *args, cwd, check=True):
     """Run `python -m MODULE` (one of this package's commands) as a user does, as run_tool() runs it."""
-    return run_tool(["python", "-m", module, *map(str, args)], [sys.executable, "-m", module, *args], cwd, None,
-                    check)
+    return run_tool(["python", "-m", module, *map(str, args)], cwd, None, check)
 
 
-def run_tool(words, process, cwd, stdin, check):
+def run_tool(words, cwd, stdin, check):
     """A command that must succeed (check) runs in this process, as its console script or -m would (no 3-4 s of a
     new process's fairseq import); one whose failure a test reads (its exit status, its last line) runs as a
-    process of its own (`process`), and so does every run of the second lane's thread (a run in this process
-    changes its folder and standard streams)."""
-    name = " ".join(words[:3]) if words[0] == "python" else words[0]
+    process of its own, this environment's `python` or fairseq-TOOL, and so does every run of the second lane's
+    thread (a run in this process changes its folder and standard streams)."""
+    python = words[0] == "python"
+    name = " ".join(words[:3]) if python else words[0]
     if not check or threading.current_thread() is not threading.main_thread():
+        process = [sys.executable if python else BIN / words[0], *words[1:]]
         return run_command(name, process, cwd, stdin, check)
     status, out, err = run_in_process(words, cwd, stdin)
     if status != 0:
@@ -87,12 +96,6 @@ def run_in_process(words, cwd, stdin=None):
     or `-m` runs it: fairseq's log lines to stdout as its commands configure them, safe checkpoint loading on.
     Returns (exit status, stdout, stderr). The main thread's only: the folder and the streams are the process's."""
     assert threading.current_thread() is threading.main_thread(), "run_in_process outside the main thread"
-    import contextlib
-    import importlib
-    import io
-    import logging
-    import runpy
-    import pytest
     out, err, status = io.StringIO(), io.StringIO(), 0
     # fairseq's commands call logging.basicConfig(stream=sys.stdout, level=INFO) when first imported, which does
     # nothing where a handler is already there (pytest's): the same lines, to this run's stdout.
