@@ -110,7 +110,8 @@ def resume(save_dir) -> None:
 COMPARED_GROUPS = ("model", "criterion", "optimizer", "lr_scheduler", "task")
 ALLOWED = {"task": {"data", "bf16_autocast", "search", "gnmt_alpha", "parse_constrained", "eval_bleu",
                     "eval_bleu_args", "eval_bleu_detok", "eval_bleu_detok_args", "eval_tokenized_bleu",
-                    "eval_bleu_remove_bpe", "eval_bleu_print_samples"},
+                    "eval_bleu_remove_bpe", "eval_bleu_print_samples", "dev_score", "dev_score_interval_updates",
+                    "dev_score_sentences", "dev_score_reference", "dev_score_args", "dev_score_post_process"},
            "criterion": {"loss_chunk_logits"}}  # how the loss is computed in pieces, not what it is
 COMPARED_FIELDS = {"common": ("fp16", "bf16", "memory_efficient_fp16", "memory_efficient_bf16", "amp"),
                    "optimization": ("clip_norm", "sentence_avg", "lr", "stop_min_lr")}

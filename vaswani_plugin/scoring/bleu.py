@@ -9,6 +9,7 @@ docs/recipes.md#bleu-conventions.
 """
 
 import argparse
+import functools
 import re
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
@@ -64,21 +65,59 @@ def read_hypotheses(path, remove_bpe: Optional[str] = None):
     return hypotheses, ids
 
 
-def score_lines(hypotheses: Sequence[str], references: Sequence[str], target_lang: str) -> Scores:
-    """Both BLEU scores of hypotheses against one reference per sentence."""
-    if len(hypotheses) != len(references) or not references:
-        raise VaswaniConfigError(f"{len(hypotheses)} hypotheses for {len(references)} reference lines")
-    detokeniser, tokeniser = MosesDetokenizer(lang=target_lang), MosesTokenizer(lang=target_lang)
+def compared_texts(hypotheses: Sequence[str], references: Sequence[str], target_lang: str):
+    """{"tokenised": (hypotheses, references), "sacrebleu": (...)}: both sides as each BLEU reads them, from
+    Moses-tokenised hypotheses (fairseq's output, subwords joined) and plain references."""
+    detokeniser, tokeniser = moses(target_lang)
     detokenised = [detokeniser.detokenize(h.split()) for h in hypotheses]
 
     def prepare(text: str) -> str:
         return split_compounds(tokeniser.tokenize(text, escape=False, return_str=True))
 
-    tokenised = BLEU(tokenize="none", smooth_method="none", force=True).corpus_score(
-        [prepare(h) for h in detokenised], [[prepare(r) for r in references]])
-    sacrebleu = BLEU(trg_lang=target_lang)
-    plain = sacrebleu.corpus_score(detokenised, [list(references)])
-    signature = str(sacrebleu.get_signature())
+    return {"tokenised": ([prepare(h) for h in detokenised], [prepare(r) for r in references]),
+            "sacrebleu": (detokenised, list(references))}
+
+
+@functools.lru_cache(maxsize=None)
+def moses(target_lang: str):
+    """(detokeniser, tokeniser) of the language, made once (0.1 s each; a validation scores batch by batch)."""
+    return MosesDetokenizer(lang=target_lang), MosesTokenizer(lang=target_lang)
+
+
+@functools.lru_cache(maxsize=None)
+def metrics(target_lang: str):
+    """The two BLEUs: multi-bleu.perl's on the tokenised texts (no smoothing), sacreBLEU's defaults."""
+    return {"tokenised": BLEU(tokenize="none", smooth_method="none", force=True),
+            "sacrebleu": BLEU(trg_lang=target_lang)}
+
+
+def bleu_statistics(hypotheses: Sequence[str], references: Sequence[str], target_lang: str):
+    """{metric: [hypothesis length, reference length, 4 n-gram matches, 4 n-gram counts]}: corpus BLEU's
+    statistics, which add up over sentences (the batches and workers of a validation)."""
+    texts, bleus = compared_texts(hypotheses, references, target_lang), metrics(target_lang)
+    statistics = {}
+    for name, (hyps, refs) in texts.items():
+        score = bleus[name].corpus_score(hyps, [refs])
+        statistics[name] = [score.sys_len, score.ref_len, *score.counts, *score.totals]
+    return statistics
+
+
+def bleu_from_statistics(name: str, statistics: Sequence[float], target_lang: str) -> float:
+    """The corpus BLEU of summed bleu_statistics (score_lines' on the same sentences)."""
+    sys_len, ref_len, counts, totals = statistics[0], statistics[1], statistics[2:6], statistics[6:10]
+    bleu = metrics(target_lang)[name]
+    return bleu.compute_bleu([int(c) for c in counts], [int(t) for t in totals], int(sys_len), int(ref_len),
+                             smooth_method=bleu.smooth_method, smooth_value=bleu.smooth_value).score
+
+
+def score_lines(hypotheses: Sequence[str], references: Sequence[str], target_lang: str) -> Scores:
+    """Both BLEU scores of hypotheses against one reference per sentence."""
+    if len(hypotheses) != len(references) or not references:
+        raise VaswaniConfigError(f"{len(hypotheses)} hypotheses for {len(references)} reference lines")
+    texts, bleus = compared_texts(hypotheses, references, target_lang), metrics(target_lang)
+    tokenised = bleus["tokenised"].corpus_score(texts["tokenised"][0], [texts["tokenised"][1]])
+    plain = bleus["sacrebleu"].corpus_score(texts["sacrebleu"][0], [texts["sacrebleu"][1]])
+    signature = str(bleus["sacrebleu"].get_signature())
     report = (f"BLEU (tokenised, compound-split) = {str(tokenised).split(' = ', 1)[1]}\n"
               f"sacreBLEU = {str(plain).split(' = ', 1)[1]} {signature}\n"
               f"sentences = {len(references)}")
@@ -104,7 +143,7 @@ def examples(hypotheses, reference, source, target_lang: str, count: int,
              remove_bpe: Optional[str] = None) -> str:
     """The first `count` sentences side by side: source, reference and the detokenised translation."""
     lines, _ = read_hypotheses(hypotheses, remove_bpe)
-    detokeniser = MosesDetokenizer(lang=target_lang)
+    detokeniser, _ = moses(target_lang)
     texts = [read_lines(source), read_lines(reference)]
     shown = []
     for index, (src, ref, hyp) in enumerate(zip(texts[0], texts[1], lines[:count])):

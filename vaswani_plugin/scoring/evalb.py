@@ -151,14 +151,18 @@ def percent(part: float, whole: float) -> float:
     return 100.0 * part / whole if whole else 0.0
 
 
+def bracketing(matched: float, gold: float, test: float) -> Tuple[float, float, float]:
+    """(recall, precision, F1) in percent from bracket counts summed over the scored sentences."""
+    recall, precision = percent(matched, gold), percent(matched, test)
+    return recall, precision, 2 * recall * precision / (recall + precision) if recall + precision else 0.0
+
+
 def summarise(results: Sequence[Result]) -> Summary:
     valid = [r for r in results if r.status == 0]
-    matched, gold, test = (sum(getattr(r, key) for r in valid) for key in ("matched", "gold", "test"))
-    recall, precision = percent(matched, gold), percent(matched, test)
+    recall, precision, f1 = bracketing(*(sum(getattr(r, key) for r in valid) for key in ("matched", "gold", "test")))
     return Summary(
         sentences=len(results), errors=sum(r.status == 1 for r in results),
-        skipped=sum(r.status == 2 for r in results), valid=len(valid), recall=recall, precision=precision,
-        f1=2 * recall * precision / (recall + precision) if recall + precision else 0.0,
+        skipped=sum(r.status == 2 for r in results), valid=len(valid), recall=recall, precision=precision, f1=f1,
         complete_match=percent(sum(r.matched == r.gold == r.test for r in valid), len(valid)),
         average_crossing=sum(r.crossing for r in valid) / len(valid) if valid else 0.0,
         no_crossing=percent(sum(r.crossing == 0 for r in valid), len(valid)),

@@ -1,6 +1,7 @@
 """Task `vaswani_translation`: fairseq's `translation` with §6.1's decoding (--search, --gnmt-alpha: build_generator
-chooses among vaswani_plugin.generation's generators), parsing's tree constraint (§6.3, --parse-constrained) and
-training under bfloat16 autocast (--bf16-autocast auto|on|off, decided by vaswani_plugin.precision)."""
+chooses among vaswani_plugin.generation's generators), parsing's tree constraint (§6.3, --parse-constrained),
+training under bfloat16 autocast (--bf16-autocast auto|on|off, decided by vaswani_plugin.precision) and the dev
+set's BLEU or F1 at validations (--dev-score, tasks/dev_scores.py)."""
 
 import logging
 from dataclasses import dataclass, field
@@ -8,6 +9,7 @@ from typing import Optional
 
 import numpy as np
 import torch
+from fairseq.logging import metrics
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
@@ -23,6 +25,7 @@ from vaswani_plugin.generation.generators import (
 )
 from vaswani_plugin.generation.tree_constraint import constrain_to_trees
 from vaswani_plugin.precision import bf16_autocast_enabled, bf16_autocast_setting, precision_line
+from vaswani_plugin.tasks.dev_scores import DevScoring
 from vaswani_plugin.tasks.resumable_iterator import resumable
 
 logger = logging.getLogger(__name__)
@@ -47,6 +50,23 @@ class VaswaniTranslationConfig(TranslationConfig):
             "argparse_const": "on",
             "help": "auto, on or off (default off; bare: on): train under bfloat16 autocast, weights, loss and Adam "
                     "in float32; auto: on only on a CPU with AVX512-BF16 or AMX. Not fairseq's --bf16 (TPUs)"})
+    dev_score: str = field(
+        default="none", metadata={"help": "none (default), bleu (sacreBLEU as `bleu`, tokenised as `tok_bleu`) or f1 "
+                                          "(parsing): score the valid split at validations while training"})
+    dev_score_interval_updates: int = field(
+        default=0, metadata={"help": "--dev-score at the first validation after every N updates (0: every one)"})
+    dev_score_sentences: int = field(
+        default=0, metadata={"help": "validate on N sentences spread evenly over the valid split, loss and score "
+                                     "(0: all of them)"})
+    dev_score_reference: Optional[str] = field(
+        default=None, metadata={"help": "bleu: the valid split's plain reference text; f1: the folder "
+                                        "prepare.wsj_parsing wrote (text/valid.words, gold/valid.{tags,trees})"})
+    dev_score_args: str = field(
+        default="{}", metadata={"help": "the decoding of --dev-score as JSON, e.g. '{\"beam\": 4, \"max_len_a\": 1, "
+                                        "\"max_len_b\": 50}'; --search, --gnmt-alpha and --parse-constrained apply"})
+    dev_score_post_process: Optional[str] = field(
+        default=None, metadata={"help": "join subwords before scoring: subword_nmt or sentencepiece (fairseq's "
+                                        "--post-process)"})
 
 
 def unsupported_by_plugin_search(models, args, seq_gen_cls, extra_gen_cls_kwargs,
@@ -91,6 +111,8 @@ class VaswaniTranslationTask(TranslationTask):
         if cfg.search not in SEARCH_RULES:
             raise VaswaniConfigError(f"--search {cfg.search}: choose one of {', '.join(SEARCH_RULES)}")
         self.inputs_seen = 0  # sentences given to build_dataset_for_inference so far (fairseq-interactive's lines)
+        self.dev_scoring = DevScoring(cfg, cfg.target_lang)
+        self.updates_done = None  # set by training steps: None outside fairseq-train
 
     def decide_bf16_autocast(self, model, optimizer) -> bool:
         """The precision of this run, decided once and logged as one line."""
@@ -102,6 +124,9 @@ class VaswaniTranslationTask(TranslationTask):
         return self.bf16_autocast
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        self.updates_done = update_num + 1  # once this step is done: what a validation after it reports
+        if self.dev_scoring.enabled:
+            self.dev_scoring.before_training_step(update_num)
         if not self.decide_bf16_autocast(model, optimizer):
             return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
         device = next(model.parameters()).device.type
@@ -112,6 +137,17 @@ class VaswaniTranslationTask(TranslationTask):
                 return criterion(model, sample)
 
         return super().train_step(sample, model, criterion_under_autocast, optimizer, update_num, ignore_grad)
+
+    def valid_step(self, sample, model, criterion):
+        """fairseq's, plus the dev score's statistics when one is due (--dev-score)."""
+        loss, sample_size, logging_output = super().valid_step(sample, model, criterion)
+        if self.dev_scoring.due(self.updates_done):
+            logging_output.update(self.dev_scoring.statistics(self, sample, model, self.updates_done))
+        return loss, sample_size, logging_output
+
+    def reduce_metrics(self, logging_outputs, criterion):
+        super().reduce_metrics(logging_outputs, criterion)
+        self.dev_scoring.log(logging_outputs, metrics)
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None,
                         prefix_allowed_tokens_fn=None):
@@ -180,6 +216,8 @@ class VaswaniTranslationTask(TranslationTask):
     def filter_indices_by_size(self, indices, dataset, max_positions=None, ignore_invalid_inputs=False):
         """fairseq's, with a sentence longer than the model's positions reported as one line naming it (by its
         input line for fairseq-interactive's and the hub's inputs)."""
+        if self.dev_scoring.sentences and dataset is self.datasets.get("valid"):
+            indices = self.dev_scoring.subset(indices, len(dataset))  # --dev-score-sentences
         kept, too_long = dataset.filter_indices_by_size(indices, max_positions)
         if not len(too_long):
             return kept
