@@ -229,11 +229,13 @@ def test_module_docstrings_and_option_help_are_short():
 
 def test_commands_that_need_no_fairseq_start_without_it():
     """`python -m vaswani_plugin.COMMAND` imports the package while sys.argv[0] is "-m" (Python's documentation of
-    -m; set so here with sys.orig_argv, to import five commands in one process): scoring, averaging, the
-    resumption plan's reading of checkpoints and the training cost import no fairseq (3 s); `import
-    vaswani_plugin` registers (every other test)."""
+    -m; set so here with sys.orig_argv, to import the commands in one process): scoring, averaging, the
+    resumption plan's reading of checkpoints, the training cost, the progress filter (in every recipe's training),
+    the curves and the report import no fairseq (3 s); `import vaswani_plugin` registers (every other test)."""
     commands = ["vaswani_plugin.checkpoints.average", "vaswani_plugin.checkpoints.resume",
-                "vaswani_plugin.tools.training_cost", "vaswani_plugin.scoring.bleu", "vaswani_plugin.scoring.parses"]
+                "vaswani_plugin.tools.training_cost", "vaswani_plugin.scoring.bleu", "vaswani_plugin.scoring.parses",
+                "vaswani_plugin.tools.progress", "vaswani_plugin.tools.training_curves",
+                "vaswani_plugin.tools.run_report"]
     code = (f"import sys; sys.argv, sys.orig_argv = ['-m'], ['python', '-m', '{commands[0]}']; "
             f"import {', '.join(commands)}; "
             "print(sorted(name for name in sys.modules if name.split('.')[0] == 'fairseq'))")

@@ -34,6 +34,15 @@ def register():
     from vaswani_plugin.tasks import vaswani_translation  # noqa: F401  (registers the task)
 
 
+def quiet_fairseq_import():
+    """fairseq's import logs "Please install tensorboardX" (its text_to_speech task, loaded with every task) in every
+    command; the plugin's commands leave it out. fairseq-train says what matters where TensorBoard is asked for
+    (--tensorboard-logdir without tensorboard or tensorboardX installed)."""
+    import logging
+    logging.getLogger("fairseq.tasks.text_to_speech").addFilter(
+        lambda record: not record.getMessage().startswith("Please install tensorboardX"))
+
+
 def locating_a_command(argv, orig_argv) -> bool:
     """Whether `python -m vaswani_plugin.COMMAND` is importing this package to find COMMAND: sys.argv[0] is "-m"
     until it is found (Python's documentation of -m), and sys.orig_argv names the module."""
@@ -46,6 +55,7 @@ def locating_a_command(argv, orig_argv) -> bool:
     return False
 
 
+quiet_fairseq_import()  # before any of the package's modules imports fairseq
 # Then the commands that need fairseq call register(), and scoring, averaging or reading a checkpoint's bookkeeping
 # start without fairseq's import (3 s); any other importer, `python -m` of another package included, registers.
 if not locating_a_command(getattr(sys, "argv", []), getattr(sys, "orig_argv", [])):
