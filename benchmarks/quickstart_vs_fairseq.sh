@@ -3,7 +3,9 @@
 # d_ff), dropout, tokens per batch, Adam and learning-rate schedule, seed, wall-clock budget, averaging and
 # beam search. What differs is the implementation: --arch transformer, trained with fairseq's own criterion
 # label_smoothed_cross_entropy (ε = 0.1 too), against this plugin's model and criterion.
-# Prints both test2016 BLEU scores per seed, and the mean and spread of the difference (plugin - fairseq).
+# Prints both test2016 BLEU scores per seed, and the mean and spread of the difference (plugin - fairseq); draws both
+# runs' curves of a seed in one picture, WORK_DIR/seedN/curves/{updates,wall_clock}.png. Both score the dev set
+# while training, or neither: the quickstart's DEV_SCORE, the same for both.
 #   bash benchmarks/quickstart_vs_fairseq.sh
 # Variables:
 #   BUDGET_MINUTES  training time of each run (default 20)
@@ -61,6 +63,13 @@ for seed in $SEEDS; do
         run "$seed" vaswani_transformer ""
         run "$seed" transformer ""
     fi
+done
+
+# Both runs of a seed in one picture: loss and dev score against updates and against wall-clock time.
+for seed in $SEEDS; do
+    PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m vaswani_plugin.tools.training_curves \
+        "$WORK_DIR/seed$seed/vaswani_transformer" "$WORK_DIR/seed$seed/transformer" \
+        --output-dir "$WORK_DIR/seed$seed/curves" >&2 || { echo "quickstart_vs_fairseq: drawing seed $seed's curves failed" >&2; exit 1; }
 done
 
 "$PYTHON" - "$WORK_DIR" "$BUDGET_MINUTES" "$PARALLEL" $SEEDS <<'PY'

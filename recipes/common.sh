@@ -31,6 +31,14 @@
 #                        (stdout); download, prepare, train and write nothing. Give NUM_GPUS on a machine without
 #                        the GPUs
 #   PEAK_TFLOPS          per-GPU peak for the training-cost line (default: looked up by GPU name)
+#   DEV_SCORE            1: score the dev set while training, at the checkpoints (BLEU, or F1 for parsing) with the
+#                        paper's decoding; 0: off (default: 1; the quickstart's and the parsing sample's: 0)
+#   DEV_SCORE_EVERY      updates between dev scores, at the first checkpoint after each (default: every checkpoint)
+#   DEV_SCORE_SENTENCES  the dev sentences validated and scored, spread over the set (default: all of them)
+#   TENSORBOARD          auto (default): fairseq-train logs to SAVE_DIR/tensorboard where tensorboard or tensorboardX
+#                        is installed; 0: never
+# Every run writes SAVE_DIR/progress.jsonl (tools/progress.py: an ETA line at each log interval), curves in
+# WORK_DIR/curves/ and WORK_DIR/report.md (tools/run_report.py), refreshed at checkpoints and at the end.
 #
 # SLURM: run the recipe as the tasks of an srun step, one task per GPU or one per node; each finds its rank, the
 # world size, its GPU and the master (scontrol) from SLURM's variables (docs/recipes.md, "SLURM"). torchrun:
@@ -434,13 +442,50 @@ train() {
         --max-tokens "$MAX_TOKENS" --update-freq "$UPDATE_FREQ" --required-batch-size-multiple 1
         --save-dir "$save_dir" --no-epoch-checkpoints --log-format simple --log-interval 100
         "${DEVICE_ARGS[@]}" "$@" ${EXTRA_TRAIN_ARGS:-})
+    [ "${TENSORBOARD:-auto}" = 0 ] || ! "$PYTHON" -c "import importlib.util as u, sys
+sys.exit(not (u.find_spec('tensorboard') or u.find_spec('tensorboardX')))" 2> /dev/null ||
+        command+=(--tensorboard-logdir "$save_dir/tensorboard")
     say "stage train: $(quoted "${command[@]}")"
     if [ "$DRY_RUN" = 1 ]; then
         run "${command[@]}"
         return
     fi
+    # Run 0 reads its training's output on the way to the log: an ETA line at each log interval, the records, and
+    # the curves and report redrawn after a checkpoint (at most every REPORT_EVERY seconds, in the background).
+    local watch=(cat)
+    [ "$RUN_RANK" != 0 ] || watch=("$PYTHON" -m vaswani_plugin.tools.progress --records "$save_dir/progress.jsonl"
+        --workers "$WORKERS" --refresh-interval "${REPORT_EVERY:-300}"
+        --on-checkpoint "$(quoted "$PYTHON" -m vaswani_plugin.tools.run_report "$WORK_DIR") > /dev/null"
+        -- "${command[@]:3}")
     { [ "$WORKERS" = 1 ] || echo "[$RECIPE] $RUN_NAME: world size $WORKERS (started as $LAUNCH)"
-      "${command[@]}"; } 2>&1 | tee -a "$save_dir/$log"
+      "${command[@]}"; } 2>&1 | "${watch[@]}" | tee -a "$save_dir/$log"
+}
+
+# dev_score bleu|f1 REFERENCE ARGS...: DEV_ARGS, fairseq-train's arguments for the dev set's score while training
+# (the plugin task's --dev-score: vaswani_plugin/tasks/dev_scores.py) with the decoding ARGS (--search, --gnmt-alpha,
+# --dev-score-args ...), as DEV_SCORE, DEV_SCORE_EVERY and DEV_SCORE_SENTENCES ask; none with DEV_SCORE=0.
+DEV_ARGS=()
+dev_score() {
+    local kind=$1 reference=$2
+    shift 2
+    [[ "${DEV_SCORE:-1}" =~ ^[01]$ ]] || die "DEV_SCORE=$DEV_SCORE: use 1 (score the dev set while training) or 0"
+    DEV_ARGS=()
+    [ "${DEV_SCORE:-1}" = 1 ] || return 0
+    DEV_ARGS=(--dev-score "$kind" --dev-score-reference "$reference" "$@"
+              --dev-score-interval-updates "${DEV_SCORE_EVERY:-0}" --dev-score-sentences "${DEV_SCORE_SENTENCES:-0}")
+}
+
+# dev_bleu: dev_score's BLEU of newstest2013 (the valid split: Table 3's dev set) with §6.1's decoding.
+dev_bleu() {
+    needs TEXT_DIR prepare_data
+    dev_score bleu "$TEXT_DIR/valid.$TARGET_LANG" --search "${SEARCH:-paper}" --gnmt-alpha "$PAPER_ALPHA" \
+        --dev-score-args "{\"beam\": $PAPER_BEAM, \"max_len_a\": $PAPER_MAX_LEN_A, \"max_len_b\": $PAPER_MAX_LEN_B}" \
+        --dev-score-post-process "$SUBWORDS"
+}
+
+# write_report: WORK_DIR/report.md and WORK_DIR/curves/ (vaswani_plugin/tools/run_report.py), at the end.
+write_report() {
+    run "$PYTHON" -m vaswani_plugin.tools.run_report "$WORK_DIR" || die "writing $WORK_DIR/report.md failed"
 }
 
 # leave_the_rest_to_run_zero: every run of the recipe but run 0 (node 0, task 0, rank 0) stops after training, so
@@ -512,8 +557,9 @@ training_cost() {
     named "checkpoints table2_row" "$@"
     [ -n "${PEAK_TFLOPS:-}" ] && peak=(--peak-tflops "$PEAK_TFLOPS")
     [ "${FP16:-0}" = 1 ] && fp16=(--fp16)
-    run "$PYTHON" -m vaswani_plugin.tools.training_cost --checkpoint "$checkpoints/checkpoint_last.pt" \
-        --gpus "$WORKERS" --paper "$table2_row" "${peak[@]}" "${fp16[@]}"
+    run_to "$WORK_DIR/training_cost.txt" "$PYTHON" -m vaswani_plugin.tools.training_cost --checkpoint \
+        "$checkpoints/checkpoint_last.pt" --gpus "$WORKERS" --paper "$table2_row" "${peak[@]}" "${fp16[@]}"
+    [ "$DRY_RUN" = 1 ] || cat "$WORK_DIR/training_cost.txt"
 }
 
 # score --generate-output FILE --subset SPLIT [--examples N --source FILE]: both BLEU lines of §6.1 against the
@@ -537,8 +583,8 @@ model_parameters() {
 # unless DROPOUT is set) trained for the paper's steps of that model (§5.2; MAX_UPDATE overrides) with a checkpoint
 # at its 10-minute interval, the last of them averaged (§6.1; SAVE_INTERVAL_UPDATES and AVERAGE_LAST override);
 # batches of about 25,000 source and 25,000 target tokens on any number of GPUs (§5.1); §5.3's Adam and eq. 3,
-# §5.4's label smoothing (train); newstest2014 translated with §6.1's beam search; both BLEU scores and the
-# training cost of that Table 2 row printed.
+# §5.4's label smoothing (train); newstest2013's BLEU at each checkpoint (dev_bleu); newstest2014 translated with
+# §6.1's beam search; both BLEU scores and the training cost of that Table 2 row printed; the run's report written.
 train_average_translate() {
     local arch= paper=
     named "arch paper" "$@"
@@ -548,12 +594,15 @@ train_average_translate() {
     batch_size_for_workers
     local checkpoints="$WORK_DIR/checkpoints" every=${SAVE_INTERVAL_UPDATES:-${!every_var}}
     local average_last=${AVERAGE_LAST:-${!average_var}} output="$WORK_DIR/newstest2014.generate.txt"
+    dev_bleu
     stage train --output "$checkpoints" train "$checkpoints" --arch "$arch" ${DROPOUT:+--dropout "$DROPOUT"} \
-        --max-update "${MAX_UPDATE:-${!steps_var}}" --save-interval-updates "$every" --keep-interval-updates "$average_last"
+        --max-update "${MAX_UPDATE:-${!steps_var}}" --save-interval-updates "$every" --keep-interval-updates "$average_last" \
+        "${DEV_ARGS[@]}"
     leave_the_rest_to_run_zero
     stage average --output "$checkpoints/checkpoint_average.pt" average "$checkpoints" "$average_last"
     stage translate --output "$output" --output "$output.bleu" translate --checkpoint "$checkpoints/checkpoint_average.pt" \
         --subset test --output "$output" --post-process "$SUBWORDS"
     score --generate-output "$output" --subset test
     training_cost --checkpoints "$checkpoints" --table2-row "$paper"
+    write_report
 }

@@ -12,6 +12,9 @@
 #   MAX_EPOCH        stop earlier than the budget after this many epochs (default 30; a GPU gets there)
 #   BF16             auto (default): bfloat16 autocast on a CPU with AVX512-BF16 or AMX (~1.75x the steps), float32
 #                    elsewhere; 0: float32. The task decides (its --bf16-autocast) and logs a `precision:` line
+#   DEV_SCORE        0 (default): no validation; 1: the dev set's BLEU (val, DEV_SCORE_SENTENCES=400 of its 1,014
+#                    sentences) every DEV_SCORE_EVERY=500 updates and its loss at each checkpoint, which cost 7 % of
+#                    the budget's updates (docs/results.md, "Dev scores while training")
 #   and those of every recipe (DATA_DIR, NUM_GPUS, FP16, EXTRA_TRAIN_ARGS, ...): see recipes/common.sh.
 RECIPE=${RECIPE:-quickstart}
 source "$(dirname "$0")/common.sh"
@@ -42,13 +45,17 @@ BUDGET_HOURS=$(budget_hours "$BUDGET_MINUTES")
 say "training $ARCH for $BUDGET_MINUTES minutes of wall-clock time (or ${MAX_EPOCH:-30} epochs)"
 
 # §6.1 averages the last 5 checkpoints written at 10-minute intervals of a 12-hour run; here a checkpoint
-# every 50 steps (~25 s on 2 cores) and the last 5 of them. No validation during training: on 2 cores it
-# would take 6% of the budget; the test set is scored at the end.
+# every 50 steps (~25 s on 2 cores) and the last 5 of them. No validation by default: fairseq validates at every
+# checkpoint, and the dev set's loss there and its BLEU every 500 updates (DEV_SCORE=1) cost 7 % of the updates
+# of the budget (docs/results.md, "Dev scores while training"); the test set is scored at the end.
+DEV_SCORE=${DEV_SCORE:-0} DEV_SCORE_EVERY=${DEV_SCORE_EVERY:-500} DEV_SCORE_SENTENCES=${DEV_SCORE_SENTENCES:-400}
+dev_bleu
+[ "$DEV_SCORE" = 1 ] || DEV_ARGS=(--disable-validation)
 CHECKPOINTS="$WORK_DIR/checkpoints"
-stage train --output "$CHECKPOINTS" train "$CHECKPOINTS" --arch "$ARCH" "${MODEL_ARGS[@]}" --warmup-updates 300 --factor 0.7 --disable-validation \
+stage train --output "$CHECKPOINTS" train "$CHECKPOINTS" --arch "$ARCH" "${MODEL_ARGS[@]}" --warmup-updates 300 --factor 0.7 \
     --stop-time-hours "$BUDGET_HOURS" --max-epoch "${MAX_EPOCH:-30}" \
     --save-interval-updates "${SAVE_INTERVAL_UPDATES:-50}" --keep-interval-updates "${AVERAGE_LAST:-5}" \
-    --log-interval 10
+    "${DEV_ARGS[@]}" --log-interval 10
 
 leave_the_rest_to_run_zero
 stage average --output "$CHECKPOINTS/checkpoint_average.pt" average_available "$CHECKPOINTS" "${AVERAGE_LAST:-5}"
@@ -72,11 +79,13 @@ else
     PICTURES="(none: attention pictures are drawn for vaswani_transformer models)"
 fi
 
+write_report
 [ "$DRY_RUN" = 0 ] || exit 0
 cat >&2 <<EOF
 [$RECIPE] done. Where things are:
   model (average of the last checkpoints): $CHECKPOINTS/checkpoint_average.pt
   training log:                            $CHECKPOINTS/train.log
+  report, with the training curves:        $WORK_DIR/report.md (curves: $WORK_DIR/curves/)
   translations (fairseq-generate output):  $TRANSLATIONS
   BLEU:                                    $TRANSLATIONS.bleu
   attention pictures:                      $PICTURES

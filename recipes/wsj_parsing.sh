@@ -24,6 +24,9 @@
 #                      tuning
 #   UNCONSTRAINED      1: also decode without the tree constraint (outputs repaired into trees afterwards) and
 #                      print both F1s; by default only the constrained decoding (--parse-constrained)
+#   DEV_SCORE          WSJ_DIR: 1 (default), section 22's F1 at every checkpoint, §6.3's constrained decoding; 0: off.
+#                      The sample: 0 (default), no validation; 1: 100 of its sentences every 1,000 updates and the
+#                      loss at each checkpoint, which cost 11 % of the budget's updates (docs/results.md)
 #   BEAM (21), ALPHA (0.3), MAX_UPDATE, and those of every recipe: see recipes/common.sh.
 source "$(dirname "$0")/common.sh"
 if [ -n "${WSJ_DIR:-}" ]; then
@@ -99,12 +102,16 @@ else
                 --warmup-updates 300 --factor "${LR_FACTOR:-0.35}"
                 --max-epoch "${MAX_EPOCH:-200}"
                 --stop-time-hours "$(budget_hours "${BUDGET_MINUTES:-30}")"
-                --save-interval-updates "${SAVE_INTERVAL_UPDATES:-50}" --keep-interval-updates "${AVERAGE_LAST:-5}"
-                --disable-validation)
+                --save-interval-updates "${SAVE_INTERVAL_UPDATES:-50}" --keep-interval-updates "${AVERAGE_LAST:-5}")
     TOKENS_PER_STEP=${TOKENS_PER_STEP:-2048} MAX_TOKENS_PER_GPU=${MAX_TOKENS_PER_GPU:-2048}
+    DEV_SCORE=${DEV_SCORE:-0} DEV_SCORE_EVERY=${DEV_SCORE_EVERY:-1000} DEV_SCORE_SENTENCES=${DEV_SCORE_SENTENCES:-100}
     batch_size_for_workers
 fi
-stage train --output "$CHECKPOINTS" train "$CHECKPOINTS" "${MODEL_ARGS[@]}" --log-interval 10
+# Section 22's F1 while training (DEV_SCORE), decoded as the decoding stages below decode it.
+dev_score f1 "$DATA_DIR" --parse-constrained --search "${SEARCH:-paper}" --gnmt-alpha "${ALPHA:-$PAPER_PARSING_ALPHA}" \
+    --dev-score-args "{\"beam\": ${BEAM:-$PAPER_PARSING_BEAM}, \"max_len_a\": $PAPER_MAX_LEN_A, \"max_len_b\": $PAPER_PARSING_MAX_LEN_B}"
+[ "${DEV_SCORE:-1}" = 1 ] || [ -n "${WSJ_DIR:-}" ] || DEV_ARGS=(--disable-validation)
+stage train --output "$CHECKPOINTS" train "$CHECKPOINTS" "${MODEL_ARGS[@]}" "${DEV_ARGS[@]}" --log-interval 10
 leave_the_rest_to_run_zero
 stage average --output "$CHECKPOINTS/checkpoint_average.pt" average_available "$CHECKPOINTS" "${AVERAGE_LAST:-5}"
 
@@ -140,6 +147,7 @@ for split in valid test; do
         --tags "$DATA_DIR/gold/$split.tags" --gold "$DATA_DIR/gold/$split.trees" --f1-file "$floor.number"
     [ "$DRY_RUN" = 1 ] || SCORES+=("$split, right-branching baseline: F1 $(cat "$floor.number")")
 done
+write_report
 [ "$DRY_RUN" = 0 ] || exit 0
 for line in "${SCORES[@]}"; do say "$line"; done
 also=

@@ -5,6 +5,7 @@ Outputs are cut at 3 tokens (EXTRA_GENERATE_ARGS), as in tests/test_recipes.py: 
 otherwise run to input + 50 tokens on every one of the 1,000 test sentences.
 """
 
+import json
 import os
 import re
 import subprocess
@@ -17,14 +18,16 @@ from matplotlib.image import imread
 
 from cli_helpers import NATIVE_BF16, SHARED_DATA
 from conftest import lane_job
-from doc_blocks import block, run_shell
+from doc_blocks import block, run_shell, substituted
 from test_recipes import NEEDS_CPU_PATH, REPO, TINY, hypotheses, ran_the_documented_preparation, run_recipe
 
 pytestmark = pytest.mark.e2e  # the whole quickstart on the real Multi30k
 
 TINY_QUICKSTART = dict(RAW_DIR=str(SHARED_DATA / "multi30k"), BUDGET_MINUTES="0.15", BPE_MERGES="500",
                        SAVE_INTERVAL_UPDATES="4", AVERAGE_LAST="2", EXTRA_TRAIN_ARGS=TINY,
-                       EXTRA_GENERATE_ARGS="--max-len-a 0 --max-len-b 3")
+                       EXTRA_GENERATE_ARGS="--max-len-a 0 --max-len-b 3", DEV_SCORE="1", DEV_SCORE_EVERY="8",
+                       DEV_SCORE_SENTENCES="10")
+DEV_EVERY = 8
 
 
 @lane_job
@@ -98,11 +101,75 @@ def test_quickstart_from_raw_files_to_bleu_translations_and_pictures(lane):
     assert f"attention pictures:                      {pictures}" in result.stderr
     assert f"model (average of the last checkpoints): {work / 'checkpoints' / 'checkpoint_average.pt'}" \
         in result.stderr
+    watched_training_is_recorded_drawn_and_reported(work, log)
+
+
+def logged(lines, kind):
+    """(update, {name: value}) of each fairseq log line of a kind: train_inner's `name=value, ...`, valid's
+    `| name value`, read here apart from tools/progress.py."""
+    found = []
+    for line in lines:
+        if kind == "train" and "| train_inner |" in line:
+            pairs = dict(pair.split("=") for pair in line.split(" / ", 1)[1].split(" ", 1)[1].split(", "))
+        elif kind == "valid" and "valid on 'valid' subset" in line:
+            pairs = dict(part.strip().split(" ", 1) for part in line.split(" subset | ", 1)[1].split(" | "))
+        else:
+            continue
+        found.append((int(pairs["num_updates"]), {name: float(value) for name, value in pairs.items()}))
+    return found
+
+
+def watched_training_is_recorded_drawn_and_reported(work, log):
+    """The ETA after every log interval, the dev BLEU at the promised checkpoints, the records, curves and report
+    (tools/progress.py, training_curves.py, run_report.py) against the log's own values."""
+    lines = log.splitlines()
+    inner = [index for index, line in enumerate(lines) if "| train_inner |" in line]
+    assert len(inner) >= 2 and all(lines[index + 1].startswith("[progress] update ") for index in inner)
+    assert re.search(r"left \(the time budget\), ends about .*, at about update [\d,]+$", lines[inner[-1] + 1])
+    # A validation at each checkpoint (every 4 updates); the BLEU at the first one after every DEV_EVERY updates.
+    valid, due, expected = logged(lines, "valid"), DEV_EVERY, []
+    for update, _ in valid:
+        if update >= due:
+            expected.append(update)
+            due = (update // DEV_EVERY + 1) * DEV_EVERY
+    assert len(expected) >= 2
+    assert [update for update, values in valid if "bleu" in values] == expected
+    assert all(values["dev_sentences"] == 10 and "tok_bleu" in values for _, values in valid if "bleu" in values)
+    assert sum(line.startswith("[progress] dev at update ") for line in lines) == len(expected)
+
+    # The curves: what draw() plots is what fairseq logged, point for point at both ends.
+    from vaswani_plugin.tools.progress import read_records, stitched
+    from vaswani_plugin.tools.training_curves import draw
+    plotted = draw({"run": stitched(read_records(work / "checkpoints" / "progress.jsonl"))}, work / "redrawn")
+    panels = plotted["updates.png"]["run"]
+    train = logged(lines, "train")
+    for key, title in (("loss", "training loss (bits)"), ("lr", "learning rate (eq. 3)"), ("gnorm", "gradient norm")):
+        x, y = panels[title][key]
+        assert len(x) == len(train) and (x[0], y[0]) == (train[0][0], train[0][1][key])
+        assert (x[-1], y[-1]) == (train[-1][0], train[-1][1][key])
+    x, y = panels["dev score"]["bleu"]
+    assert list(zip(x, y)) == [(update, values["bleu"]) for update, values in valid if "bleu" in values]
+    assert panels["dev loss (bits)"]["loss"][1] == [values["loss"] for _, values in valid]
+    hours = plotted["wall_clock.png"]["run"]["training loss (bits)"]["loss"][0]
+    assert hours == sorted(hours) and 0 < hours[-1] < 0.0025 * 1.5  # the budget: 0.0025 h
+    for folder in (work / "curves", work / "redrawn"):  # the recipe's and this test's
+        for picture in ("updates.png", "wall_clock.png"):
+            image = imread(folder / picture)
+            assert image.shape[:2] == (520, 1040)
+            drawn = (image[..., :3] < 0.9).any(axis=-1)  # not white
+            assert drawn[60:240, 60:330].mean() > 0.02  # the first panel holds a curve, not only its frame
+
+    report = (work / "report.md").read_text()
+    assert "-m fairseq_cli.train " in report and "--dev-score bleu" in report  # the training stage's plan
+    assert "- precision: " in report and "- machine: " in report
+    assert report.count("\n| ") == len(valid) + 1  # the dev table: a row a validation, and its header
+    assert "![against updates](curves/updates.png)" in report and "test2016.generate.txt.bleu" in report
+    assert re.search(r"^sacreBLEU = ", report, re.M) and "](attention/encoder_decoder_layer" in report
 
 
 @NEEDS_CPU_PATH
 @pytest.mark.lane("quickstart_run", "quickstart_benchmark_run")
-def test_benchmark_against_fairseq_transformer(lane):
+def test_benchmark_against_fairseq_transformer(lane, tmp_path):
     root, _ = lane["quickstart_run"].result()
     result = lane["quickstart_benchmark_run"].result()
     assert result.returncode == 0, result.stderr[-4000:]
@@ -124,6 +191,16 @@ def test_benchmark_against_fairseq_transformer(lane):
         assert re.search(rf"^ +1 {arch} +{precision} +\d+ +{scores[arch]:.2f} ", result.stdout, re.M), result.stdout
     difference = scores["vaswani_transformer"] - scores["transformer"]
     assert f"sacrebleu: mean {difference:+.2f} over 1 seed(s)" in result.stdout, result.stdout
+    # Both runs scored the dev set, and their curves share one picture.
+    for arch in ("vaswani_transformer", "transformer"):
+        assert "| tok_bleu " in (runs / arch / "checkpoints" / "train.log").read_text()
+    assert imread(runs / "curves" / "wall_clock.png").ndim == 3
+    assert str(runs / "curves" / "wall_clock.png") in result.stderr
+    # docs/recipes.md's command for it, run as written where the benchmark's WORK_DIR is.
+    command = block("docs/recipes.md", "test:curves").replace("work/quickstart_vs_fairseq", str(root))
+    drawn = run_shell(command, tmp_path)
+    assert drawn.returncode == 0, drawn.stderr[-3000:]
+    assert imread(tmp_path / "curves" / "wall_clock.png").shape == imread(runs / "curves" / "wall_clock.png").shape
 
 
 @NEEDS_CPU_PATH
@@ -138,3 +215,23 @@ def test_translating_your_own_sentence_as_the_readme_says(lane):
     (source,) = re.findall(r"^S-0\t(.*)$", result.stdout, re.M)
     assert source.replace("@@ ", "") == "A little girl climbs into a wooden playhouse ."
     assert re.search(r"^H-0\t-?\d+\.\d+\t", result.stdout, re.M) and re.search(r"^D-0\t", result.stdout, re.M)
+
+
+@NEEDS_CPU_PATH
+@pytest.mark.lane("quickstart_run")
+def test_the_progress_filter_on_a_training_log_as_the_reference_shows(lane, tmp_path):
+    """docs/reference.md's block, fairseq-train's output replayed from the quickstart's log: the filter passes it on,
+    records each interval and the curves command draws from the records."""
+    root, _ = lane["quickstart_run"].result()
+    log = root / "seed1" / "vaswani_transformer" / "checkpoints" / "train.log"
+    (tmp_path / "checkpoints").mkdir()
+    command = substituted(block("docs/reference.md", "test:progress"),
+                          {"fairseq-train DATA ... --log-format simple --log-interval 100": f"cat {log}"})
+    result = run_shell(command, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = [json.loads(line) for line in (tmp_path / "checkpoints" / "progress.jsonl").read_text().splitlines()]
+    assert sum(r["kind"] == "train" for r in records) == log.read_text().count("| train_inner |")
+    assert records[0]["max_update"] == 100000
+    assert (tmp_path / "checkpoints" / "train.log").read_text().count("[progress] update ") == \
+        2 * log.read_text().count("[progress] update ")  # the log's own lines, and the filter's anew
+    assert imread(tmp_path / "curves" / "updates.png").ndim == 3
