@@ -268,12 +268,13 @@ def test_table3_needs_a_row():
 def run_common(tmp_path, commands, gpus=8, **settings):
     """Source recipes/common.sh and run COMMANDS, with a stand-in python that reports GPUS visible GPUs, a longest
     training sentence of 100 tokens (prepare.longest), runs the stage records (prepare.records) and the launch plan
-    and paper's settings (recipes.launch), and prints any other command it is given (`python ARGS...`) instead of
-    running it."""
+    and paper's settings (recipes.launch), passes training's output on as the progress filter does (finding no
+    TensorBoard), and prints any other command it is given (`python ARGS...`) instead of running it."""
     fake_python = tmp_path / "python"
-    fake_python.write_text(f'#!/bin/sh\nif [ "$1" = -c ]; then echo {gpus}; elif [ "$2" = prepare.longest ]; then '
+    fake_python.write_text(f'#!/bin/sh\nif [ "$1" = -c ]; then case "$2" in *find_spec*) exit 1;; esac; echo {gpus}; '
+                           f'elif [ "$2" = prepare.longest ]; then '
                            f'echo 100 train; elif [ "$2" = prepare.records ] || [ "$2" = recipes.launch ]; then '
-                           f'exec {sys.executable} "$@"; '
+                           f'exec {sys.executable} "$@"; elif [ "$2" = vaswani_plugin.tools.progress ]; then cat; '
                            f'else echo "python $*"; fi\n')
     fake_python.chmod(0o755)
     env = dict(os.environ, PYTHON=str(fake_python), RECIPE="test", WORK_DIR=str(tmp_path), **settings)
@@ -400,22 +401,26 @@ def test_train_average_translate_takes_the_papers_values_as_arguments(settings, 
     """--arch ARCH --paper big: the big model's steps, checkpoint cadence and average (paper.py), the user's
     variables over them; P_drop is the architecture's unless DROPOUT is set."""
     stub = 'stage() { shift; while [ "$1" = --output ]; do shift 2; done; "$@"; }; train() { echo "train $*"; }; average() { echo "average $*"; }; ' \
-           'translate() { echo "translate $*"; }; score() { :; }; training_cost() { echo "cost $*"; }; '
-    run = stub + 'detect_devices; SUBWORDS=subword_nmt DATA_BIN=data-bin; ' \
+           'translate() { echo "translate $*"; }; score() { :; }; training_cost() { echo "cost $*"; }; ' \
+           'write_report() { echo report; }; '
+    run = stub + 'detect_devices; SUBWORDS=subword_nmt DATA_BIN=data-bin TEXT_DIR=text TARGET_LANG=de; ' \
                  'train_average_translate --arch vaswani_transformer_big --paper big'
     result = run_common(tmp_path, run, **settings)
     assert result.returncode == 0, result.stderr
     checkpoints = tmp_path / "checkpoints"
+    dev = ' --dev-score bleu --dev-score-reference text/valid.de --search paper --gnmt-alpha 0.6 --dev-score-args ' \
+          '{"beam": 4, "max_len_a": 1, "max_len_b": 50} --dev-score-post-process subword_nmt ' \
+          '--dev-score-interval-updates 0 --dev-score-sentences 0'
     assert result.stdout.splitlines() == [
         f"train {checkpoints} --arch vaswani_transformer_big" + (f" --dropout {dropout}" if dropout else "")
-        + " --max-update 300000 --save-interval-updates 600 --keep-interval-updates 20",
+        + " --max-update 300000 --save-interval-updates 600 --keep-interval-updates 20" + dev,
         f"average {checkpoints} 20",
         f"translate --checkpoint {checkpoints}/checkpoint_average.pt --subset test --output "
         f"{tmp_path}/newstest2014.generate.txt --post-process subword_nmt",
-        f"cost --checkpoints {checkpoints} --table2-row big"]
+        f"cost --checkpoints {checkpoints} --table2-row big", "report"]
     overridden = run_common(tmp_path, run, MAX_UPDATE="8", SAVE_INTERVAL_UPDATES="2", AVERAGE_LAST="3")
     assert overridden.stdout.splitlines()[0] == f"train {checkpoints} --arch vaswani_transformer_big " \
-        "--max-update 8 --save-interval-updates 2 --keep-interval-updates 3"
+        "--max-update 8 --save-interval-updates 2 --keep-interval-updates 3" + dev
 
 
 @pytest.mark.parametrize("script,args,settings,stages", [
@@ -524,6 +529,34 @@ def test_dry_run_prints_every_command_and_writes_nothing(script, args, settings,
         (pictures,) = [words for words in lines if words[2] == "vaswani_plugin.tools.attention_pictures"]
         assert pictures[pictures.index("--source") + 1] == "{the first test sentence}"
     assert not work.exists() and list(tmp_path.iterdir()) == []
+
+
+def train_words(result):
+    (train,) = [shlex.split(line) for line in result.stdout.splitlines() if " -m fairseq_cli.train " in line]
+    return train
+
+
+def test_dry_runs_plan_dev_scores_and_tensorboard_as_their_variables_say(tmp_path):
+    """WMT: newstest2013's BLEU at every checkpoint with §6.1's decoding (DEV_SCORE=0: none); --tensorboard-logdir
+    where tensorboardX or tensorboard is importable (here: a stand-in package) unless TENSORBOARD=0; the quickstart
+    validates nothing by default."""
+    stand_in = tmp_path / "site" / "tensorboardX"
+    stand_in.mkdir(parents=True)
+    (stand_in / "__init__.py").touch()
+    base = dict(DRY_RUN="1", WORK_DIR=str(tmp_path / "work"), NUM_GPUS="8")
+    train = train_words(run_recipe("wmt14_en_de_base.sh", dict(base, PYTHONPATH=str(stand_in.parent))))
+    option = {word: train[index + 1] for index, word in enumerate(train[:-1]) if word.startswith("--dev-score")}
+    assert option == {"--dev-score": "bleu", "--dev-score-reference": str(tmp_path / "work/data/text/valid.de"),
+                      "--dev-score-args": json.dumps({"beam": 4, "max_len_a": 1, "max_len_b": 50}),
+                      "--dev-score-post-process": "subword_nmt", "--dev-score-interval-updates": "0",
+                      "--dev-score-sentences": "0"}
+    assert train[train.index("--search") + 1] == "paper" and train[train.index("--gnmt-alpha") + 1] == "0.6"
+    assert train[train.index("--tensorboard-logdir") + 1] == str(tmp_path / "work/checkpoints/tensorboard")
+    train = train_words(run_recipe("wmt14_en_de_base.sh", dict(base, PYTHONPATH=str(stand_in.parent), DEV_SCORE="0",
+                                                             TENSORBOARD="0")))
+    assert "--dev-score" not in train and "--tensorboard-logdir" not in train
+    train = train_words(run_recipe("quickstart.sh", dict(base, NUM_GPUS="")))
+    assert "--disable-validation" in train and "--dev-score" not in train
 
 
 def test_dry_run_says_what_a_finished_stage_would_do(tmp_path):
