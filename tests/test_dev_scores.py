@@ -14,7 +14,7 @@ from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.scoring.bleu import read_hypotheses, score_lines
 from vaswani_plugin.scoring.evalb import COLLINS, evaluate
 from vaswani_plugin.scoring.parses import parse_trees
-from vaswani_plugin.tasks.dev_scores import DevScoring, subset_ids
+from vaswani_plugin.tasks.dev_scores import DevScoring, of_the_valid_split, subset_ids
 from vaswani_plugin.tasks.vaswani_translation import VaswaniTranslationConfig, VaswaniTranslationTask
 
 DECODING = {"beam": 4, "max_len_a": 1, "max_len_b": 5}
@@ -46,6 +46,14 @@ def test_the_logged_bleu_is_fairseq_generates_scored(trained, reversal_data, tmp
             task.reduce_metrics([logged], criterion)  # one batch at a time, as fairseq's trainer
         values = aggregate.get_smoothed_values()
     assert count > 3  # the statistics of several batches summed
+    # fairseq's stand-in batch (the first training batch, for a worker whose share of the split is done): not
+    # decoded, counted as nothing.
+    task.load_dataset("train")
+    for stand_in in task.get_batch_iterator(dataset=task.dataset("train"), max_tokens=50,
+                                            max_positions=(1024, 1024)).next_epoch_itr(shuffle=False):
+        assert not of_the_valid_split(task, stand_in)
+        counted = task.dev_scoring.statistics(task, stand_in, model, 1)
+        assert counted["_dev_sentences"] == 0 and set(counted) == {key for key in logged if key.startswith("_dev_")}
 
     output = tmp_path / "generate.txt"
     result = run("generate", data, "--user-dir", REPO / "vaswani_plugin", "--task", "vaswani_translation", "--path",

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 import numpy as np
+import torch
+
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.scoring.bleu import bleu_from_statistics, bleu_statistics, read_lines
 from vaswani_plugin.scoring.evalb import bracketing, compare
@@ -85,6 +87,8 @@ class DevScoring:
         subset) scored against their references."""
         self.scored_at = updates_done
         ids = sample["id"].tolist()
+        if not of_the_valid_split(task, sample):
+            return self.counts([], [])  # fairseq's stand-in batch for a worker with none left: its logs count 0
         if self.generator is None:
             self.generator = task.build_generator([model], self.generation)
         hypotheses = task.inference_step(self.generator, [model], sample)
@@ -98,8 +102,11 @@ class DevScoring:
         counts: Dict[str, float] = {"_dev_sentences": float(len(ids))}
         if self.kind == "bleu":
             references = [self.line("reference", i) for i in ids]
-            for name, statistics in bleu_statistics(outputs, references, self.target_lang).items():
-                counts.update(numbered(f"_dev_{name}", statistics))
+            for name in BLEUS.values():  # every key in every log, as fairseq's sum over workers needs
+                counts.update(numbered(f"_dev_{name}", [0.0] * 10))
+            if ids:
+                for name, statistics in bleu_statistics(outputs, references, self.target_lang).items():
+                    counts.update(numbered(f"_dev_{name}", statistics))
         else:
             words, tags = [self.line("words", i) for i in ids], [self.line("tags", i) for i in ids]
             trees, _ = parse_trees(outputs, words, tags)
@@ -134,6 +141,17 @@ class DevScoring:
                     bleu_from_statistics(name, summed(meters, f"_dev_{name}", 10), self.target_lang), 2))
         else:
             metrics.log_derived("f1", lambda meters: round(bracketing(*summed(meters, "_dev_brackets", 3))[2], 2))
+
+
+def of_the_valid_split(task, sample) -> bool:
+    """Whether a batch is the valid split's: a worker whose share of it is done gets the first training batch,
+    whose logs fairseq multiplies by 0 (trainer.valid_step's dummy batch); it is not decoded."""
+    dataset = task.datasets.get("valid")
+    first = int(sample["id"][0])
+    if dataset is None or first >= len(dataset):
+        return False
+    tokens = sample["net_input"]["src_tokens"][0]
+    return torch.equal(tokens[tokens.ne(task.source_dictionary.pad())].cpu(), dataset[first]["source"])
 
 
 def numbered(prefix: str, values) -> Dict[str, float]:
