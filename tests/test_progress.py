@@ -2,6 +2,7 @@
 stitched, and the refresh after checkpoints. The lines are fairseq 0.12's simple log format, as
 tests/test_quickstart.py's real run also checks."""
 
+import io
 import json
 import subprocess
 import sys
@@ -141,3 +142,14 @@ def test_the_filter_passes_every_line_through(tmp_path):
 def test_the_target_is_read_from_fairseq_trains_arguments(argv, expected):
     target = training_target(argv + ["--arch", "x"])
     assert (target.max_update, target.max_epoch, target.stop_time_hours) == expected
+
+
+def test_a_failing_estimate_never_stops_the_lines(tmp_path, monkeypatch, capsys):
+    """The filter stands between fairseq-train and its log: a failure of its own is said once, and every line still
+    passes (a broken pipe would end the training)."""
+    from vaswani_plugin.tools import progress as module
+    monkeypatch.setattr(module.Progress, "line", lambda self, line: 1 / 0)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("one\ntwo\n"))
+    module.main(["--records", str(tmp_path / "p.jsonl")])
+    assert capsys.readouterr().out.splitlines() == [
+        "one", "[progress] no more estimates or records (ZeroDivisionError: division by zero); training goes on", "two"]

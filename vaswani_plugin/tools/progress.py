@@ -272,11 +272,19 @@ def progress_command(args):
     try:
         for line in sys.stdin:
             sys.stdout.write(line)
-            for said in progress.line(line.rstrip("\n")):
-                sys.stdout.write(said + "\n")
+            if progress is not None:
+                try:
+                    for said in progress.line(line.rstrip("\n")):
+                        sys.stdout.write(said + "\n")
+                except Exception as error:  # noqa: BLE001  (a broken pipe here would stop the training)
+                    sys.stdout.write(f"[progress] no more estimates or records ({type(error).__name__}: {error}); "
+                                     "training goes on\n")
+                    progress.finish()
+                    progress = None
             sys.stdout.flush()
     finally:
-        progress.finish()
+        if progress is not None:
+            progress.finish()
 
 
 if __name__ == "__main__":
