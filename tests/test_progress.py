@@ -115,6 +115,9 @@ def test_the_refresh_runs_after_checkpoints_at_most_once_an_interval(tmp_path):
     progress = Progress(tmp_path / "p.jsonl", training_target([]), on_checkpoint=command, refresh_interval=60,
                         clock=clock)
     saved = "| Saved checkpoint /w/checkpoint_1_{0}.pt (epoch 1 @ {0} updates, score None)"
+    progress.line(saved.format(2))  # 0 s after the start: waits for the interval
+    assert progress.refresh is None and progress.refresh_pending
+    clock.now += 60
     progress.line(saved.format(4))
     progress.refresh.wait()
     clock.now += 30

@@ -115,8 +115,9 @@ class Progress:
     def __init__(self, records_path: Path, target: argparse.Namespace, on_checkpoint: Optional[str] = None,
                  workers: int = 1, refresh_interval: float = 0.0, clock=time.time):
         self.records_path, self.target, self.on_checkpoint, self.clock = records_path, target, on_checkpoint, clock
-        self.refresh_interval, self.refreshed, self.validating = refresh_interval, None, None
         self.started = clock()
+        # The first refresh a --refresh-interval after the start: a short run is drawn once, by the recipe at its end.
+        self.refresh_interval, self.refreshed, self.validating = refresh_interval, self.started, None
         self.before = self.previous_seconds()
         self.recent: List[tuple] = []  # (time, update) of the last intervals
         self.refresh: Optional[subprocess.Popen] = None
@@ -201,7 +202,7 @@ class Progress:
             return
         self.refresh = None
         now = self.clock()
-        if self.refresh_pending and (self.refreshed is None or now - self.refreshed >= self.refresh_interval):
+        if self.refresh_pending and now - self.refreshed >= self.refresh_interval:
             self.refresh_pending, self.refreshed = False, now
             self.refresh = subprocess.Popen(self.on_checkpoint, shell=True, stdin=subprocess.DEVNULL,
                                             stdout=sys.stderr, preexec_fn=lambda: os.nice(10))
@@ -260,7 +261,8 @@ def main(argv=None):
     parser.add_argument("--on-checkpoint", help="a shell command run in the background after each checkpoint "
                                                 "(one at a time, low priority): the recipes redraw curves and report")
     parser.add_argument("--refresh-interval", type=float, default=0.0, metavar="SECONDS",
-                        help="run --on-checkpoint at most this often (default: after every checkpoint)")
+                        help="run --on-checkpoint at most this often, the first time this long after the start "
+                             "(default: after every checkpoint)")
     parser.add_argument("--workers", type=int, default=1, help="processes training together (for the report)")
     parser.add_argument("training", nargs="*", help="fairseq-train's arguments, after --")
     run_command(parser, progress_command, argv)
