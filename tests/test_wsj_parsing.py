@@ -244,10 +244,12 @@ def ldc_tree_counts(wsj):
 
 @lane_job
 def wsj_ldc_run(tmp_path_factory, lane):
-    """The recipe on sample files laid out as the LDC treebank (WSJ_DIR), for 4 updates, with XX leaves."""
+    """The recipe on sample files laid out as the LDC treebank (WSJ_DIR), for 4 updates, with XX leaves; section
+    22's F1 while training (DEV_SCORE, on by default there) on 4 of its sentences, at update 4."""
     root = tmp_path_factory.mktemp("wsj-ldc")
     ldc_layout(root / "wsj")
-    env = dict(WORK_DIR=str(root / "work"), CPU="1", MAX_UPDATE="4", LEAVES="XX",
+    env = dict(WORK_DIR=str(root / "work"), CPU="1", MAX_UPDATE="4", LEAVES="XX", DEV_SCORE_SENTENCES="4",
+               DEV_SCORE_EVERY="4",
                SAVE_INTERVAL_UPDATES="2", AVERAGE_LAST="2", TOKENS_PER_STEP="2000", MAX_TOKENS_PER_GPU="2000",
                EXTRA_TRAIN_ARGS=" ".join(TINY_MODEL), EXTRA_GENERATE_ARGS=SHORT_OUTPUTS)
     ldc = commands(block("docs/parsing.md", "test:parsing"))[0]  # the paper's row, on CPU (CPU=1)
@@ -263,6 +265,8 @@ def test_recipe_on_the_ldc_layout_uses_sections_02_21_22_23(lane):
     log = (work / "checkpoints" / "train.log").read_text()
     assert "'model': {'_name': 'vaswani_transformer_parsing'" in log and "'max_update': 4" in log
     assert "'dropout': 0.1" in log and "'attention_dropout': 0.0" in log
+    scored = [line for line in log.splitlines() if "valid on 'valid' subset" in line and "| f1 " in line]
+    assert len(scored) == 1 and re.search(r"\| dev_sentences 4 \| f1 [\d.]+ \| .*\| num_updates 4\b", scored[0])
     # XX leaves: a dictionary per side, the tree side without words; the target embedding tied to the output.
     assert "tree leaves: XX\n" in result.stderr and "'share_decoder_input_output_embed': True" in log
     tree_dict = (work / "data" / "data-bin" / "dict.tree.txt").read_text().split()[::2]
