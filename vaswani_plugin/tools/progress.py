@@ -29,6 +29,7 @@ SAVED = re.compile(r"Saved checkpoint (\S+) \(epoch (\d+) @ (\d+) updates")
 LOADED = re.compile(r"Loaded checkpoint (\S+) \(epoch (\d+) @ (\d+) updates\)")
 PRECISION = re.compile(r"\| precision: (.*)$")
 VALIDATING = re.compile(r'begin validation on "([^"]+)" subset')
+DEV_SCORES = {"bleu": "sacreBLEU", "tok_bleu": "tokenised BLEU", "f1": "F1"}  # a valid record's scores, named
 RATE_WINDOW = 5  # intervals the update rate is measured over (validations and saves included)
 
 
@@ -216,8 +217,7 @@ class Progress:
 
 
 def dev_line(record: dict) -> List[str]:
-    scores = [f"{name} {record[key]:.2f}" for key, name in (("bleu", "sacreBLEU"), ("tok_bleu", "tokenised BLEU"),
-                                                             ("f1", "F1")) if key in record]
+    scores = [f"{name} {record[key]:.2f}" for key, name in DEV_SCORES.items() if key in record]
     if not scores:
         return []
     sentences = f" ({int(record['dev_sentences']):,} sentences)" if "dev_sentences" in record else ""

@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import List
 
 from vaswani_plugin.cli import run_command
-from vaswani_plugin.tools.progress import duration, pieces, read_records, stitched
+from vaswani_plugin.tools.progress import DEV_SCORES, duration, pieces, read_records, stitched
 from vaswani_plugin.tools.training_curves import draw, records_of
 
 SCORES = ("*.bleu", "*.f1")  # the recipes' score outputs, beside the translations
 COST = "training_cost.txt"  # the recipes' Table 2 line
-DEV_KEYS = (("bleu", "sacreBLEU"), ("tok_bleu", "tokenised BLEU"), ("f1", "F1"))
 
 
 def stage_lines(work_dir: Path) -> List[str]:
@@ -64,7 +63,7 @@ def progress_lines(records: List[dict], raw: List[dict]) -> List[str]:
         lines.append(f"- validating (dev loss and scores): {duration(validating)}, "
                      f"{100 * validating / max(train[-1]['seconds'], 1e-9):.1f} % of the training time")
     if valid:
-        shown = [(key, name) for key, name in DEV_KEYS if any(key in r for r in valid)]
+        shown = [(key, name) for key, name in DEV_SCORES.items() if any(key in r for r in valid)]
         lines += ["", "| update | dev loss | " + " | ".join(name for _, name in shown) + " |",
                   "|---:|---:|" + "---:|" * len(shown)]
         for record in valid:
@@ -75,11 +74,12 @@ def progress_lines(records: List[dict], raw: List[dict]) -> List[str]:
 
 def report(work_dir: Path) -> Path:
     """Write the curves and WORK_DIR/report.md; return the report's path."""
-    raw = read_records(records_of(work_dir))
+    source = records_of(work_dir)
+    raw = read_records(source)
     records = stitched(raw)
     draw({work_dir.name: records}, work_dir / "curves")
     lines = [f"# Report: {work_dir.name}", "", f"Written {time.strftime('%Y-%m-%d %H:%M:%S %Z')} from "
-             f"{records_of(work_dir).relative_to(work_dir)}; refreshed at each checkpoint and at the end.", "",
+             f"{source.relative_to(work_dir)}; refreshed at each checkpoint and at the end.", "",
              "## Command and settings", "", *stage_lines(work_dir), "", "## Machine and progress", "",
              *progress_lines(records, raw), "", "## Curves", "",
              "![against updates](curves/updates.png)", "", "![against wall-clock time](curves/wall_clock.png)"]

@@ -13,7 +13,7 @@ from typing import Dict, List, Sequence, Tuple
 
 from vaswani_plugin.cli import run_command
 from vaswani_plugin.errors import VaswaniConfigError
-from vaswani_plugin.tools.progress import read_records, stitched
+from vaswani_plugin.tools.progress import DEV_SCORES, read_records, stitched
 
 RECORDS = ("checkpoints/progress.jsonl", "progress.jsonl")
 # (title, record kind, the record's keys drawn in that panel)
@@ -21,8 +21,8 @@ PANELS = (("training loss (bits)", "train", ("loss", "nll_loss")),
           ("learning rate (eq. 3)", "train", ("lr",)),
           ("gradient norm", "train", ("gnorm",)),
           ("dev loss (bits)", "valid", ("loss", "nll_loss")),
-          ("dev score", "valid", ("bleu", "tok_bleu", "f1")))
-NAMES = {"bleu": "sacreBLEU", "tok_bleu": "tokenised BLEU", "f1": "F1", "nll_loss": "nll"}  # the legends'
+          ("dev score", "valid", tuple(DEV_SCORES)))
+NAMES = {**DEV_SCORES, "nll_loss": "nll"}  # the legends'
 AXES = {"updates.png": ("update", "updates"), "wall_clock.png": ("hours", "wall-clock hours of training")}
 Series = Dict[str, Tuple[List[float], List[float]]]
 
@@ -74,7 +74,7 @@ def summary(label: str, records: List[dict], color: str) -> str:
     if scored:
         last = scored[-1]
         lines.append(f"dev at update {last['update']:,}: " + ", ".join(
-            f"{NAMES[key]} {last[key]:.2f}" for key in ("bleu", "tok_bleu", "f1") if key in last))
+            f"{name} {last[key]:.2f}" for key, name in DEV_SCORES.items() if key in last))
     return "\n".join(lines)
 
 
