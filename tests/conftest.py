@@ -8,6 +8,7 @@ import os
 os.environ["OMP_NUM_THREADS"] = "1"
 
 import shlex  # noqa: E402
+import threading  # noqa: E402
 import time  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
@@ -211,12 +212,30 @@ def lane(request, tmp_path_factory):
     tmp_path_factory.getbasetemp()
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="second-lane")
     for name in wanted:
-        futures[name] = pool.submit(_timed, name, tmp_path_factory, futures)
+        futures[name] = _Waited(name, pool.submit(_timed, name, tmp_path_factory, futures))
     yield futures
     pool.shutdown(cancel_futures=True)  # jobs of tests that never ran (-x, Ctrl-C) are dropped
 
 
 LANE_SECONDS = {}
+FOREGROUND_WAITS = {}
+
+
+class _Waited:
+    """A job's future whose result() counts how long the foreground waited for it (the lane's own reads of earlier
+    jobs never wait: it runs them in order)."""
+
+    def __init__(self, name, future):
+        self.name, self.future = name, future
+
+    def result(self):
+        start = time.monotonic()
+        try:
+            return self.future.result()
+        finally:
+            if threading.current_thread() is threading.main_thread():
+                waited = time.monotonic() - start
+                FOREGROUND_WAITS[self.name] = FOREGROUND_WAITS.get(self.name, 0) + waited
 
 
 def _timed(name, *args):
@@ -232,3 +251,5 @@ def pytest_terminal_summary(terminalreporter):
     if LANE_SECONDS:
         jobs = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in LANE_SECONDS.items())
         terminalreporter.write_line(f"second lane: {sum(LANE_SECONDS.values()):.0f} s: {jobs}")
+        waits = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in FOREGROUND_WAITS.items() if seconds >= 1)
+        terminalreporter.write_line(f"the foreground waited {sum(FOREGROUND_WAITS.values()):.0f} s for it: {waits}")
