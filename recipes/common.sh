@@ -37,8 +37,9 @@
 #   DEV_SCORE_SENTENCES  the dev sentences validated and scored, spread over the set (default: all of them)
 #   TENSORBOARD          auto (default): fairseq-train logs to SAVE_DIR/tensorboard where tensorboard or tensorboardX
 #                        is installed; 0: never
-# Every run writes SAVE_DIR/progress.jsonl (tools/progress.py: an ETA line at each log interval), curves in
-# WORK_DIR/curves/ and WORK_DIR/report.md (tools/run_report.py), refreshed at checkpoints and at the end.
+#   REPORT               1 (default): curves in WORK_DIR/curves/ and WORK_DIR/report.md (tools/run_report.py),
+#                        refreshed at checkpoints and written at the end; 0: neither (draw them later with run_report)
+# Every run writes SAVE_DIR/progress.jsonl (tools/progress.py: an ETA line at each log interval).
 #
 # SLURM: run the recipe as the tasks of an srun step, one task per GPU or one per node; each finds its rank, the
 # world size, its GPU and the master (scontrol) from SLURM's variables (docs/recipes.md, "SLURM"). torchrun:
@@ -84,6 +85,8 @@ EMBEDDING_SHARING=(--share-all-embeddings)
 say() { echo "[$RECIPE $(date +%H:%M:%S)] $*" >&2; }
 die() { echo "$RECIPE: error: $*" >&2; exit 1; }
 [[ "$DRY_RUN" =~ ^[01]$ ]] || die "DRY_RUN=$DRY_RUN: use 1 (print what would run, run nothing) or 0"
+REPORT=${REPORT:-1}
+[[ "$REPORT" =~ ^[01]$ ]] || die "REPORT=$REPORT: use 1 (draw the curves and write report.md) or 0"
 if [ "$DRY_RUN" = 1 ]; then
     WORK_DIR=$(realpath -m "$WORK_DIR")  # read, never created
 else
@@ -452,11 +455,11 @@ sys.exit(not (u.find_spec('tensorboard') or u.find_spec('tensorboardX')))" 2> /d
     fi
     # Run 0 reads its training's output on the way to the log: an ETA line at each log interval, the records, and
     # the curves and report redrawn after a checkpoint (at most every REPORT_EVERY seconds, in the background).
-    local watch=(cat)
+    local watch=(cat) refresh=()
+    [ "$REPORT" = 0 ] || refresh=(--refresh-interval "${REPORT_EVERY:-300}"
+        --on-checkpoint "$(quoted "$PYTHON" -m vaswani_plugin.tools.run_report "$WORK_DIR") > /dev/null")
     [ "$RUN_RANK" != 0 ] || watch=("$PYTHON" -m vaswani_plugin.tools.progress --records "$save_dir/progress.jsonl"
-        --workers "$WORKERS" --refresh-interval "${REPORT_EVERY:-300}"
-        --on-checkpoint "$(quoted "$PYTHON" -m vaswani_plugin.tools.run_report "$WORK_DIR") > /dev/null"
-        -- "${command[@]:3}")
+        --workers "$WORKERS" "${refresh[@]}" -- "${command[@]:3}")
     { [ "$WORKERS" = 1 ] || echo "[$RECIPE] $RUN_NAME: world size $WORKERS (started as $LAUNCH)"
       "${command[@]}"; } 2>&1 | "${watch[@]}" | tee -a "$save_dir/$log"
 }
@@ -485,6 +488,10 @@ dev_bleu() {
 
 # write_report: WORK_DIR/report.md and WORK_DIR/curves/ (vaswani_plugin/tools/run_report.py), at the end.
 write_report() {
+    if [ "$REPORT" = 0 ]; then
+        say "REPORT=0: no curves or report.md (python -m vaswani_plugin.tools.run_report $WORK_DIR draws them)"
+        return
+    fi
     run "$PYTHON" -m vaswani_plugin.tools.run_report "$WORK_DIR" || die "writing $WORK_DIR/report.md failed"
 }
 

@@ -70,8 +70,9 @@ def ran_the_documented_preparation(stderr, line):
 
 def tiny_env(work_dir, raw_dir, data_dir, **more):
     """A recipe run in seconds. No validation on the 3,000 dev sentences at every checkpoint (7 s a run): Table 3's
-    test validates with fairseq-validate."""
-    settings = dict(WORK_DIR=work_dir, RAW_DIR=raw_dir, DATA_DIR=data_dir, CPU=1, MAX_UPDATE=4,
+    test validates with fairseq-validate. No curves or report (REPORT=0: matplotlib, 1-4 s a run): the quickstart's
+    tests read them."""
+    settings = dict(WORK_DIR=work_dir, RAW_DIR=raw_dir, DATA_DIR=data_dir, CPU=1, MAX_UPDATE=4, REPORT=0,
                     SAVE_INTERVAL_UPDATES=2, AVERAGE_LAST=2, TOKENS_PER_STEP=2000, BPE_MERGES=300,
                     SPM_VOCAB=400, EXTRA_TRAIN_ARGS=f"{TINY} --disable-validation",
                     EXTRA_GENERATE_ARGS="--max-len-a 0 --max-len-b 3")
@@ -126,7 +127,7 @@ def test_no_gpu_is_a_clear_error(tmp_path):
 @NEEDS_CPU_PATH
 def test_en_de_base_from_nothing_to_bleu_then_skips_what_is_done(mirror, en_de_data, tmp_path):
     work = tmp_path / "base"
-    env = tiny_env(work, mirror / "en-de", en_de_data)
+    env = tiny_env(work, mirror / "en-de", en_de_data, REPORT_EVERY=0)  # REPORT=0: not even at each checkpoint
     result = run_recipe("wmt14_en_de_base.sh", env)
     data_bin = en_de_data / "data-bin"
 
@@ -153,6 +154,10 @@ def test_en_de_base_from_nothing_to_bleu_then_skips_what_is_done(mirror, en_de_d
     # Every newstest2014 sentence translated; both BLEU lines and the cost line.
     assert len(hypotheses(work / "newstest2014.generate.txt")) == 3003
     check_scores(result.stdout, 3003)
+    assert f"REPORT=0: no curves or report.md (python -m vaswani_plugin.tools.run_report {work} draws them)" in \
+        result.stderr
+    assert (work / "checkpoints" / "progress.jsonl").is_file()
+    assert not (work / "report.md").exists() and not (work / "curves").exists()
 
     # Re-run: nothing to do but print the scores again.
     again = run_recipe("wmt14_en_de_base.sh", env)
@@ -581,6 +586,20 @@ def test_dry_run_takes_0_or_1():
     result = run_recipe("quickstart.sh", {"DRY_RUN": "yes"}, check=False)
     assert result.returncode == 1
     assert result.stderr.strip() == "quickstart: error: DRY_RUN=yes: use 1 (print what would run, run nothing) or 0"
+
+
+def test_report_0_plans_no_report_and_takes_0_or_1(tmp_path):
+    """The report at the end is planned unless REPORT=0 (test_en_de_base_...: nor at the checkpoints)."""
+    settings = dict(DRY_RUN="1", WORK_DIR=str(tmp_path / "work"))
+    report = [sys.executable, "-m", "vaswani_plugin.tools.run_report", str(tmp_path / "work")]
+    planned = [shlex.split(line) for line in run_recipe("quickstart.sh", settings).stdout.splitlines()]
+    assert planned[-1] == report
+    result = run_recipe("quickstart.sh", dict(settings, REPORT="0"))
+    assert report not in [shlex.split(line) for line in result.stdout.splitlines()]
+    assert "REPORT=0: no curves or report.md" in result.stderr
+    result = run_recipe("quickstart.sh", dict(settings, REPORT="no"), check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip() == "quickstart: error: REPORT=no: use 1 (draw the curves and write report.md) or 0"
 
 
 def test_the_documented_dry_run_plans_the_big_model_on_eight_gpus(tmp_path):

@@ -151,7 +151,7 @@ def wsj_sample_run(tmp_path_factory, lane):
     for name in GUM_FILES:
         shutil.copy(SHARED_DATA / "gum_const" / "const" / name, root / "gum")
     # No interval checkpoint in 6 s (the recipe then decodes checkpoint_last.pt; the LDC run below averages).
-    env = dict(WORK_DIR=str(root / "work"), BUDGET_MINUTES="0.1",
+    env = dict(WORK_DIR=str(root / "work"), BUDGET_MINUTES="0.1", REPORT="0",
                SAVE_INTERVAL_UPDATES="1000", AVERAGE_LAST="2", EXTRA_TRAIN_ARGS=" ".join(TINY_MODEL),
                EXTRA_TRAIN_TREES=str(root / "gum"), EXTRA_GENERATE_ARGS=SHORT_OUTPUTS)
     sample = commands(block("docs/parsing.md", "test:parsing"))[1]  # the line for anyone, with this sample
@@ -248,7 +248,7 @@ def wsj_ldc_run(tmp_path_factory, lane):
     22's F1 while training (DEV_SCORE, on by default there) on 4 of its sentences, at update 4."""
     root = tmp_path_factory.mktemp("wsj-ldc")
     ldc_layout(root / "wsj")
-    env = dict(WORK_DIR=str(root / "work"), CPU="1", MAX_UPDATE="4", LEAVES="XX", DEV_SCORE_SENTENCES="4",
+    env = dict(WORK_DIR=str(root / "work"), CPU="1", MAX_UPDATE="4", LEAVES="XX", DEV_SCORE_SENTENCES="4", REPORT="0",
                DEV_SCORE_EVERY="4",
                SAVE_INTERVAL_UPDATES="2", AVERAGE_LAST="2", TOKENS_PER_STEP="2000", MAX_TOKENS_PER_GPU="2000",
                EXTRA_TRAIN_ARGS=" ".join(TINY_MODEL), EXTRA_GENERATE_ARGS=SHORT_OUTPUTS)
