@@ -179,8 +179,10 @@ NO_SHARED_DATA = "../shared/data is absent: the end-to-end data (see ../shared/d
 
 
 def pytest_collection_modifyitems(config, items):
-    """Without ../shared/data, the tests marked e2e or shared_data are skipped, saying why (before the second
-    lane starts: it leaves their jobs out)."""
+    """The tests that check jobs of the second lane run after the others, in their order, so that the foreground
+    works while the lane runs instead of waiting for it. Without ../shared/data, the tests marked e2e or
+    shared_data are skipped, saying why (before the second lane starts: it leaves their jobs out)."""
+    items.sort(key=lambda item: item.get_closest_marker("lane") is not None)  # stable: each part keeps its order
     if cli_helpers.SHARED_DATA.is_dir():
         return
     for item in items:

@@ -5,7 +5,7 @@ recipes/wmt14_en_de_base.sh runs on the tiny offline WMT14 mirror (tests/wmt_mir
 sharing one WORK_DIR and DATA_DIR, as nodes share a file system:
 - a simulated srun step of two tasks on one node (SLURM_* variables as srun sets them, a stub `scontrol` on PATH
   that names 127.0.0.1, MASTER_PORT given) prepares the data from nothing and trains;
-- `torchrun --nproc_per_node 2 --no-python bash RECIPE` trains on the same data;
+- `torchrun --nproc_per_node 2 --no-python bash RECIPE` trains on the same data, its dev BLEU summed over both;
 - a one-process run (no launcher) is the reference: with TOKENS_PER_STEP fixed it takes --update-freq 2 where each
   of two workers takes 1, so a step of either holds the same batches (fairseq deals an epoch's batches out to the
   ranks in turn), and with dropout off every update must log the same loss. The epoch has an odd number of
@@ -39,11 +39,14 @@ from wmt_mirror import build_mirror
 # last of one) an epoch, so MAX_UPDATE=4 also starts the second epoch. No validation on the 3,000 dev sentences.
 SETTINGS = dict(MAX_UPDATE=4, TOKENS_PER_STEP=8000, MAX_TOKENS_PER_GPU=4000, STOP_AFTER="train",
                 EXTRA_TRAIN_ARGS=f"{TINY} --dropout 0 --log-format json --log-interval 1 --disable-validation")
+# The torchrun pair also validates at each epoch's end, on 3 newstest2013 sentences a batch each, the last time with
+# BLEU (DEV_SCORE): rank 0 validates two batches, rank 1 one and fairseq's stand-in batch, which must count nothing.
+# (Validation draws no random numbers: the pair's updates stay the one process's.)
+VALIDATING_PAIR = dict(SETTINGS, DEV_SCORE_SENTENCES="3", DEV_SCORE_EVERY="4",
+                       EXTRA_TRAIN_ARGS=SETTINGS["EXTRA_TRAIN_ARGS"].replace("--disable-validation", "--batch-size-valid 1"))
 # Eight workers of 1,000 tokens: two updates an epoch, so that interval checkpoints are written and averaged.
 # Greedy: the translation stage is what node 0 alone runs; every sentence is still translated and scored.
-# Validated at each epoch's end on 12 newstest2013 sentences, the last time with BLEU (DEV_SCORE): fewer batches
-# than workers, so that some workers validate fairseq's stand-in batch, which must count nothing.
-EIGHT = dict(MAX_UPDATE=4, TOKENS_PER_STEP=8000, EXTRA_TRAIN_ARGS=TINY, DEV_SCORE_SENTENCES="12", DEV_SCORE_EVERY="4",
+EIGHT = dict(MAX_UPDATE=4, TOKENS_PER_STEP=8000, EXTRA_TRAIN_ARGS=f"{TINY} --disable-validation",
              EXTRA_GENERATE_ARGS="--max-len-a 0 --max-len-b 3 --beam 1")
 
 
@@ -114,8 +117,8 @@ def data_parallel_runs(tmp_path_factory, lane):
     outputs = wait_for(root, runs)
     torchrun = [str(Path(sys.executable).parent / "torchrun"), "--nproc_per_node", "2", "--master_port",
                 str(free_port()), "--no-python"]
-    runs = {"torchrun": start(root, "torchrun", tiny_env(root / "torchrun", root / "raw", root / "data", **SETTINGS),
-                              torchrun),
+    pair = tiny_env(root / "torchrun", root / "raw", root / "data", **VALIDATING_PAIR)
+    runs = {"torchrun": start(root, "torchrun", pair, torchrun),
             "one": start(root, "one", tiny_env(root / "one", root / "raw", root / "data", **SETTINGS))}
     # docs/recipes.md's two NUM_NODES lines, made eight as a user would: the same line on each, its NODE_RANK.
     first, second = commands(block(REPO / "docs" / "recipes.md", "test:num-nodes"))
@@ -136,7 +139,7 @@ def data_parallel_runs(tmp_path_factory, lane):
         raise
     # Beside the eight: the torchrun pair's WORK_DIR again, on one process, two updates on (docs/recipes.md: the
     # hardware layout may change, the tokens per step kept).
-    resumed = tiny_env(root / "torchrun", root / "raw", root / "data", **{**SETTINGS, "MAX_UPDATE": 6})
+    resumed = tiny_env(root / "torchrun", root / "raw", root / "data", **{**VALIDATING_PAIR, "MAX_UPDATE": 6})
     nodes["resumed"] = start(root, "resumed", resumed)
     outputs.update(wait_for(root, nodes))
     return root, outputs
@@ -189,6 +192,12 @@ def test_torchrun_workers_take_their_ranks_from_torchrun(lane):
         assert f"[wmt14_en_de_base] rank {rank}: world size 2 (started as torchrun)" in log
         assert f"distributed init (rank {rank}): env://" in log
     assert outputs["torchrun"][1].count("STOP_AFTER=train: stopping here") == 2
+
+    # Validated at the checkpoints (updates 2 and 4) and the epoch's end (3); the dev set's statistics summed over
+    # both workers at update 4 only: its 3 sentences, each counted once (rank 1's stand-in batch none).
+    valid = [json.loads(line) for line in re.findall(r"\| valid \| (\{.*\})$", rank0, re.M)][:3]  # then resumed's
+    assert [(record["valid_num_updates"], record.get("valid_dev_sentences"), "valid_bleu" in record)
+            for record in valid] == [("2", None, False), ("3", None, False), ("4", "3", True)], valid
 
 
 def epoch_batches(data_bin: Path, max_tokens: int) -> int:
@@ -265,11 +274,6 @@ def test_eight_workers_train_then_node_0_averages_translates_and_scores(lane):
             assert "train_inner" not in log
     train_log = (checkpoints / "train.log").read_text()
     assert "'distributed_world_size': 8" in train_log and "'max_tokens': 1000" in train_log
-    # The dev set's statistics summed over the eight workers: its 12 sentences, each counted once, at update 4.
-    valid = [line for line in train_log.splitlines() if "valid on 'valid' subset" in line]
-    scored = [line for line in valid if re.search(r"\| dev_sentences 12 \| bleu [\d.]+ \| tok_bleu [\d.]+ \|", line)]
-    assert len(valid) > 1 and len(scored) == 1 and scored[0].endswith(" | num_updates 4 | best_loss " +
-                                                                      scored[0].rsplit(" ", 1)[1]), valid
     assert re.findall(r"\| train \| epoch \d+ \|.*\| num_updates (\d+) \|", train_log)[-1] == str(EIGHT["MAX_UPDATE"])
 
     # Node 0 alone goes on: the average of the last two checkpoints, every newstest2014 sentence, both BLEU
