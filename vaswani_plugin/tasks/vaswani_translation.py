@@ -26,6 +26,7 @@ from vaswani_plugin.generation.generators import (
 from vaswani_plugin.generation.tree_constraint import constrain_to_trees
 from vaswani_plugin.precision import bf16_autocast_enabled, bf16_autocast_setting, precision_line
 from vaswani_plugin.tasks.dev_scores import DevScoring
+from vaswani_plugin.tasks.dictionary import VaswaniDictionary
 from vaswani_plugin.tasks.resumable_iterator import resumable
 
 logger = logging.getLogger(__name__)
@@ -113,6 +114,11 @@ class VaswaniTranslationTask(TranslationTask):
         self.inputs_seen = 0  # sentences given to build_dataset_for_inference so far (fairseq-interactive's lines)
         self.dev_scoring = DevScoring(cfg, cfg.target_lang)
         self.updates_done = None  # set by training steps: None outside fairseq-train
+
+    @classmethod
+    def load_dictionary(cls, filename):
+        """fairseq's dictionary, whose text (fairseq-generate's, -interactive's) comes faster: tasks/dictionary.py."""
+        return VaswaniDictionary.load(filename)
 
     def decide_bf16_autocast(self, model, optimizer) -> bool:
         """The precision of this run, decided once and logged as one line."""
