@@ -39,11 +39,11 @@ from wmt_mirror import build_mirror
 # last of one) an epoch, so MAX_UPDATE=4 also starts the second epoch. No validation on the 3,000 dev sentences.
 SETTINGS = dict(MAX_UPDATE=4, TOKENS_PER_STEP=8000, MAX_TOKENS_PER_GPU=4000, STOP_AFTER="train",
                 EXTRA_TRAIN_ARGS=f"{TINY} --dropout 0 --log-format json --log-interval 1 --disable-validation")
-# The torchrun pair also validates at each epoch's end, on 3 newstest2013 sentences a batch each, the last time with
-# BLEU (DEV_SCORE): rank 0 validates two batches, rank 1 one and fairseq's stand-in batch, which must count nothing.
-# (Validation draws no random numbers: the pair's updates stay the one process's.)
-VALIDATING_PAIR = dict(SETTINGS, DEV_SCORE_SENTENCES="3", DEV_SCORE_EVERY="4",
-                       EXTRA_TRAIN_ARGS=SETTINGS["EXTRA_TRAIN_ARGS"].replace("--disable-validation", "--batch-size-valid 1"))
+# The torchrun pair also validates, at each checkpoint and epoch's end, on 3 newstest2013 sentences a batch each, the
+# last time with BLEU (DEV_SCORE): rank 0 validates two batches, rank 1 one and fairseq's stand-in batch, which must
+# count nothing. (Validation draws no random numbers: the pair's updates stay the one process's.)
+VALIDATING_PAIR = dict(SETTINGS, DEV_SCORE_SENTENCES="3", DEV_SCORE_EVERY="4", EXTRA_TRAIN_ARGS=SETTINGS[
+    "EXTRA_TRAIN_ARGS"].replace("--disable-validation", "--batch-size-valid 1"))
 # Eight workers of 1,000 tokens: two updates an epoch, so that interval checkpoints are written and averaged.
 # Greedy: the translation stage is what node 0 alone runs; every sentence is still translated and scored.
 EIGHT = dict(MAX_UPDATE=4, TOKENS_PER_STEP=8000, EXTRA_TRAIN_ARGS=f"{TINY} --disable-validation",

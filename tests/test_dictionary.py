@@ -57,8 +57,10 @@ def test_other_inputs_and_what_fairseq_drops_for_rows(dictionaries):
         assert ours.string(rows, **arguments) == theirs.string(rows, **arguments)
     ids = random_ids(generator, rows=1)[0]
     ids[2] = theirs.unk()
-    for given in (ids.tolist(), ids.numpy(), list(ids), np.array([], dtype=np.int64), torch.tensor([], dtype=torch.long)):
-        assert ours.string(given, "subword_nmt", escape_unk=True) == theirs.string(given, "subword_nmt", escape_unk=True)
+    empty = (np.array([], dtype=np.int64), torch.tensor([], dtype=torch.long))
+    for given in (ids.tolist(), ids.numpy(), list(ids), *empty):
+        assert ours.string(given, "subword_nmt", escape_unk=True) == \
+            theirs.string(given, "subword_nmt", escape_unk=True)
 
 
 def test_the_task_loads_it(tmp_path):

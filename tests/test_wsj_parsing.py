@@ -248,8 +248,8 @@ def wsj_ldc_run(tmp_path_factory, lane):
     22's F1 while training (DEV_SCORE, on by default there) on 4 of its sentences, at update 4."""
     root = tmp_path_factory.mktemp("wsj-ldc")
     ldc_layout(root / "wsj")
-    env = dict(WORK_DIR=str(root / "work"), CPU="1", MAX_UPDATE="4", LEAVES="XX", DEV_SCORE_SENTENCES="4", REPORT="0",
-               DEV_SCORE_EVERY="4",
+    env = dict(WORK_DIR=str(root / "work"), CPU="1", MAX_UPDATE="4", LEAVES="XX", REPORT="0",
+               DEV_SCORE_SENTENCES="4", DEV_SCORE_EVERY="4",
                SAVE_INTERVAL_UPDATES="2", AVERAGE_LAST="2", TOKENS_PER_STEP="2000", MAX_TOKENS_PER_GPU="2000",
                EXTRA_TRAIN_ARGS=" ".join(TINY_MODEL), EXTRA_GENERATE_ARGS=SHORT_OUTPUTS)
     ldc = commands(block("docs/parsing.md", "test:parsing"))[0]  # the paper's row, on CPU (CPU=1)
