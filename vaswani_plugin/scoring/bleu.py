@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
 from sacrebleu.metrics import BLEU
-from sacremoses import MosesDetokenizer, MosesTokenizer
 
 from vaswani_plugin.cli import run_command
 from vaswani_plugin.errors import VaswaniConfigError
@@ -80,7 +79,11 @@ def compared_texts(hypotheses: Sequence[str], references: Sequence[str], target_
 
 @functools.lru_cache(maxsize=None)
 def moses(target_lang: str):
-    """(detokeniser, tokeniser) of the language, made once (0.1 s each; a validation scores batch by batch)."""
+    """(detokeniser, tokeniser) of the language, made once (0.1 s each; a validation scores batch by batch).
+    sacremoses is imported here, not with the module: every fairseq command that loads the plugin imports this
+    module (the task's dev scores), and sacremoses' import alone takes 0.25 s."""
+    from sacremoses import MosesDetokenizer, MosesTokenizer
+
     return MosesDetokenizer(lang=target_lang), MosesTokenizer(lang=target_lang)
 
 
