@@ -71,15 +71,23 @@ def reversal_data(tmp_path_factory):
     return reversal_corpus(tmp_path_factory)
 
 
+_REVERSAL_CORPUS = []
+_REVERSAL_CORPUS_LOCK = threading.Lock()
+
+
 def reversal_corpus(tmp_path_factory):
-    """A tiny corpus binarised twice: with a joined dictionary and with separate ones."""
-    root = tmp_path_factory.mktemp("corpus")
-    write_reversal_corpus(root, {"train": 300, "valid": 101, "test": TEST_SENTENCES})
-    common = ["--source-lang", "src", "--target-lang", "tgt", "--trainpref", root / "train",
-              "--validpref", root / "valid", "--testpref", root / "test", "--workers", "1"]
-    run("preprocess", *common, "--joined-dictionary", "--destdir", root / "joined", cwd=root)
-    run("preprocess", *common, "--destdir", root / "separate", cwd=root)
-    return root
+    """A tiny corpus binarised twice: with a joined dictionary and with separate ones. Made once a session, by the
+    first lane to ask (the other waits for it; two fairseq-preprocess runs of 4-5 s each), then only read."""
+    with _REVERSAL_CORPUS_LOCK:
+        if not _REVERSAL_CORPUS:
+            root = tmp_path_factory.mktemp("corpus")
+            write_reversal_corpus(root, {"train": 300, "valid": 101, "test": TEST_SENTENCES})
+            common = ["--source-lang", "src", "--target-lang", "tgt", "--trainpref", root / "train",
+                      "--validpref", root / "valid", "--testpref", root / "test", "--workers", "1"]
+            run("preprocess", *common, "--joined-dictionary", "--destdir", root / "joined", cwd=root)
+            run("preprocess", *common, "--destdir", root / "separate", cwd=root)
+            _REVERSAL_CORPUS.append(root)
+        return _REVERSAL_CORPUS[0]
 
 
 # The README's own-pipeline training made tiny as a user would: its counts changed, arguments appended (the last

@@ -62,7 +62,7 @@ def train(data, save_dir, model, float16=None):
 
 @lane_job
 def fp16_runs(tmp_path_factory, lane):
-    """All six runs, one after another on the second lane, on a reversal corpus of their own (conftest's)."""
+    """All six runs, one after another on the second lane, on the session's reversal corpus (conftest's)."""
     data = reversal_corpus(tmp_path_factory)
     return {(model, float16): train(data, tmp_path_factory.mktemp("run"), model, float16)
             for model in MODELS for float16 in (None, *FLOAT16)}
