@@ -18,6 +18,11 @@ reads:
 - test-full.tgz: test-full/newstest2014-{deen,fren}-{src,ref}.*.sgm, the real SGM files of
   ../shared/data/wmt14/sgm (3003 segments each).
 
+build_mirror(..., part=True) keeps the first PART_LINES lines of newstest2013 and the first PART_DOCUMENTS
+documents of each newstest2014 SGM file (newstest2014_sentences() counts them): for the recipe runs that test
+other stages (another model, data parallel, resuming); the whole real sets are prepared and translated by the
+base recipe's test and test_prepare.py.
+
 The shared data is only read here, at test time; nothing of it is stored in the repository. Archives are
 byte-for-byte reproducible (fixed seeds and timestamps).
 """
@@ -44,6 +49,9 @@ _SYLLABLES = {
            "pré", "mai", "son", "gar", "çon", "fê", "te", "bon", "jour", "ci", "té", "ro", "ma", "nou"],
 }
 _PAIRS = {"en-de": "de", "en-fr": "fr"}
+# part=True: 301 dev lines, 17 test documents (395 en-de and 353 en-fr segments): as in the whole sets, none a
+# multiple of 8, so that fairseq's default batch-size multiple of 8 would drop some (fairseq #5036).
+PART_LINES, PART_DOCUMENTS = 301, 17
 
 
 def _shared(path: Path) -> Path:
@@ -130,7 +138,22 @@ def _pseudo_line(line: str, lang: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def build_mirror(raw_dir: Path, pair: str, lines: int = 300) -> None:
+def _first_documents(sgm: bytes, documents: int) -> bytes:
+    """The SGM file cut after its first `documents` documents, closed as the whole file is."""
+    text = sgm.decode("utf-8")
+    ends = [match.end() for match in re.finditer(r"</doc>\n?", text)]
+    closing = text[text.rindex("</doc>") + len("</doc>"):].lstrip("\n")
+    return (text[:ends[documents - 1]] + closing).encode("utf-8")
+
+
+def newstest2014_sentences(raw_dir: Path, pair: str) -> int:
+    """The newstest2014 segments of the mirror in raw_dir (3003, or fewer with part=True)."""
+    with tarfile.open(Path(raw_dir) / "test-full.tgz") as tar:
+        name = f"test-full/newstest2014-{pair[3:]}{pair[:2]}-src.en.sgm"
+        return tar.extractfile(name).read().count(b"<seg ")
+
+
+def build_mirror(raw_dir: Path, pair: str, lines: int = 300, part: bool = False) -> None:
     """Write the upstream files that `python -m prepare.wmt14 --pair PAIR --raw-dir RAW_DIR` reads."""
     if pair not in _PAIRS:
         raise ValueError(f"pair must be one of {sorted(_PAIRS)}, not {pair!r}")
@@ -162,15 +185,21 @@ def build_mirror(raw_dir: Path, pair: str, lines: int = 300) -> None:
         _write_tar(raw_dir / "training-giga-fren.tar",
                    members("giga-fren.release2.fixed", {"fr": "giga-fren"}, gz=True), compress=False)
 
-    newstest2013_en = _shared(WMT14 / "newstest2013.en").read_bytes()
+    def dev_file(lang: str) -> bytes:
+        data = _shared(WMT14 / f"newstest2013.{lang}").read_bytes()
+        return b"".join(line + b"\n" for line in data.split(b"\n")[:PART_LINES]) if part else data
+
+    newstest2013_en = dev_file("en")
     english_lines = newstest2013_en.decode("utf-8").split("\n")[:-1]  # "\n" only: as prepare reads it
     substitute_fr = "".join(_pseudo_line(line, "fr") + "\n" for line in english_lines)
     _write_tar(raw_dir / "dev.tgz", {
         "dev/newstest2013.en": newstest2013_en,
-        "dev/newstest2013.de": _shared(WMT14 / "newstest2013.de").read_bytes(),
+        "dev/newstest2013.de": dev_file("de"),
         "dev/newstest2013.fr": substitute_fr.encode("utf-8"),
     })
     sgm = sorted((WMT14 / "sgm").glob("newstest2014-*.sgm"))
     if len(sgm) < 4:
         raise FileNotFoundError(f"{WMT14 / 'sgm'} lacks the newstest2014 SGM files")
-    _write_tar(raw_dir / "test-full.tgz", {f"test-full/{path.name}": path.read_bytes() for path in sgm})
+    _write_tar(raw_dir / "test-full.tgz", {
+        f"test-full/{path.name}": _first_documents(path.read_bytes(), PART_DOCUMENTS) if part else path.read_bytes()
+        for path in sgm})
