@@ -169,15 +169,19 @@ class HostSyncs(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-def test_one_host_sync_in_a_training_forward(dictionary):
-    """Model forward and loss of a training step: one sync, which lets SDPA use its causal kernel for fairseq's
-    right-padded targets. Control: the counter sees fairseq's own transformer sync on its padding masks."""
+def test_no_host_sync_in_a_training_forward(dictionary):
+    """Model forward and loss of a training step: no sync. Right-padded targets (what the task collates) take
+    SDPA's causal kernel unasked; a batch padded otherwise stops on the device's check (here at once, on the CPU).
+    Control: the counter sees fairseq's own transformer sync on its padding masks."""
     torch.manual_seed(0)
     model = build_model(dictionary).train()
     sample = sample_for(dictionary)
     with HostSyncs() as syncs:
         loss, _, _ = criterion_for(dictionary)(model, sample)
-    assert syncs.calls == [("__bool__", "causal_attention_mask")]
+    assert syncs.calls == []
+    left = {**sample, "net_input": {**sample["net_input"], "prev_output_tokens": left_padded(sample, dictionary)}}
+    with pytest.raises(RuntimeError, match="padded before a real token"):
+        criterion_for(dictionary)(model, left)
     from fairseq.models.transformer import TransformerModel, base_architecture
     args = Namespace(encoder_embed_dim=32, decoder_embed_dim=32, encoder_ffn_embed_dim=64, decoder_ffn_embed_dim=64,
                      encoder_attention_heads=4, decoder_attention_heads=4, encoder_layers=1, decoder_layers=1,
@@ -188,6 +192,33 @@ def test_one_host_sync_in_a_training_forward(dictionary):
     with HostSyncs() as syncs:
         criterion_for(dictionary)(fairseq_model, sample)
     assert len(syncs.calls) >= 2
+
+
+def left_padded(sample, dictionary):
+    prev = sample["net_input"]["prev_output_tokens"]
+    rows = [row[row.ne(dictionary.pad())] for row in prev]
+    return torch.stack([torch.cat([row.new_full((prev.size(1) - len(row),), dictionary.pad()), row]) for row in rows])
+
+
+def test_left_padded_targets_train_as_the_task_declares_them(dictionary):
+    """A task with left_pad_target true: the model masks every row explicitly and trains without a sync; each
+    sentence's loss is the one of its right-padded form (positions count from its first real token)."""
+    sample = sample_for(dictionary)
+    right = build_model(dictionary, dropout=0.0).train()
+    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary,
+                           cfg=SimpleNamespace(left_pad_target=True))
+    left = type(right).build_model(right.cfg, task).train()
+    left.load_state_dict(right.state_dict())
+    target = sample["target"]
+    rows = [row[row.ne(dictionary.pad())] for row in target]
+    left_target = torch.stack([torch.cat([row.new_full((target.size(1) - len(row),), dictionary.pad()), row])
+                               for row in rows])
+    left_sample = {**sample, "target": left_target,
+                   "net_input": {**sample["net_input"], "prev_output_tokens": left_padded(sample, dictionary)}}
+    with HostSyncs() as syncs:
+        left_loss = criterion_for(dictionary)(left, left_sample)[0]
+    assert syncs.calls == []
+    torch.testing.assert_close(left_loss, criterion_for(dictionary)(right, sample)[0])
 
 
 def ddp_worker(rank, folder):

@@ -65,6 +65,18 @@ def test_sinusoids_have_no_parameters_and_no_length_limit(dictionary):
     with torch.no_grad():
         out = model.encoder(tokens)["memory"][0]
     assert out.shape == (1, 3000, 32) and torch.isfinite(out).all()
+    # The encodings are computed once and kept outside the state (not saved); a longer input, another dtype or
+    # device computes them again, from the formula.
+    assert not any("sinusoid" in name for name in model.state_dict())
+    added = embedded_encodings(model, tokens)
+    for pos in (0, 255, 256, 2999):
+        expected = torch.tensor([formula(pos, i, 32) for i in range(32)])
+        torch.testing.assert_close(added[0, pos], expected, rtol=0, atol=1e-5)
+    model.double()
+    added = embedded_encodings(model, tokens[:, :5])
+    assert added.dtype == torch.float64
+    expected = torch.tensor([[formula(pos, i, 32) for i in range(32)] for pos in range(5)], dtype=torch.float64)
+    torch.testing.assert_close(added[0], expected, rtol=0, atol=1e-12)
 
 
 def test_learned_positions_option_is_a_table_of_max_positions(dictionary):

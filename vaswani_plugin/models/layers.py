@@ -28,7 +28,7 @@ def sinusoidal_positions(positions: Tensor, dim: int) -> Tensor:
 
 def position_indices(padding_mask: Tensor) -> Tensor:
     """Position of each token counted from 0 at the first real token, for left- or right-padded batches."""
-    return ((~padding_mask).long().cumsum(dim=1) - 1).clamp(min=0)
+    return ((~padding_mask).cumsum(dim=1) - 1).clamp(min=0)
 
 
 class TokenEmbedding(nn.Module):
@@ -46,14 +46,27 @@ class TokenEmbedding(nn.Module):
         if self.learned_positions is not None:
             nn.init.normal_(self.learned_positions.weight, mean=0.0, std=self.dim**-0.5)
         self.dropout = nn.Dropout(dropout)
+        self.sinusoids: Optional[Tensor] = None  # §3.5's encodings, computed once (not a parameter, not saved)
 
-    def forward(self, tokens: Tensor, positions: Tensor) -> Tensor:
+    def forward(self, tokens: Tensor, positions: Tensor, length: Optional[int] = None) -> Tensor:
+        """tokens, positions (batch, time); every position below `length`, the padded input's length (default:
+        the positions' own, the whole input's)."""
         x = self.embed_tokens(tokens) * self.scale
         if self.learned_positions is not None:
             x = x + self.learned_positions(positions)
         else:
-            x = x + sinusoidal_positions(positions, self.dim).to(x.dtype)
+            x = x + F.embedding(positions, self.sinusoid_table(length or positions.size(-1), x))
         return self.dropout(x)
+
+    def sinusoid_table(self, length: int, like: Tensor) -> Tensor:
+        """PE of positions 0 .. length-1 at least, in like's dtype and device: computed in float64 when a longer
+        input, another device or dtype comes, then indexed (one kernel a forward pass instead of ten)."""
+        table = self.sinusoids
+        if table is None or table.size(0) < length or table.device != like.device or table.dtype != like.dtype:
+            rows = max(length, 256 if table is None else table.size(0))
+            positions = torch.arange(rows, device=like.device)
+            self.sinusoids = table = sinusoidal_positions(positions, self.dim).to(like.dtype)
+        return table
 
 
 def padding_attention_mask(key_padding: Tensor) -> Tensor:
@@ -62,22 +75,32 @@ def padding_attention_mask(key_padding: Tensor) -> Tensor:
     return (~key_padding)[:, None, None, :]
 
 
-def causal_attention_mask(key_padding: Tensor) -> Tuple[Optional[Tensor], bool]:
+def causal_attention_mask(key_padding: Tensor, right_padded: Optional[bool] = None
+                          ) -> Tuple[Optional[Tensor], bool]:
     """Decoder self-attention mask (§3.2.3): no position attends to later ones, nor to padding.
 
     Returns (mask, is_causal). Without padding, or with padding only at the end of each row (fairseq's training
     and scoring batches), the causal flag alone masks every padding key from every real query and lets SDPA
     pick its fused kernels; padding queries then see earlier padding, but no real position reads them.
     Otherwise a query always keeps its own key, so a padding query never has an empty row (NaN).
-    Telling the two apart is the one host sync of a training forward pass (on a GPU).
+    right_padded, what a training step's data declares: True, the causal flag, checked on the device
+    (torch._assert_async: no host sync); False, the full mask. None: asked of the tensor, a host sync on a GPU.
     """
-    if not (key_padding[:, :-1] & ~key_padding[:, 1:]).any():
+    padded_inside = (key_padding[:, :-1] & ~key_padding[:, 1:]).any() if right_padded is not False else None
+    if right_padded:
+        torch._assert_async(~padded_inside, RIGHT_PADDING_BROKEN)
+        return None, True
+    if right_padded is None and not padded_inside:
         return None, True
     length = key_padding.size(1)
     causal = torch.ones(length, length, dtype=torch.bool, device=key_padding.device).tril()
     own_key = torch.eye(length, dtype=torch.bool, device=key_padding.device)
     mask = causal & ((~key_padding)[:, None, None, :] | own_key)
     return mask, False
+
+
+RIGHT_PADDING_BROKEN = ("vaswani_transformer: a training batch's decoder input is padded before a real token, but "
+                        "the task builds the model for right-padded targets (left_pad_target false)")
 
 
 class MultiHeadAttention(nn.Module):

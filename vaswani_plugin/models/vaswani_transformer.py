@@ -127,7 +127,8 @@ class VaswaniTransformerModel(FairseqEncoderDecoderModel):
             decoder_embedding = build_embedding(target_dict, cfg.decoder_embed_dim)
         encoder = VaswaniEncoder(cfg, source_dict, encoder_embedding)
         decoder = VaswaniDecoder(cfg, target_dict, decoder_embedding,
-                                 share_output=cfg.share_all_embeddings or cfg.share_decoder_input_output_embed)
+                                 share_output=cfg.share_all_embeddings or cfg.share_decoder_input_output_embed,
+                                 right_padded=not getattr(getattr(task, "cfg", None), "left_pad_target", False))
         return cls(cfg, encoder, decoder)
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens, **kwargs):
@@ -173,7 +174,7 @@ class VaswaniEncoder(FairseqEncoder):
     def forward(self, src_tokens: Tensor, src_lengths: Optional[Tensor] = None, **kwargs):
         """Returns {"memory": [x (batch, src_len, d_model)], "memory_padding_mask": [(batch, src_len)]}."""
         padding = src_tokens.eq(self.padding_idx)
-        x = self.embedding(src_tokens, position_indices(padding))
+        x = self.embedding(src_tokens, position_indices(padding), padding.size(1))
         mask = padding_attention_mask(padding)
         for layer in self.layers:
             x = layer(x, mask)
@@ -199,9 +200,12 @@ class VaswaniEncoder(FairseqEncoder):
 class VaswaniDecoder(FairseqIncrementalDecoder):
     """§3.1: a stack of N identical layers, each attending to the encoder output; then the softmax (§3.4)."""
 
-    def __init__(self, cfg, dictionary, embed_tokens: nn.Embedding, share_output: bool):
+    def __init__(self, cfg, dictionary, embed_tokens: nn.Embedding, share_output: bool, right_padded: bool = True):
         super().__init__(dictionary)
         self.padding_idx = dictionary.pad()
+        # Whether the task's training batches pad targets on the right (fairseq's left_pad_target false): a
+        # training forward pass then needs no host sync to choose its self-attention mask (causal_attention_mask).
+        self.right_padded = right_padded
         self.max_target_positions = cfg.max_target_positions
         # Announced by fairseq's SequenceGenerator through set_beam_size; None until then.
         self.beam_size: Optional[int] = None
@@ -256,7 +260,7 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
             self_mask, self_is_causal = None, False
         else:
             memory, memory_padding = encoder_rows(encoder_out)
-            self_mask, self_is_causal = causal_attention_mask(padding)
+            self_mask, self_is_causal = causal_attention_mask(padding, self.right_padded if self.training else None)
         # The encoder-decoder mask is only needed until the cache holds the encoder's keys/values.
         memory_mask = None
         if cache is None or cache.length == 0:
@@ -264,7 +268,7 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
         if return_attention is None:
             return_attention = not self.training and incremental_state is None
 
-        x = self.embedding(tokens, positions)
+        x = self.embedding(tokens, positions, padding.size(1))
         attention = None
         for index, layer in enumerate(self.layers):
             is_last = index == len(self.layers) - 1
