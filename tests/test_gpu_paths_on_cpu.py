@@ -3,7 +3,6 @@ overflow only where fairseq's autograd would, no gradient work without grad mode
 find_unused_parameters, no host syncs a GPU would wait on, chunks chosen by device, and the declared torch floor."""
 
 import re
-import sys
 from argparse import Namespace
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,10 +12,10 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
-from torch.overrides import TorchFunctionMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from conftest import build_model, make_dictionary, random_tokens
+from test_host_cost import host_cost
 from vaswani_plugin.criterions.vaswani_label_smoothed_cross_entropy import VaswaniLabelSmoothedCrossEntropy
 from vaswani_plugin.models import output_layer_loss
 from vaswani_plugin.models.output_layer_loss import SmoothedLoss, real_positions
@@ -147,28 +146,6 @@ def test_chunks_by_device(monkeypatch):
     torch.testing.assert_close(many, one, rtol=1e-6, atol=0)
 
 
-SYNCING = {"__bool__", "item", "tolist", "__int__", "__float__", "__index__", "nonzero", "masked_select", "unique",
-           "cpu", "numpy", "equal", "allclose", "repeat_interleave"}
-
-
-class HostSyncs(TorchFunctionMode):
-    """Records the tensor operations that make a host wait for a GPU's results (CUDA's sync debug mode, for CPU),
-    with the function that called them."""
-
-    def __init__(self):
-        super().__init__()
-        self.calls = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        name = getattr(func, "__name__", "")
-        boolean_index = name in ("__getitem__", "__setitem__") and any(
-            torch.is_tensor(index) and index.dtype == torch.bool
-            for index in (args[1] if isinstance(args[1], tuple) else (args[1],)))
-        if name in SYNCING or boolean_index:
-            self.calls.append((name, sys._getframe(1).f_code.co_name))
-        return func(*args, **(kwargs or {}))
-
-
 def test_no_host_sync_in_a_training_forward(dictionary):
     """Model forward and loss of a training step: no sync. Right-padded targets (what the task collates) take
     SDPA's causal kernel unasked; a batch padded otherwise stops on the device's check (here at once, on the CPU).
@@ -176,9 +153,9 @@ def test_no_host_sync_in_a_training_forward(dictionary):
     torch.manual_seed(0)
     model = build_model(dictionary).train()
     sample = sample_for(dictionary)
-    with HostSyncs() as syncs:
+    with host_cost.HostSyncs() as syncs:
         loss, _, _ = criterion_for(dictionary)(model, sample)
-    assert syncs.calls == []
+    assert not syncs.calls
     left = {**sample, "net_input": {**sample["net_input"], "prev_output_tokens": left_padded(sample, dictionary)}}
     with pytest.raises(RuntimeError, match="padded before a real token"):
         criterion_for(dictionary)(model, left)
@@ -189,7 +166,7 @@ def test_no_host_sync_in_a_training_forward(dictionary):
     base_architecture(args)
     fairseq_model = TransformerModel.build_model(
         args, SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)).train()
-    with HostSyncs() as syncs:
+    with host_cost.HostSyncs() as syncs:
         criterion_for(dictionary)(fairseq_model, sample)
     assert len(syncs.calls) >= 2
 
@@ -215,9 +192,9 @@ def test_left_padded_targets_train_as_the_task_declares_them(dictionary):
                                for row in rows])
     left_sample = {**sample, "target": left_target,
                    "net_input": {**sample["net_input"], "prev_output_tokens": left_padded(sample, dictionary)}}
-    with HostSyncs() as syncs:
+    with host_cost.HostSyncs() as syncs:
         left_loss = criterion_for(dictionary)(left, left_sample)[0]
-    assert syncs.calls == []
+    assert not syncs.calls
     torch.testing.assert_close(left_loss, criterion_for(dictionary)(right, sample)[0])
 
 

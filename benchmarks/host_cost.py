@@ -1,0 +1,339 @@
+"""The host's cost of a training update: fairseq-train's own Trainer, the plugin against fairseq's `transformer`.
+
+    python benchmarks/host_cost.py                       # 6+6 layers at d_model 64, 20 updates after 5, 1 thread
+    python benchmarks/host_cost.py --smoke               # seconds: 1+1 layers, 2 updates (the test suite)
+
+On a GPU an update of a model at the sizes users train is a few milliseconds of arithmetic: the host's work sets
+the speed. This measures that work where arithmetic is negligible (a small model on the CPU): each configuration
+(precision x implementation x optimizer) is built by fairseq's own parser, task and Trainer from the same flags,
+trained on the same synthetic batches (variable lengths, right-padded targets as fairseq collates them), and
+per update it prints
+- host ms: the wall time of Trainer.train_step (on a CPU this includes the small model's arithmetic);
+- data wait ms: the time the loop waited for its next batch (fairseq's iterator, --num-workers);
+- kernel-like operator calls (torch.profiler; leaf aten calls, views and other metadata-only calls left out), in
+  forward and backward, in the gradients' multiply and clip, in the optimizer step, and the rest of train_step;
+- the calls that would make the host wait for a GPU (item, tolist, nonzero, bool(), .cpu() ...; counted on any
+  tensor, as a GPU run may hold it on the device), each named by the first plugin or fairseq frame that made it.
+Precisions: float32; fp16 and amp take fairseq's FP16Optimizer and AMPOptimizer paths on a CPU through the tests'
+shims (tests/fp16_on_cpu.py; amp's GradScaler is disabled without CUDA, so amp runs float32 arithmetic on its
+optimizer path). Ratios are (plugin with the recipes' optimizer) / (fairseq's transformer with fairseq's adam).
+"""
+
+import argparse
+import copy
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Calls that make the host wait for a GPU's results (torch's CUDA sync debug mode flags the same kernels).
+SYNCING = {"__bool__", "item", "tolist", "__int__", "__float__", "__index__", "nonzero", "masked_select", "unique",
+           "cpu", "numpy", "equal", "allclose", "repeat_interleave", "is_nonzero"}
+# Leaf aten calls that launch no kernel: views, shape and metadata queries, allocations, no-op conversions.
+METADATA_OPS = {"view", "_unsafe_view", "_reshape_alias", "as_strided", "expand", "expand_as", "t", "transpose",
+                "permute", "unsqueeze", "squeeze", "select", "slice", "narrow", "detach", "alias", "lift_fresh",
+                "unbind", "split", "split_with_sizes", "chunk", "view_as", "empty", "empty_like", "empty_strided",
+                "resize_", "set_", "result_type", "to", "contiguous", "reshape", "size", "stride", "numel", "dim",
+                "is_floating_point", "is_complex", "_has_compatible_shallow_copy_type", "is_same_size", "lift",
+                "_shape_as_tensor", "resolve_conj", "resolve_neg", "conj", "_neg_view", "_conj", "movedim",
+                "flatten", "unflatten", "type_as", "promote_types"}
+# fairseq's record_function ranges inside Trainer.train_step, gathered into the columns printed.
+PHASES = {"forward": "fwd+bwd", "backward": "fwd+bwd", "reduce-grads": "grads", "multiply-grads": "grads",
+          "clip-grads": "grads", "optimizer": "optimizer"}
+COLUMNS = ("fwd+bwd", "grads", "optimizer", "other")
+IMPLEMENTATIONS = {  # name: (--arch, --criterion, --task)
+    "transformer": ("transformer", "label_smoothed_cross_entropy", "translation"),
+    "vaswani_transformer": ("vaswani_transformer", "vaswani_label_smoothed_cross_entropy", "vaswani_translation"),
+}
+REFERENCE = ("transformer", "adam")  # what a user gets by doing nothing
+
+
+class HostSyncs:
+    """A TorchFunctionMode that counts the calls in SYNCING by the first plugin or fairseq frame that made them."""
+
+    def __init__(self):
+        from torch.overrides import TorchFunctionMode
+
+        syncs = self
+
+        class Mode(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                name = getattr(func, "__name__", "")
+                boolean_index = name in ("__getitem__", "__setitem__") and len(args) > 1 and any(
+                    getattr(index, "dtype", None) is not None and str(index.dtype) == "torch.bool"
+                    for index in (args[1] if isinstance(args[1], tuple) else (args[1],)))
+                if name in SYNCING or boolean_index:
+                    syncs.calls[(name, caller())] += 1
+                return func(*args, **(kwargs or {}))
+
+        self.calls = Counter()
+        self.mode = Mode()
+
+    def __enter__(self):
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.mode.__exit__(*exc)
+
+
+def caller() -> str:
+    """'plugin PATH:FUNCTION' or 'fairseq PATH:FUNCTION' of the innermost frame in either package ('other' if none),
+    and, when the next such frame outwards is the other package's, 'via' it (the plugin calling fairseq.utils.item)."""
+    frames, frame = [], sys._getframe(2)
+    while frame is not None and len(frames) < 2:
+        path = frame.f_code.co_filename.replace(os.sep, "/")
+        package = next((name for name in ("vaswani_plugin", "fairseq") if f"/{name}/" in path), None)
+        if package is not None:
+            where = f"{'plugin' if package == 'vaswani_plugin' else 'fairseq'} {package}/"
+            where += path.rsplit(f"/{package}/", 1)[1] + ":" + frame.f_code.co_name
+            if not frames or frames[-1].split()[0] != where.split()[0]:
+                frames.append(where)
+        frame = frame.f_back
+    if not frames:
+        return "other"
+    return frames[0] if len(frames) == 1 else f"{frames[0]} (via {frames[1]})"
+
+
+def kernel_calls(profile) -> Counter:
+    """Kernel-like calls per column of COLUMNS (and per (column, operator)), from a torch.profiler run: aten calls
+    that are not metadata-only and under which no such call runs (a composite's are counted instead). A foreach
+    or fused call (torch._foreach_mul_, Adam's fused step) counts once, as on a GPU, where it is one or a few
+    multi-tensor kernels (on a CPU torch loops over the tensors inside it)."""
+    counts, launching = Counter(), {}
+
+    def aten_name(event):
+        return event.name[6:] if event.name.startswith("aten::") else None
+
+    def counted(event) -> bool:
+        name = aten_name(event)
+        if name is None or name in METADATA_OPS:
+            return False
+        return name.startswith(MULTI_TENSOR) or not any(launches(child) for child in event.cpu_children)
+
+    def launches(event) -> bool:  # the event or a call under it counts
+        if id(event) not in launching:
+            launching[id(event)] = counted(event) or any(launches(child) for child in event.cpu_children)
+        return launching[id(event)]
+
+    for event in profile.events():
+        if not counted(event) or within_multi_tensor_call(event):
+            continue
+        phase, parent = "other", event.cpu_parent
+        while parent is not None:
+            if parent.name in PHASES:
+                phase = PHASES[parent.name]
+                break
+            parent = parent.cpu_parent
+        counts[phase] += 1
+        counts[(phase, aten_name(event))] += 1
+    return counts
+
+
+MULTI_TENSOR = ("_foreach_", "_fused_")
+
+
+def within_multi_tensor_call(event) -> bool:
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name.startswith(tuple(f"aten::{prefix}" for prefix in MULTI_TENSOR)):
+            return True
+        parent = parent.cpu_parent
+    return False
+
+
+def write_dictionary(path: Path, symbols: int):
+    path.write_text("".join(f"w{index} {1000 - index % 1000}\n" for index in range(symbols)))
+
+
+def synthetic_dataset(task, sentences: int, seed: int):
+    """Sentence pairs of 4-60 tokens (targets of the source's length +-20 %) over the task's dictionaries."""
+    import torch
+    from fairseq.data import LanguagePairDataset
+    generator = random.Random(seed)
+    vocabulary = task.source_dictionary
+    first, last = vocabulary.nspecial, len(vocabulary) - 1
+    sources, targets = [], []
+    for _ in range(sentences):
+        length = generator.randint(4, 60)
+        target_length = max(2, round(length * generator.uniform(0.8, 1.2)))
+        for words, into in ((length, sources), (target_length, targets)):
+            into.append(torch.tensor([generator.randint(first, last) for _ in range(words)] + [vocabulary.eos()]))
+    sizes = [len(sentence) for sentence in sources], [len(sentence) for sentence in targets]
+    return LanguagePairDataset(sources, sizes[0], vocabulary, targets, sizes[1], task.target_dictionary,
+                               left_pad_source=True, left_pad_target=False)
+
+
+CONFIGS = {}  # (implementation, optimizer): fairseq's configuration in float32
+
+
+def arguments(spec, data_dir, implementation, optimizer):
+    arch, criterion, task = IMPLEMENTATIONS[implementation]
+    sizes = ["--encoder-layers", spec.layers, "--decoder-layers", spec.layers, "--encoder-embed-dim", spec.dim,
+             "--decoder-embed-dim", spec.dim, "--encoder-ffn-embed-dim", 4 * spec.dim, "--decoder-ffn-embed-dim",
+             4 * spec.dim, "--encoder-attention-heads", spec.heads, "--decoder-attention-heads", spec.heads]
+    words = [data_dir, "--user-dir", REPO / "vaswani_plugin", "--task", task, "--source-lang", "src", "--target-lang", "tgt",
+             "--arch", arch,
+             "--share-all-embeddings", *sizes, "--dropout", "0.1", "--criterion", criterion, "--label-smoothing",
+             "0.1", "--optimizer", optimizer, "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-9", "--lr", "5e-4",
+             "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "100", "--max-tokens", spec.max_tokens,
+             "--required-batch-size-multiple", "1", "--num-workers", spec.num_workers, "--seed", "1",
+             "--save-dir", data_dir / "checkpoints", "--no-save", "--disable-validation", "--cpu",
+             "--log-format", "none", "--no-progress-bar"]
+    return [str(word) for word in words]
+
+
+def measure(spec, data_dir, precision, implementation, optimizer) -> dict:
+    """Host ms, data wait ms, kernel-like calls per column and sync calls, per update, for one configuration."""
+    import torch
+    from fairseq import options, tasks
+    from fairseq.data import iterators
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.trainer import Trainer
+
+    key = (implementation, optimizer)
+    if key not in CONFIGS:  # hydra's compose takes 1.5 s: once per model and optimizer, the precision set after
+        parser = options.get_training_parser()
+        CONFIGS[key] = convert_namespace_to_omegaconf(options.parse_args_and_arch(
+            parser, arguments(spec, data_dir, implementation, optimizer)))
+    cfg = copy.deepcopy(CONFIGS[key])
+    cfg.common.fp16, cfg.common.amp = precision == "fp16", precision == "amp"
+    torch.manual_seed(1)
+    task = tasks.setup_task(cfg.task)
+    task.datasets["train"] = synthetic_dataset(task, spec.sentences, seed=1)
+    model, criterion = task.build_model(cfg.model), task.build_criterion(cfg.criterion)
+    trainer = Trainer(cfg, task, model, criterion)
+    epoch_itr = trainer.get_train_iterator(epoch=1, load_dataset=False)
+    batches = iterators.GroupedIterator(epoch_itr.next_epoch_itr(shuffle=True), 1)
+    waits, steps = [], []
+
+    def update():
+        start = time.perf_counter()
+        samples = next(batches)
+        middle = time.perf_counter()
+        trainer.train_step(samples)
+        waits.append(middle - start)
+        steps.append(time.perf_counter() - middle)
+
+    for _ in range(spec.warmup):
+        update()
+    waits.clear(), steps.clear()
+    for _ in range(spec.updates):
+        update()
+    timed = dict(host_ms=1000 * statistics.median(steps), wait_ms=1000 * statistics.mean(waits))
+    from torch.profiler import ProfilerActivity, profile
+    syncs = HostSyncs()
+    with profile(activities=[ProfilerActivity.CPU]) as profiled, syncs:
+        for _ in range(spec.profiled):
+            update()
+    calls = kernel_calls(profiled)
+    return dict(timed, calls={column: calls[column] / spec.profiled for column in COLUMNS},
+                operators={key: count / spec.profiled for key, count in calls.items() if isinstance(key, tuple)},
+                syncs={site: count / spec.profiled for site, count in syncs.calls.items()})
+
+
+def configurations(spec):
+    """(precision, implementation, optimizer): fairseq's transformer with adam, the plugin with each --optimizers."""
+    for precision in spec.precisions:
+        yield (precision, *REFERENCE)
+        for optimizer in spec.optimizers:
+            yield precision, "vaswani_transformer", optimizer
+
+
+def sync_total(result, who=None) -> float:
+    return sum(count for (_, site), count in result["syncs"].items() if who is None or site.startswith(who + " "))
+
+
+def report(results, spec):
+    header = (f"{'precision':<9} {'implementation':<20} {'optimizer':<12} {'host ms':>8} {'wait ms':>8} "
+              + " ".join(f"{column:>9}" for column in COLUMNS) + f" {'calls':>7} {'syncs':>6} {'plugin':>6}")
+    print(header)
+    for (precision, implementation, optimizer), result in results.items():
+        calls = result["calls"]
+        print(f"{precision:<9} {implementation:<20} {optimizer:<12} {result['host_ms']:8.1f} {result['wait_ms']:8.2f} "
+              + " ".join(f"{calls[column]:9.0f}" for column in COLUMNS)
+              + f" {sum(calls.values()):7.0f} {sync_total(result):6.1f} {sync_total(result, 'plugin'):6.1f}")
+    for precision in spec.precisions:
+        reference = results.get((precision, *REFERENCE))
+        ours = results.get((precision, "vaswani_transformer", spec.recipes_optimizer))
+        if reference is None or ours is None:
+            continue
+        total = sum(ours["calls"].values()) / sum(reference["calls"].values())
+        forward_backward = ours["calls"]["fwd+bwd"] / reference["calls"]["fwd+bwd"]
+        print(f"ratio {precision} vaswani_transformer+{spec.recipes_optimizer} / transformer+adam: "
+              f"kernel-like calls {total:.2f}, in forward and backward {forward_backward:.2f}, "
+              f"host ms {ours['host_ms'] / reference['host_ms']:.2f}; the plugin's own syncs "
+              f"{sync_total(ours, 'plugin'):.0f}")
+    if spec.operators:
+        print(f"the {spec.operators} most frequent kernel-like calls per update:")
+        for (precision, implementation, optimizer), result in results.items():
+            common = sorted(result["operators"].items(), key=lambda item: -item[1])[:spec.operators]
+            print(f"  {precision} {implementation} {optimizer}: "
+                  + ", ".join(f"{name} ({phase}) {count:g}" for (phase, name), count in common))
+    print("syncs per update, by the frame that made them:")
+    for (precision, implementation, optimizer), result in results.items():
+        for (name, site), count in sorted(result["syncs"].items(), key=lambda item: item[0][1]):
+            print(f"  {precision} {implementation} {optimizer}: {count:g} x {name} in {site}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--layers", type=int, default=6, help="N, encoder and decoder (default 6, the paper's)")
+    parser.add_argument("--dim", type=int, default=64, help="d_model (d_ff = 4 d_model; default 64)")
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--symbols", type=int, default=1000, help="vocabulary size (joined dictionary)")
+    parser.add_argument("--max-tokens", type=int, default=1024, help="tokens a batch")
+    parser.add_argument("--sentences", type=int, default=2000, help="synthetic training sentence pairs")
+    parser.add_argument("--warmup", type=int, default=5, help="updates before timing")
+    parser.add_argument("--updates", type=int, default=20, help="timed updates (the median is printed)")
+    parser.add_argument("--profiled", type=int, default=3, help="updates under torch.profiler, for the counts")
+    parser.add_argument("--num-workers", type=int, default=1, help="fairseq's --num-workers (its default 1)")
+    parser.add_argument("--threads", type=int, default=1, help="torch's intra-op threads")
+    parser.add_argument("--precisions", nargs="+", default=["float32", "fp16", "amp"],
+                        choices=["float32", "fp16", "amp"])
+    parser.add_argument("--optimizers", nargs="+", default=["adam", "vaswani_adam"], choices=["adam", "vaswani_adam"],
+                        help="the plugin's model is measured with each; fairseq's transformer with adam alone")
+    parser.add_argument("--recipes-optimizer", default="vaswani_adam", help="the optimizer the ratios take")
+    parser.add_argument("--operators", type=int, default=0, metavar="N",
+                        help="also print each configuration's N most frequent kernel-like calls")
+    parser.add_argument("--smoke", action="store_true", help="1+1 layers at d_model 32, 2 updates after 1, 1 profiled; the plugin with the recipes' optimizer only")
+    spec = parser.parse_args(argv)
+    if spec.smoke:
+        spec.layers, spec.dim, spec.symbols, spec.sentences, spec.warmup, spec.updates, spec.profiled = \
+            1, 32, 100, 64, 1, 2, 1
+        spec.max_tokens, spec.num_workers, spec.optimizers = 256, 0, [spec.recipes_optimizer]
+    import torch
+    torch.set_num_threads(spec.threads)
+    if {"fp16", "amp"} & set(spec.precisions):
+        sys.path.insert(0, str(REPO / "tests"))
+        import fp16_on_cpu  # noqa: F401  (fairseq's float16 optimizers on a CPU: patched in this process)
+    import warnings
+    warnings.filterwarnings("ignore", message=".*GradScaler.*")  # amp on a CPU: disabled, as the docstring says
+    warnings.filterwarnings("ignore", module="hydra")  # fairseq's use of hydra: deprecation notices
+    warnings.filterwarnings("ignore", message=".*validated against ConfigStore.*")
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    print(f"host cost of an update: fairseq's Trainer, {spec.layers}+{spec.layers} layers, d_model {spec.dim}, "
+          f"{spec.max_tokens} tokens a batch, {spec.updates} updates after {spec.warmup} (median), "
+          f"{spec.profiled} profiled; CPU {cpu}, {spec.threads} thread(s), torch {torch.__version__}; the plugin from "
+          f"{REPO / 'vaswani_plugin'}", flush=True)
+    results = {}
+    with tempfile.TemporaryDirectory() as folder:
+        data_dir = Path(folder)
+        for side in ("src", "tgt"):
+            write_dictionary(data_dir / f"dict.{side}.txt", spec.symbols)
+        for configuration in configurations(spec):
+            results[configuration] = measure(spec, data_dir, *configuration)
+    report(results, spec)
+    print(f"the plugin measured: {sys.modules['vaswani_plugin'].__file__}")
+
+
+if __name__ == "__main__":
+    main()
