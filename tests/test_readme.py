@@ -12,6 +12,7 @@ from fairseq.tasks.translation import TranslationConfig
 from vaswani_plugin.criterions.vaswani_label_smoothed_cross_entropy import VaswaniLabelSmoothedCrossEntropyConfig
 from vaswani_plugin.lr_scheduler.noam import NoamConfig
 from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerConfig
+from vaswani_plugin.optim.vaswani_adam import VaswaniAdamConfig
 from vaswani_plugin.tasks.vaswani_translation import VaswaniTranslationConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,7 +31,7 @@ def own_fields(config):
 
 
 @pytest.mark.parametrize("config", [VaswaniTransformerConfig, NoamConfig, VaswaniLabelSmoothedCrossEntropyConfig,
-                                    VaswaniTranslationConfig])
+                                    VaswaniTranslationConfig, VaswaniAdamConfig])
 def test_every_option_is_documented(config):
     assert own_fields(config)
     for option in own_fields(config):
@@ -40,7 +41,7 @@ def test_every_option_is_documented(config):
 
 def test_every_registered_name_is_documented():
     for name in ("vaswani_transformer", "vaswani_transformer_big", "vaswani_transformer_big_en_fr",
-                 "vaswani_transformer_parsing", "noam", "vaswani_label_smoothed_cross_entropy",
+                 "vaswani_transformer_parsing", "noam", "vaswani_adam", "vaswani_label_smoothed_cross_entropy",
                  "vaswani_translation"):
         assert f"| `{name}` |" in REFERENCE, name
 

@@ -1,8 +1,8 @@
 """The Transformer of "Attention Is All You Need" (Vaswani et al., 2017) as a fairseq plugin.
 
 Importing this package (``--user-dir``) runs register(): the architecture family ``vaswani_transformer``, the LR
-scheduler ``noam``, the criterion ``vaswani_label_smoothed_cross_entropy`` and the task ``vaswani_translation``
-(GNMT length penalty) registered with fairseq, and fairseq's checkpoint classes allow-listed for torch's safe
+scheduler ``noam``, the optimizer ``vaswani_adam``, the criterion ``vaswani_label_smoothed_cross_entropy`` and the
+task ``vaswani_translation`` (GNMT length penalty) registered with fairseq, and fairseq's checkpoint classes allow-listed for torch's safe
 (``weights_only``) loading. ``python -m vaswani_plugin.COMMAND`` leaves that to the commands that use fairseq.
 """
 
@@ -31,6 +31,7 @@ def register():
     from vaswani_plugin.models import vaswani_transformer  # noqa: F401  (registers the model and archs)
     from vaswani_plugin.criterions import vaswani_label_smoothed_cross_entropy  # noqa: F401
     from vaswani_plugin.lr_scheduler import noam  # noqa: F401
+    from vaswani_plugin.optim import vaswani_adam  # noqa: F401  (registers the optimizer)
     from vaswani_plugin.tasks import vaswani_translation  # noqa: F401  (registers the task)
 
 
