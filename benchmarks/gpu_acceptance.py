@@ -294,6 +294,8 @@ def train_argv(data, mode, runs, precision, impl, device, save_dir=None):
     """fairseq-train's arguments: §5's training (Adam, eq. 3, label smoothing 0.1) of one size, json logs."""
     dim, ffn, heads, layers = SIZES[mode.size]
     paper = PAPER.arguments("training")  # the implementation's own criterion in place of the plugin's
+    if impl not in PLUGIN_ONLY:  # fairseq's transformer with fairseq's own adam: what a user gets by doing nothing
+        paper = ["adam" if word == "vaswani_adam" else word for word in paper]
     criterion = paper.index("--criterion")
     sizes = [x for side in ("encoder", "decoder") for x in (f"--{side}-embed-dim", dim, f"--{side}-ffn-embed-dim",
                                                              ffn, f"--{side}-attention-heads", heads,

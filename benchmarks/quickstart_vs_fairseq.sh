@@ -2,7 +2,8 @@
 # The quickstart against fairseq's own `transformer`: the same Multi30k data, sizes (d_model, layers, heads,
 # d_ff), dropout, tokens per batch, Adam and learning-rate schedule, seed, wall-clock budget, averaging and
 # beam search. What differs is the implementation: --arch transformer, trained with fairseq's own criterion
-# label_smoothed_cross_entropy (ε = 0.1 too), against this plugin's model and criterion.
+# label_smoothed_cross_entropy (ε = 0.1 too) and optimizer adam (§5.3's β and ε too), against this plugin's model,
+# criterion and vaswani_adam.
 # Prints both test2016 BLEU scores per seed, and the mean and spread of the difference (plugin - fairseq); draws both
 # runs' curves of a seed in one picture, WORK_DIR/seedN/curves/{updates,wall_clock}.png. Both score the dev set
 # while training, or neither: the quickstart's DEV_SCORE, the same for both.
@@ -37,7 +38,7 @@ run() {
     local seed=$1 arch=$2 core=$3 extra="--seed $1" pin=()
     local precision=()
     if [ "$arch" = transformer ]; then
-        extra+=" --criterion label_smoothed_cross_entropy"
+        extra+=" --criterion label_smoothed_cross_entropy --optimizer adam"  # fairseq's own, as shipped
         precision=(BF16="${FAIRSEQ_BF16:-0}")  # fairseq has no bfloat16 training on CPU: its --bf16 assumes a TPU
     fi
     [ -n "$core" ] && pin=(env OMP_NUM_THREADS=1 taskset -c "$core")

@@ -244,7 +244,8 @@ decide_stage() {
     shift
     # The plan names the interpreter `python`: another environment's path is no change of plan (versions are
     # recorded apart).
-    PLAN=$(STAGE_PLAN=1 DRY_RUN=1 PYTHON=python "$@" 2> /dev/null) || die "internal: stage $name cannot say what it runs"
+    PLAN=$(STAGE_PLAN=1 DRY_RUN=1 PLAN_PYTHON=$PYTHON PYTHON=python "$@" 2> /dev/null) ||
+        die "internal: stage $name cannot say what it runs"
     [ "${RESTART_FROM:-}" != "$name" ] || RESTARTING=1
     STAGE_RECORDS=(${PREVIOUS_STAGE:+--after "$PREVIOUS_STAGE"})
     if [ "$1" = train ]; then  # what training reads: the data's dictionaries
@@ -439,9 +440,16 @@ train() {
     # fairseq's other ranks log warnings only.
     local log=train.log
     [ "$RUN_RANK" = 0 ] || log="train.${RUN_NAME// /}.log"
+    # A run whose checkpoints trained under fairseq's adam (the recipes' optimizer before vaswani_adam) goes on with
+    # it: fairseq resumes no checkpoint under another optimizer.
+    local training=("${PAPER_TRAINING_ARGS[@]}")
+    if compgen -G "$save_dir/checkpoint*.pt" > /dev/null &&
+        [ "$("${PLAN_PYTHON:-$PYTHON}" -m vaswani_plugin.checkpoints.resume --optimizer "$save_dir")" = adam ]; then
+        training=("${training[@]/#vaswani_adam/adam}")
+    fi
     # shellcheck disable=SC2086
     local command=("$PYTHON" -m fairseq_cli.train "$DATA_BIN" --user-dir "$PLUGIN"
-        --task vaswani_translation --bf16-autocast "${BF16:-0}" "${EMBEDDING_SHARING[@]}" "${PAPER_TRAINING_ARGS[@]}"
+        --task vaswani_translation --bf16-autocast "${BF16:-0}" "${EMBEDDING_SHARING[@]}" "${training[@]}"
         --max-tokens "$MAX_TOKENS" --update-freq "$UPDATE_FREQ" --required-batch-size-multiple 1
         --save-dir "$save_dir" --no-epoch-checkpoints --log-format simple --log-interval 100
         "${DEVICE_ARGS[@]}" "$@" ${EXTRA_TRAIN_ARGS:-})

@@ -53,7 +53,7 @@ def test_the_recipes_read_the_arguments_without_importing_fairseq():
                           cwd=REPO)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n") == [
-        "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-9", "--lr-scheduler", "noam",
+        "--optimizer", "vaswani_adam", "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-9", "--lr-scheduler", "noam",
         "--criterion", "vaswani_label_smoothed_cross_entropy", "--label-smoothing", "0.1",
         "--beam", "4", "--gnmt-alpha", "0.6", "--max-len-a", "1", "--max-len-b", "50",
         "[]", ""]

@@ -568,12 +568,21 @@ def test_dry_runs_plan_dev_scores_and_tensorboard_as_their_variables_say(tmp_pat
     assert "--disable-validation" in train and "--dev-score" not in train
 
 
-def test_dry_run_says_what_a_finished_stage_would_do(tmp_path):
-    """A finished stage: skipped (and what depends on it planned as it would run); nothing written."""
-    work = tmp_path / "work"
+@pytest.fixture(scope="module")
+def quickstart_plan(tmp_path_factory):
+    """A function of a WORK_DIR: the training command of the quickstart's DRY_RUN there, as a stage's plan names it
+    (the interpreter `python`). One DRY_RUN for the module's tests."""
+    work = tmp_path_factory.mktemp("plan") / "work"
     first = run_recipe("quickstart.sh", dict(DRY_RUN="1", WORK_DIR=str(work)))
     (train,) = [line.replace(sys.executable, "python", 1) for line in first.stdout.splitlines()
-                if " -m fairseq_cli.train " in line]  # a plan names the interpreter `python`
+                if " -m fairseq_cli.train " in line]
+    return lambda work_dir: train.replace(str(work), str(work_dir))
+
+
+def test_dry_run_says_what_a_finished_stage_would_do(quickstart_plan, tmp_path):
+    """A finished stage: skipped (and what depends on it planned as it would run); nothing written."""
+    work = tmp_path / "work"
+    train = quickstart_plan(work)
     for action in ("start", "finish"):
         subprocess.run([sys.executable, "-m", "prepare.records", action, str(work), "train"], input=train, text=True,
                        check=True, cwd=REPO)
@@ -584,6 +593,27 @@ def test_dry_run_says_what_a_finished_stage_would_do(tmp_path):
     assert "stage train: done before, skipped" in result.stderr and "stage average: would run" in result.stderr
     assert "fairseq_cli.train" not in result.stdout and "checkpoints.average" in result.stdout
     assert sorted(path.name for path in work.rglob("*")) == written
+
+
+def test_a_run_started_under_fairseqs_adam_goes_on_with_it(quickstart_plan, tmp_path):
+    """The recipes train with vaswani_adam; a run whose checkpoints trained under fairseq's adam (started before)
+    resumes with adam, which fairseq requires (it resumes no checkpoint under another optimizer).
+    (test_resume.py: which optimizer a folder's checkpoints name.)"""
+    from vaswani_plugin.checkpoints.resume import training_config
+    work = tmp_path / "work"
+    train = quickstart_plan(work)
+    assert " --optimizer vaswani_adam " in train
+    cfg = training_config(train)  # the checkpoint fairseq-train would have written after 5 updates, under adam
+    cfg["optimizer"]["_name"] = "adam"
+    (work / "checkpoints").mkdir(parents=True)
+    torch.save({"cfg": cfg, "optimizer_history": [{"num_updates": 5, "optimizer_name": "FairseqAdam"}],
+                "last_optimizer_state": {}, "extra_state": {"train_iterator": {"epoch": 1}}},
+               work / "checkpoints" / "checkpoint_last.pt")
+    result = run_recipe("quickstart.sh", dict(DRY_RUN="1", WORK_DIR=str(work)))
+    (resumed,) = [line.replace(sys.executable, "python", 1) for line in result.stdout.splitlines()
+                  if " -m fairseq_cli.train " in line]
+    assert "stage train: would resume from update 5" in result.stderr
+    assert resumed == train.replace(" --optimizer vaswani_adam ", " --optimizer adam ")
 
 
 def test_dry_run_takes_0_or_1():

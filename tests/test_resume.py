@@ -352,6 +352,20 @@ def test_a_training_plan_resumes_only_what_its_checkpoints_allow(training_plan, 
     assert plan_decision(plan, capsys) == decision.format(save_dir=save_dir)
 
 
+def test_a_folder_names_the_optimizer_its_checkpoints_trained_under(reversal_training, tmp_path, capsys):
+    """What the recipes ask before choosing the optimizer of a run that goes on (test_recipes.py): the README's
+    training's vaswani_adam; adam for a run started under fairseq's; nothing for a folder without checkpoints."""
+    save_dir, _ = reversal_training
+    state = torch.load(save_dir / "checkpoint_last.pt", weights_only=True)
+    state["cfg"]["optimizer"]["_name"] = "adam"
+    cut_to_half(save_dir / "checkpoint_last.pt", tmp_path / "checkpoint_last.pt")  # unreadable: the newest intact
+    torch.save(state, tmp_path / "checkpoint_1_6.pt")
+    for folder, expected in ((save_dir, "vaswani_adam"), (tmp_path, "adam"), (tmp_path / "none", "")):
+        folder.mkdir(exist_ok=True)
+        resume_main(["--optimizer", str(folder)])
+        assert capsys.readouterr().out == expected + "\n"
+
+
 def test_a_plan_without_checkpoints_runs(training_plan, tmp_path, capsys):
     assert plan_decision(f"{training_plan} --save-dir {tmp_path}", capsys) == "run"
 

@@ -58,7 +58,7 @@ def number(value) -> str:
 def arguments(section: str) -> list:
     """A section of the settings as fairseq command-line arguments."""
     if section == "training":  # §5.3's Adam and eq. 3, §5.4's label smoothing, with the plugin's components
-        return ["--optimizer", "adam", "--adam-betas", f"({ADAM_BETAS[0]},{ADAM_BETAS[1]})", "--adam-eps",
+        return ["--optimizer", "vaswani_adam", "--adam-betas", f"({ADAM_BETAS[0]},{ADAM_BETAS[1]})", "--adam-eps",
                 number(ADAM_EPS), "--lr-scheduler", "noam", "--criterion", "vaswani_label_smoothed_cross_entropy",
                 "--label-smoothing", number(LABEL_SMOOTHING)]
     if section in ("decoding", "parsing-decoding"):  # §6.1 / §6.3, with the task's --search paper

@@ -4,6 +4,7 @@ on from SAVE_DIR's checkpoints, by fairseq's parsed configuration against the on
 
     python -m vaswani_plugin.checkpoints.resume SAVE_DIR
     python -m vaswani_plugin.checkpoints.resume --plan [--repair] < COMMANDS   run | finished | resume N | refuse LINE
+    python -m vaswani_plugin.checkpoints.resume --optimizer SAVE_DIR   the --optimizer its checkpoints trained under
 
 Details: docs/reference.md#resuming-after-a-kill; --plan (it reads, never writes): docs/recipes.md, "Re-running a
 recipe".
@@ -160,6 +161,21 @@ def configuration_change(old: dict, new: dict) -> Optional[str]:
     return None
 
 
+def trained_optimizer(save_dir: Path) -> Optional[str]:
+    """The --optimizer SAVE_DIR's checkpoints were trained under (fairseq resumes none under another): that of
+    checkpoint_last.pt, or else of the newest intact training checkpoint; None without one."""
+    state = None
+    for path in (save_dir / "checkpoint_last.pt", (newest_training_checkpoint(save_dir) or (0, None))[1]):
+        if state is None and path is not None and path.exists():
+            with contextlib.suppress(UnreadableCheckpoint):
+                state = load_checkpoint(path)
+    cfg = state.get("cfg") if isinstance(state, dict) else None
+    if cfg is None:
+        return None
+    optimizer = cfg["optimizer"] if isinstance(cfg, dict) else getattr(cfg, "optimizer", None)
+    return None if optimizer is None else optimizer["_name"]
+
+
 def plan_decision(plan: str, repair: bool = False) -> str:
     """See the module docstring (--plan); `repair`: first resume() the --save-dir, its notes on stderr."""
     new = training_config(plan)
@@ -206,10 +222,14 @@ def main(argv=None) -> None:
     parser.add_argument("save_dir", nargs="?", help="fairseq-train's --save-dir")
     parser.add_argument("--plan", action="store_true", help="read commands from stdin; say whether training resumes")
     parser.add_argument("--repair", action="store_true", help="with --plan: first do what SAVE_DIR alone does")
+    parser.add_argument("--optimizer", action="store_true",
+                        help="print the --optimizer SAVE_DIR's checkpoints trained under (nothing without one)")
 
     def command(args):
         if args.plan:
             print(plan_decision(sys.stdin.read(), args.repair))
+        elif args.optimizer and args.save_dir:
+            print(trained_optimizer(Path(args.save_dir)) or "")
         elif args.save_dir:
             resume(args.save_dir)
         else:
