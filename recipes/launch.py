@@ -25,6 +25,10 @@ from prepare._common import plugin_leaf  # the repository's modules, as the reci
 
 CPU_TRAINING_ENV = {  # glibc keeps allocations over 32 MB in the heap: 1.25x tokens/s (docs/results.md)
     "MALLOC_MMAP_THRESHOLD_": "4294967296", "MALLOC_TRIM_THRESHOLD_": "4294967296"}
+# On GPUs torch's caching allocator grows segments instead of allocating new ones for each new batch shape
+# (translation batches change length nearly every step; NeMo reported ~30 % of a step lost to reallocation);
+# unmeasured here (docs/results.md, "The host's cost of an update").
+GPU_TRAINING_ENV = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
 
 
 # A setting the user can fix: the recipe stops with `RECIPE: error: MESSAGE` (the plugin's one family of user errors
@@ -258,8 +262,8 @@ def devices_plan(python: str, shell_pid: str) -> dict:
                 NUM_NODES=launch.num_nodes, NODE_RANK="" if launch.node_rank is None else launch.node_rank, MASTER_ADDR=launch.master_addr,
                 MASTER_PORT=launch.master_port, WORKERS=devices.workers, NUM_GPUS=devices.num_gpus,
                 DEVICE_ARGS=devices.train, EVAL_DEVICE_ARGS=devices.evaluate,
-                **({"export " + name: value for name, value in CPU_TRAINING_ENV.items() if not env(name)}
-                   if devices.cpu else {}))
+                **{"export " + name: value for name, value in
+                   (CPU_TRAINING_ENV if devices.cpu else GPU_TRAINING_ENV).items() if not env(name)})
 
 
 def batch_plan(python: str, workers: int, data_bin: str, default_tokens: int) -> dict:

@@ -136,3 +136,19 @@ def test_the_plan_is_bash_assignments_and_imports_neither_torch_nor_fairseq(tmp_
                                "if m.split('.')[0] in ('torch', 'fairseq', 'numpy')))"], cwd=REPO, capture_output=True,
                               text=True, timeout=60)
     assert imported.stdout.strip() == "[]", imported.stderr
+
+
+def test_the_allocators_settings_by_device(environment, monkeypatch):
+    """GPUs: torch's caching allocator grows its segments (PYTORCH_CUDA_ALLOC_CONF); CPUs: glibc keeps large blocks.
+    A value the user set is kept (not exported again)."""
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    monkeypatch.setattr(launch, "visible_gpus", lambda python: 1)
+    gpu = launch.devices_plan(sys.executable, "7")
+    assert gpu["export PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert not any("MALLOC" in name for name in gpu)
+    environment(PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync")
+    assert "export PYTORCH_CUDA_ALLOC_CONF" not in launch.devices_plan(sys.executable, "7")
+    monkeypatch.setattr(launch, "visible_gpus", lambda python: 0)
+    environment(CPU=1)
+    cpu = launch.devices_plan(sys.executable, "7")
+    assert "export PYTORCH_CUDA_ALLOC_CONF" not in cpu and cpu["export MALLOC_MMAP_THRESHOLD_"] == "4294967296"
