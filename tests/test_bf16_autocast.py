@@ -42,8 +42,10 @@ def training_step(bf16_autocast, optimizer=None):
     generator = torch.Generator().manual_seed(0)
     source = random_tokens(dictionary, 4, 7, generator, left_pad=True, lengths=[7, 5, 6, 3])
     target = random_tokens(dictionary, 4, 6, generator, lengths=[6, 2, 4, 5])
+    prev = torch.cat([torch.full((4, 1), dictionary.eos()), target[:, :-1]], dim=1)  # as fairseq collates it
+    prev[target.eq(dictionary.pad())] = dictionary.pad()
     sample = {"net_input": {"src_tokens": source, "src_lengths": source.ne(dictionary.pad()).sum(1),
-                            "prev_output_tokens": torch.roll(target, 1, dims=1)},
+                            "prev_output_tokens": prev},
               "target": target, "ntokens": int(target.ne(dictionary.pad()).sum())}
     outputs = set()
     for module in model.modules():
