@@ -10,7 +10,7 @@ On Multi30k (prepared by `python -m prepare.multi30k`: 45 s on 2 CPU cores), on 
 command's start (GPU_ACCEPTANCE_STARTED, which the GPU kit's command sets before it installs; else this process's
 start): stage (a) has written the report by minute 4, stage (b) by minute 9 (the device tool allows 10). Each stage's
 runs stop MARGIN_S before its deadline: a run not started by then is not run, the run in progress is stopped (its
-worker killed), speed.py too; each is a failed check. Each training run also stops after its updates or its seconds
+worker killed), a speed run too; each is a failed check. Each training run also stops after its updates or its seconds
 of training (fairseq's --stop-time-hours), whichever comes first. The minutes each part takes are estimates: no GPU
 has run it yet.
 (a) correctness: fairseq-train of the plugin's base model (Table 3) for 50 updates (30 s at most) in fp16 (--fp16),
@@ -22,12 +22,14 @@ has run it yet.
    hypotheses against the CPU's: identical, near-ties (both hypotheses scored on the CPU differ by less than twice the
    drift between the devices' log-probabilities, teacher-forced on the same batch) or real differences; a real
    difference, or more than NEAR_TIES near-ties, fails;
-(b) speed: fairseq-train of both the plugin and fairseq's own `transformer`, each with its own criterion, for 200
-   updates (20 s at most) in each precision: the same data, batch size, optimiser, schedule and seed; target tokens/s
-   (the median of the log windows after the first, which holds the start-up), peak memory
+(b) speed: fairseq-train of both the plugin and fairseq's own `transformer`, each with its own criterion and
+   optimizer, for 200 updates (10 s at most) in each precision: the same data, batch size, schedule and seed; target
+   tokens/s (the median of the log windows after the first, which holds the start-up), peak memory
    (torch.cuda.max_memory_allocated over every step: PeakMemory) and how busy the GPU was (GpuBusy, nvidia-smi);
-   then `benchmarks/speed.py --amp --sizes base big
-   --no-ctranslate2`: training tokens/s, peak memory and MFU, and beam-4 sentences/s, of both implementations.
+   then the speed at the sizes users train, SPEED_RUNS: benchmarks/host_cost.py (fairseq's Trainer) with the big
+   model under AMP, the plugin at the one-GPU default and at 3,125 tokens a GPU, fairseq's transformer as shipped
+   and with cuDNN's SDPA off, each timed 45 s after warm-up (the time left shared among them): tokens/s, MFU, the
+   device's busy share (torch.profiler), peak memory and an update's time taken apart; and TARGETS, held or not.
 Every run is fairseq's own command-line entry point, run in one worker process per stage (CUDA starts once; stage
 (a)'s worker chooses the checkpoint to decode when its training runs have ended; a run that kills the worker is
 recorded as failed and the worker starts again for the rest). The exit status is 1 when a check fails (a run failed
@@ -100,18 +102,37 @@ class Mode:
     speed: Runs          # stage (b)
     sentences: int       # the first test sentences, decoded on the CPU and on the device
     deadlines: tuple     # minutes after the command's start by which stage (a), then (b), has written the report
-    speed_args: tuple    # benchmarks/speed.py's sizes and counts
+    host_cost_args: tuple  # benchmarks/host_cost.py's model, precision, data and counts for stage (b)'s speed runs
+    host_cost_tokens: tuple  # its tokens a batch: (the one-GPU default, the paper's 3,125 a GPU of 8)
+    host_cost_seconds: float  # the timed window of each speed run, after warm-up (0: host_cost_args' --updates)
     prepare_args: tuple  # prepare.multi30k's options beyond its defaults (the quickstart's data)
 
 
-# The base model on Multi30k. Stage (a): a warmup of 250 steps gives a rate of 5.6e-4 at step 50, the paper's order
-# (its peak is 7e-4, at step 4,000), so that the loss falls within 50 updates. Stage (b): 1,000 steps, 2.8e-4 at
-# step 200 (only speed is measured there).
-BASE = Mode("base", 4096, Runs(50, 10, 250, 30), Runs(200, 10, 1000, 20), 100, (4, 9),
-            ("--sizes", "base", "big", "--sentences", "128"), ())
+# Stage (a): the base model on Multi30k; a warmup of 250 steps gives a rate of 5.6e-4 at step 50, the paper's order
+# (its peak is 7e-4, at step 4,000), so that the loss falls within 50 updates. Stage (b): the same for 10 s in each
+# precision (1,000 steps' warmup), then the speed at the sizes users train: the big model under AMP in
+# benchmarks/host_cost.py (fairseq's Trainer) on 200,000 synthetic sentence pairs of WMT's lengths (no epoch ends in
+# a timed window) over the paper's 37,000 symbols, 45 s timed after 10 updates of warm-up.
+BASE = Mode("base", 4096, Runs(50, 10, 250, 30), Runs(200, 10, 1000, 10), 100, (4, 9),
+            ("--device", "cuda", "--size", "big", "--precisions", "amp", "--symbols", "37000", "--sentences",
+             "200000", "--warmup", "10", "--profiled", "5"), (4096, 3125), 45, ())
 TINY = Mode("tiny", 512, Runs(20, 5, 20, 45), Runs(20, 5, 20, 45), 100, (20, 40),
-            ("--sizes", "tiny", "--max-tokens", "512", "--warmup", "1", "--updates", "2", "--sentences", "16",
-             "--pretrain-steps", "0"), ("--train-lines", "2000", "--bpe-merges", "500"))
+            ("--device", "cpu", "--layers", "1", "--dim", "32", "--heads", "4", "--symbols", "100", "--sentences",
+             "64", "--warmup", "1", "--updates", "2", "--profiled", "1", "--precisions", "float32", "--num-workers",
+             "0"), (256, 200), 0, ("--train-lines", "2000", "--bpe-merges", "500"))
+# Stage (b)'s speed runs: what a user gets from the plugin (the recipes' optimizer) and from fairseq as shipped.
+SPEED_RUNS = [  # (name, which of host_cost_tokens, host_cost.py's arguments)
+    ("the plugin at the one-GPU default", 0, ["--implementations", "vaswani_transformer"]),
+    ("the plugin at 3,125 tokens a GPU", 1, ["--implementations", "vaswani_transformer"]),
+    ("fairseq's transformer as shipped", 0, ["--implementations", "transformer"]),
+    ("fairseq's transformer, cuDNN's SDPA off", 0, ["--implementations", "transformer", "--no-cudnn-sdpa"])]
+SPEED_RUN_OVERHEAD_S = 25  # a speed run's start-up, data, warm-up and profiled updates, beyond its timed window
+# Issue 50's targets on one GPU, read off the speed runs: (what, run, measure, at least; against run, if a ratio)
+TARGETS = [("MFU of the plugin at the one-GPU default >= 40 %", 0, "mfu", 0.40, None),
+           ("tokens/s >= 1.5x fairseq's transformer as shipped", 0, "tokens_per_s", 1.5, 2),
+           ("tokens/s >= 1.2x fairseq's transformer with cuDNN's SDPA off", 0, "tokens_per_s", 1.2, 3),
+           ("kernel time >= 90 % of wall time at the one-GPU default", 0, "busy", 0.90, None),
+           ("kernel time >= 70 % of wall time at 3,125 tokens a GPU", 1, "busy", 0.70, None)]
 
 
 def say(message):
@@ -184,17 +205,42 @@ def differing(hypotheses, reference):
     return sorted(i for i in set(hypotheses) | set(reference) if hypotheses.get(i) != reference.get(i))
 
 
-def parse_speed_table(text):
-    """benchmarks/speed.py's rows: (size, implementation) -> train tokens/s, peak MB, beam-4 sentences/s and MFU
-    (None: '-')."""
-    rows = {}
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) == 9 and fields[1] in CRITERIA and re.fullmatch(r"\d+\.\d+", fields[2]):
-            mfu = float(fields[8][:-1]) / 100 if fields[8].endswith("%") else None
-            rows[fields[0], fields[1]] = dict(tokens_per_s=float(fields[2]), peak_memory_mb=float(fields[3]),
-                                              beam4_sentences_per_s=float(fields[4]), mfu=mfu)
-    return rows
+HOST_COST_ROW = re.compile(r"^(float32|fp16|amp) +(transformer|vaswani_transformer) +(adam|vaswani_adam) +"
+                           r"(\d+) +(\d+) +(\S+) +(\S+) +(\S+) +([\d.]+) +([\d.]+) +([\d.]+) +(\S+)", re.M)
+HOST_COST_CALLS = re.compile(r"^(float32|fp16|amp) +(transformer|vaswani_transformer) +(adam|vaswani_adam) +"
+                             r"([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +"
+                             r"([\d.]+)$", re.M)
+
+
+def parse_host_cost(text):
+    """benchmarks/host_cost.py's row of one configuration: its device table (updates, tokens/s, MFU and busy as
+    shares, peak MB, wall ms, the host's ms in forward and backward and in the optimizer, the device's idle ms; None
+    for '-') and its host table (host ms, data wait ms, kernel-like calls, syncs); None without one."""
+    def value(word, share=False):
+        return None if word == "-" else float(word.rstrip("%")) / (100 if share else 1)
+
+    device, host = HOST_COST_ROW.search(text), HOST_COST_CALLS.search(text)
+    if device is None or host is None:
+        return None
+    updates, tokens, mfu, busy, peak, wall, forward_backward, optimizer, idle = device.groups()[3:]
+    return dict(precision=device.group(1), implementation=device.group(2), optimizer=device.group(3),
+                updates=int(updates), tokens_per_s=float(tokens), mfu=value(mfu, True), busy=value(busy, True),
+                peak_memory_mb=value(peak), wall_ms=float(wall), forward_backward_ms=float(forward_backward),
+                optimizer_ms=float(optimizer), idle_ms=value(idle), host_ms=float(host.group(4)),
+                wait_ms=float(host.group(5)), calls=float(host.group(10)), syncs=float(host.group(11)))
+
+
+def targets_held(runs):
+    """(what, held: True, False or None when not measured, the figures) of each of TARGETS."""
+    found = []
+    for what, run, measure, least, against in TARGETS:
+        value = (runs[run].get("row") or {}).get(measure) if run < len(runs) else None
+        if against is not None and value is not None:
+            other = (runs[against].get("row") or {}).get(measure) if against < len(runs) else None
+            value = None if not other else value / other
+        found.append((what, None if value is None else value >= least,
+                      "-" if value is None else f"{value:.2f}" + ("x" if against is not None else "")))
+    return found
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -614,6 +660,10 @@ def _f(value, spec):
     return "-" if value is None else format(value, spec)
 
 
+def _percent(share):
+    return "-" if share is None else f"{100 * share:.1f} %"
+
+
 def training_rows(training, precisions, impls):
     """Markdown rows of a training table: (precision, implementation) -> summary (or a note)."""
     rows = []
@@ -723,22 +773,35 @@ def comparison_section(training, precisions):
     return lines
 
 
-def speed_section(speed, device):
-    """Stage (b)'s table of benchmarks/speed.py, and its output."""
-    lines = ["## (b) MFU and beam-4 speed (benchmarks/speed.py)", "",
-             f"`{speed['command']}`: training tokens/s and peak memory; MFU, model FLOPs per second / the GPU's peak, "
-             f"during training" + (" (no MFU on a CPU)" if device == "cpu" else "") + "; beam-4 sentences/s of each "
-             "implementation's own search.", ""]
-    if speed["rows"]:
-        lines += ["| size | implementation | train tokens/s | peak MB | beam-4 sentences/s | MFU |",
-                  "|---|---|---|---|---|---|"]
-        lines += [f"| {size} | {impl} | {row['tokens_per_s']:.1f} | {row['peak_memory_mb']:.1f} | "
-                  f"{row['beam4_sentences_per_s']:.1f} | "
-                  f"{'-' if row['mfu'] is None else format(100 * row['mfu'], '.1f') + '%'} |"
-                  for (size, impl), row in speed["rows"].items()]
-    if speed["error"]:
-        lines += [""] * bool(speed["rows"]) + [f"FAILED: {speed['error']}"]
-    return lines + ["", "speed.py's output:", "", "```", speed["output"].rstrip(), "```"]
+def host_cost_section(runs, device):
+    """Stage (b)'s speed at the sizes users train: benchmarks/host_cost.py's runs, the targets, their outputs."""
+    lines = ["## (b) Speed at the sizes users train (benchmarks/host_cost.py)", "",
+             "Each run one configuration in a process of its own, fairseq's Trainer: target tokens/s over the timed "
+             "window; MFU = 6 x parameters x tokens/s / the card's peak (training_cost.peak_for); busy = the "
+             "device's time per update (torch.profiler, kernels and copies) / the wall time of an unprofiled update; "
+             "peak memory (torch.cuda.max_memory_allocated); an update's wall time, the host's time in forward and "
+             "backward and in the gradients and optimizer (fairseq's ranges), and the device's idle time."
+             + (" On a CPU there is no device time, MFU or peak." if device == "cpu" else ""), "",
+             "| run | tokens a batch | updates | tokens/s | MFU | busy | peak MB | wall ms | fwd+bwd host ms | "
+             "optimizer host ms | idle ms | data wait ms | kernel-like calls | syncs |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for run in runs:
+        row = run.get("row")
+        if row is None:
+            lines.append(f"| {run['name']} | {run['tokens']} | FAILED: {run['error']} |")
+            continue
+        lines.append(f"| {run['name']} | {run['tokens']} | {row['updates']} | {row['tokens_per_s']:.0f} | "
+                     f"{_percent(row['mfu'])} | {_percent(row['busy'])} | "
+                     f"{_f(row['peak_memory_mb'], '.0f')} | {row['wall_ms']:.1f} | {row['forward_backward_ms']:.1f} | "
+                     f"{row['optimizer_ms']:.1f} | {_f(row['idle_ms'], '.1f')} | {row['wait_ms']:.2f} | "
+                     f"{row['calls']:.0f} | {row['syncs']:.0f} |")
+    lines += ["", "Issue 50's targets on one GPU:", ""]
+    lines += [f"- {'held' if held else 'not held' if held is not None else 'not measured'}: {what} ({figures})"
+              for what, held, figures in targets_held(runs)]
+    lines += ["", "One card makes no gradient all-reduce: scaling to 8 GPUs stays unmeasured."]
+    for run in runs:
+        lines += ["", f"{run['name']}: `{run['command']}`", "", "```", run.get("output", "").rstrip(), "```"]
+    return lines
 
 
 def checks_section(title, checks):
@@ -763,7 +826,7 @@ def render_report(facts):
     if b:
         lines += [""] + training_section("(b) Training", mode.speed, mode, b["training"], shown, CRITERIA)
         lines += [""] + comparison_section(b["training"], shown)
-        lines += [""] + speed_section(b["speed"], facts["device"])
+        lines += [""] + host_cost_section(b["speed"], facts["device"])
         lines += [""] + checks_section("(b) Checks", b["checks"])
     else:
         lines += ["", "## (b) Speed", "", "Not written yet: stage (b) is running, or the run was cut short before it "
@@ -916,7 +979,7 @@ def stage_a(context):
 
 
 def stage_b(context):
-    """Speed: both implementations trained in each precision, then benchmarks/speed.py."""
+    """Speed: both implementations trained in each precision, then benchmarks/host_cost.py's speed runs."""
     work, data, mode, device, precisions = (context[k] for k in ("work", "data", "mode", "device", "precisions"))
     deadline, end = context["ends"][1]
     started = time.time()
@@ -930,13 +993,10 @@ def stage_b(context):
         for impl in CRITERIA:
             row = training[precision, impl] = trained(work, results, f"train-b-{precision}-{impl}")
             row["gpu_busy"] = None if samples is None else busy_during(samples, row.get("started"), row.get("ended"))
-    speed = run_speed(data, mode, device, work, deadline - time.time(), end)
+    speed = run_speed(mode, work, deadline, end)
     checks = training_checks(training, precisions, CRITERIA)
-    checks.append(("benchmarks/speed.py ran" + (f" ({speed['error']})" if speed["error"] else ""),
-                   not speed["error"]))
-    if device == "cuda":
-        checks += [(f"MFU measured: {size} {impl}", row["mfu"] is not None)
-                   for (size, impl), row in speed["rows"].items()]
+    checks += [(f"speed run: {run['name']}" + (f" ({run['error']})" if "error" in run else ""), "error" not in run)
+               for run in speed]
     return dict(training=training, speed=speed, checks=checks, jobs=jobs, results=results,
                 minutes=(time.time() - started) / 60, ended=context["minute"]())
 
@@ -1039,7 +1099,7 @@ def main(argv=None):
     shown = ["fp16", "amp", "bf16-autocast"] + (["fp32"] if "fp32" in precisions else [])  # GPU rows always
     for stale in ("logs", "results", "checkpoints", "first-sentences",
                   *(f"{run}-{name}" for name in DECODES for run in ("warm-up", "generate")),
-                  "speed.txt"):
+                  *(f"host_cost-{index}.txt" for index in range(len(SPEED_RUNS)))):
         if (work / stale).is_dir():
             shutil.rmtree(work / stale)
         elif (work / stale).exists():
@@ -1104,27 +1164,37 @@ def prepare_multi30k(work, raw_dir, options, deadline, end):
     return work / "data" / "data-bin"
 
 
-def run_speed(data, mode, device, work, seconds, end):
-    """benchmarks/speed.py on the same data, stopped (its whole process group) after `seconds`, at `end`: its
-    printed table, parsed, as far as it got."""
-    command = ["benchmarks/speed.py", "--data", str(data), "--device", device, "--no-ctranslate2",
-               *(["--amp"] if device == "cuda" else []), *mode.speed_args]
-    result = dict(command=f"python {shlex.join(command)}", output="", rows={}, error=None)
-    if seconds <= 0:
-        return dict(result, error=f"not run: past {end}")
-    say(f"python {shlex.join(command)} (at most {seconds:.0f} s)")
-    with open(work / "speed.txt", "w") as out:
-        status = run_until([sys.executable, *command], seconds, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                           env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    output = (work / "speed.txt").read_text()
-    result.update(output=output, rows=parse_speed_table(output))
-    if status is None:
-        result["error"] = f"stopped after {seconds:.0f} s, at {end}"
-    elif status != 0:
-        result["error"] = f"exit status {status}: {(output.strip().splitlines() or [''])[-1]}"
-    elif not result["rows"]:
-        result["error"] = "no table rows in its output"
-    return result
+def run_speed(mode, work, deadline, end):
+    """SPEED_RUNS, one benchmarks/host_cost.py process each, sharing the time left before `deadline` (each stopped,
+    its process group, past its share): [{name, tokens, command, output, row or error}]."""
+    runs = []
+    for index, (name, which, options) in enumerate(SPEED_RUNS):
+        share = (deadline - time.time()) / (len(SPEED_RUNS) - index)
+        tokens = mode.host_cost_tokens[which]
+        seconds = min(mode.host_cost_seconds, share - SPEED_RUN_OVERHEAD_S) if mode.host_cost_seconds else 0
+        command = ["benchmarks/host_cost.py", *mode.host_cost_args, "--max-tokens", str(tokens), "--optimizers",
+                   PAPER.arguments("training")[1], *options] + (["--seconds", f"{seconds:.0f}"] if seconds else [])
+        run = dict(name=name, tokens=tokens, command=f"python {shlex.join(command)}", output="")
+        runs.append(run)
+        if share <= 0 or (mode.host_cost_seconds and seconds < 10):
+            run["error"] = f"not run: {share:.0f} s left before {end}"
+            continue
+        say(f"{run['command']} (at most {share:.0f} s)")
+        log = work / f"host_cost-{index}.txt"
+        with open(log, "w") as out:
+            status = run_until([sys.executable, *command], share, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                               env=dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=_pythonpath()))
+        run["output"] = log.read_text()
+        row = parse_host_cost(run["output"])
+        if status is None:
+            run["error"] = f"stopped after {share:.0f} s, at its share of the time before {end}"
+        elif status != 0:
+            run["error"] = f"exit status {status}: {(run['output'].strip().splitlines() or [''])[-1]}"
+        elif row is None:
+            run["error"] = "no row in its output"
+        else:
+            run["row"] = row
+    return runs
 
 
 if __name__ == "__main__":

@@ -32,6 +32,10 @@ from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from prepare._common import plugin_leaf  # noqa: E402
+
+PAPER_SIZES = plugin_leaf("paper").MODELS  # the paper's models (vaswani_plugin/paper.py), without fairseq's import
 
 # Calls that make the host wait for a GPU's results (torch's CUDA sync debug mode flags the same kernels).
 SYNCING = {"__bool__", "item", "tolist", "__int__", "__float__", "__index__", "nonzero", "masked_select", "unique",
@@ -43,7 +47,7 @@ METADATA_OPS = {"view", "_unsafe_view", "_reshape_alias", "as_strided", "expand"
                 "resize_", "set_", "result_type", "to", "contiguous", "reshape", "size", "stride", "numel", "dim",
                 "is_floating_point", "is_complex", "_has_compatible_shallow_copy_type", "is_same_size", "lift",
                 "_shape_as_tensor", "resolve_conj", "resolve_neg", "conj", "_neg_view", "_conj", "movedim",
-                "flatten", "unflatten", "type_as", "promote_types"}
+                "flatten", "unflatten", "type_as", "promote_types", "new_empty", "dropout"}
 # fairseq's record_function ranges inside Trainer.train_step, gathered into the columns printed.
 PHASES = {"forward": "fwd+bwd", "backward": "fwd+bwd", "reduce-grads": "grads", "multiply-grads": "grads",
           "clip-grads": "grads", "optimizer": "optimizer"}
@@ -53,6 +57,7 @@ IMPLEMENTATIONS = {  # name: (--arch, --criterion, --task)
     "vaswani_transformer": ("vaswani_transformer", "vaswani_label_smoothed_cross_entropy", "vaswani_translation"),
 }
 REFERENCE = ("transformer", "adam")  # what a user gets by doing nothing
+MFU_FLOPS_PER_PARAMETER_TOKEN = 6  # a training step's model FLOPs ~ 6 x parameters x tokens (forward 2, backward 4)
 
 
 class HostSyncs:
@@ -154,20 +159,21 @@ def write_dictionary(path: Path, symbols: int):
 
 
 def synthetic_dataset(task, sentences: int, seed: int):
-    """Sentence pairs of 4-60 tokens (targets of the source's length +-20 %) over the task's dictionaries."""
+    """Sentence pairs of 4-60 tokens (targets of the source's length +-20 %: WMT's lengths after BPE, mean ~32)
+    over the task's dictionaries."""
     import torch
     from fairseq.data import LanguagePairDataset
-    generator = random.Random(seed)
+    generator = torch.Generator().manual_seed(seed)
     vocabulary = task.source_dictionary
-    first, last = vocabulary.nspecial, len(vocabulary) - 1
-    sources, targets = [], []
-    for _ in range(sentences):
-        length = generator.randint(4, 60)
-        target_length = max(2, round(length * generator.uniform(0.8, 1.2)))
-        for words, into in ((length, sources), (target_length, targets)):
-            into.append(torch.tensor([generator.randint(first, last) for _ in range(words)] + [vocabulary.eos()]))
-    sizes = [len(sentence) for sentence in sources], [len(sentence) for sentence in targets]
-    return LanguagePairDataset(sources, sizes[0], vocabulary, targets, sizes[1], task.target_dictionary,
+    lengths = torch.randint(4, 61, (sentences,), generator=generator)
+    target_lengths = (lengths * (0.8 + 0.4 * torch.rand(sentences, generator=generator))).round().long().clamp(min=2)
+    pairs = []
+    for counts in (lengths, target_lengths):
+        words = torch.randint(vocabulary.nspecial, len(vocabulary), (int(counts.sum()),), generator=generator)
+        eos = torch.tensor([vocabulary.eos()])
+        pairs.append([torch.cat([piece, eos]) for piece in words.split(counts.tolist())])
+    sizes = [[len(sentence) for sentence in side] for side in pairs]
+    return LanguagePairDataset(pairs[0], sizes[0], vocabulary, pairs[1], sizes[1], task.target_dictionary,
                                left_pad_source=True, left_pad_target=False)
 
 
@@ -179,24 +185,28 @@ def arguments(spec, data_dir, implementation, optimizer):
     sizes = ["--encoder-layers", spec.layers, "--decoder-layers", spec.layers, "--encoder-embed-dim", spec.dim,
              "--decoder-embed-dim", spec.dim, "--encoder-ffn-embed-dim", 4 * spec.dim, "--decoder-ffn-embed-dim",
              4 * spec.dim, "--encoder-attention-heads", spec.heads, "--decoder-attention-heads", spec.heads]
-    words = [data_dir, "--user-dir", REPO / "vaswani_plugin", "--task", task, "--source-lang", "src", "--target-lang", "tgt",
+    words = [data_dir, "--user-dir", REPO / "vaswani_plugin", "--task", task, "--source-lang", "src",
+             "--target-lang", "tgt",
              "--arch", arch,
              "--share-all-embeddings", *sizes, "--dropout", "0.1", "--criterion", criterion, "--label-smoothing",
              "0.1", "--optimizer", optimizer, "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-9", "--lr", "5e-4",
              "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "100", "--max-tokens", spec.max_tokens,
              "--required-batch-size-multiple", "1", "--num-workers", spec.num_workers, "--seed", "1",
-             "--save-dir", data_dir / "checkpoints", "--no-save", "--disable-validation", "--cpu",
-             "--log-format", "none", "--no-progress-bar"]
+             "--save-dir", data_dir / "checkpoints", "--no-save", "--disable-validation",
+             "--log-format", "none", "--no-progress-bar", "--distributed-world-size", "1"]
+    words += ["--cpu"] if spec.device == "cpu" else []
     return [str(word) for word in words]
 
 
 def measure(spec, data_dir, precision, implementation, optimizer) -> dict:
-    """Host ms, data wait ms, kernel-like calls per column and sync calls, per update, for one configuration."""
+    """Per update, for one configuration: host ms, data wait ms, kernel-like calls per column and sync calls; on a
+    GPU also target tokens/s, MFU, the device's busy share, peak memory and where an update's wall time goes."""
     import torch
     from fairseq import options, tasks
     from fairseq.data import iterators
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq.trainer import Trainer
+    from torch.profiler import ProfilerActivity, profile
 
     key = (implementation, optimizer)
     if key not in CONFIGS:  # hydra's compose takes 1.5 s: once per model and optimizer, the precision set after
@@ -209,42 +219,90 @@ def measure(spec, data_dir, precision, implementation, optimizer) -> dict:
     task = tasks.setup_task(cfg.task)
     task.datasets["train"] = synthetic_dataset(task, spec.sentences, seed=1)
     model, criterion = task.build_model(cfg.model), task.build_criterion(cfg.criterion)
+    parameters = sum(p.numel() for p in model.parameters())
     trainer = Trainer(cfg, task, model, criterion)
     epoch_itr = trainer.get_train_iterator(epoch=1, load_dataset=False)
-    batches = iterators.GroupedIterator(epoch_itr.next_epoch_itr(shuffle=True), 1)
+    cuda = spec.device == "cuda"
+    state = dict(batches=iterators.GroupedIterator(epoch_itr.next_epoch_itr(shuffle=True), 1), tokens=0, epochs=0)
     waits, steps = [], []
+
+    def synchronize():
+        if cuda:
+            torch.cuda.synchronize()
+
+    def next_samples():
+        try:
+            return next(state["batches"])
+        except StopIteration:  # the corpus ran out: another epoch (counted: a timed window should hold none)
+            state["epochs"] += 1
+            state["batches"] = iterators.GroupedIterator(epoch_itr.next_epoch_itr(shuffle=True), 1)
+            return next(state["batches"])
 
     def update():
         start = time.perf_counter()
-        samples = next(batches)
+        samples = next_samples()
         middle = time.perf_counter()
         trainer.train_step(samples)
         waits.append(middle - start)
         steps.append(time.perf_counter() - middle)
+        state["tokens"] += sum(sample["ntokens"] for sample in samples if sample)
 
     for _ in range(spec.warmup):
         update()
+    synchronize()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     waits.clear(), steps.clear()
-    for _ in range(spec.updates):
+    state.update(tokens=0, epochs=0)
+    begin = time.perf_counter()
+    while (time.perf_counter() - begin < spec.seconds) if spec.seconds else len(steps) < spec.updates:
         update()
-    timed = dict(host_ms=1000 * statistics.median(steps), wait_ms=1000 * statistics.mean(waits))
-    from torch.profiler import ProfilerActivity, profile
+    synchronize()
+    wall = time.perf_counter() - begin
+    result = dict(updates=len(steps), epochs_ended=state["epochs"], host_ms=1000 * statistics.median(steps),
+                  wait_ms=1000 * statistics.mean(waits), wall_ms=1000 * wall / len(steps),
+                  tokens_per_s=state["tokens"] / wall, parameters=parameters, mfu=None, peak_mb=None, device_ms=None)
+    if cuda:
+        from vaswani_plugin.tools.training_cost import peak_for
+        peak = peak_for(torch.cuda.get_device_name(0), precision in ("fp16", "amp"))
+        result["peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
+        result["mfu"] = None if peak is None else MFU_FLOPS_PER_PARAMETER_TOKEN * parameters * \
+            result["tokens_per_s"] / (peak * 1e12)
     syncs = HostSyncs()
-    with profile(activities=[ProfilerActivity.CPU]) as profiled, syncs:
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as profiled, syncs:
         for _ in range(spec.profiled):
             update()
+        synchronize()
     calls = kernel_calls(profiled)
-    return dict(timed, calls={column: calls[column] / spec.profiled for column in COLUMNS},
+    ranges = Counter()
+    for event in profiled.events():
+        if event.name in PHASES:
+            ranges[PHASES[event.name]] += event.cpu_time_total / 1000 / spec.profiled
+    if cuda:  # the device's own time per update (kernels, copies), against the unprofiled update's wall time
+        result["device_ms"] = sum(item.self_device_time_total for item in profiled.key_averages()) / 1000 / \
+            spec.profiled
+    return dict(result, calls={column: calls[column] / spec.profiled for column in COLUMNS},
                 operators={key: count / spec.profiled for key, count in calls.items() if isinstance(key, tuple)},
-                syncs={site: count / spec.profiled for site, count in syncs.calls.items()})
+                syncs={site: count / spec.profiled for site, count in syncs.calls.items()},
+                host_ranges={column: ranges[column] for column in ("fwd+bwd", "grads", "optimizer")})
 
 
 def configurations(spec):
     """(precision, implementation, optimizer): fairseq's transformer with adam, the plugin with each --optimizers."""
     for precision in spec.precisions:
-        yield (precision, *REFERENCE)
-        for optimizer in spec.optimizers:
+        if "transformer" in spec.implementations:
+            yield (precision, *REFERENCE)
+        for optimizer in spec.optimizers if "vaswani_transformer" in spec.implementations else ():
             yield precision, "vaswani_transformer", optimizer
+
+
+def percent(share) -> str:
+    return "-" if share is None else f"{100 * share:.1f}%"
+
+
+def figure(value, spec) -> str:
+    return "-" if value is None else format(value, spec)
 
 
 def sync_total(result, who=None) -> float:
@@ -260,6 +318,17 @@ def report(results, spec):
         print(f"{precision:<9} {implementation:<20} {optimizer:<12} {result['host_ms']:8.1f} {result['wait_ms']:8.2f} "
               + " ".join(f"{calls[column]:9.0f}" for column in COLUMNS)
               + f" {sum(calls.values()):7.0f} {sync_total(result):6.1f} {sync_total(result, 'plugin'):6.1f}")
+    print(f"{'precision':<9} {'implementation':<20} {'optimizer':<12} {'updates':>7} {'tok/s':>9} {'MFU':>6} "
+          f"{'busy':>6} {'peak MB':>8} {'wall ms':>8} {'fwd+bwd':>8} {'optim':>7} {'idle ms':>8}")
+    for (precision, implementation, optimizer), result in results.items():
+        device, wall = result["device_ms"], result["wall_ms"]
+        host = result["host_ranges"]
+        print(f"{precision:<9} {implementation:<20} {optimizer:<12} {result['updates']:7d} "
+              f"{result['tokens_per_s']:9.0f} {percent(result['mfu']):>6} "
+              f"{percent(None if device is None else device / wall):>6} {figure(result['peak_mb'], '8.0f'):>8} "
+              f"{wall:8.1f} {host['fwd+bwd']:8.1f} {host['grads'] + host['optimizer']:7.1f} "
+              f"{figure(None if device is None else wall - device, '8.1f'):>8}"
+              + (f"  ({result['epochs_ended']} epoch end(s) in the timed window)" if result["epochs_ended"] else ""))
     for precision in spec.precisions:
         reference = results.get((precision, *REFERENCE))
         ours = results.get((precision, "vaswani_transformer", spec.recipes_optimizer))
@@ -285,6 +354,10 @@ def report(results, spec):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="cuda: also tokens/s, MFU, the GPU's busy share, peak memory, where an update's time goes")
+    parser.add_argument("--size", choices=sorted(PAPER_SIZES),
+                        help="a model of vaswani_plugin/paper.py (sets --layers, --dim, --heads)")
     parser.add_argument("--layers", type=int, default=6, help="N, encoder and decoder (default 6, the paper's)")
     parser.add_argument("--dim", type=int, default=64, help="d_model (d_ff = 4 d_model; default 64)")
     parser.add_argument("--heads", type=int, default=4)
@@ -293,25 +366,38 @@ def main(argv=None):
     parser.add_argument("--sentences", type=int, default=2000, help="synthetic training sentence pairs")
     parser.add_argument("--warmup", type=int, default=5, help="updates before timing")
     parser.add_argument("--updates", type=int, default=20, help="timed updates (the median is printed)")
+    parser.add_argument("--seconds", type=float, default=0, help="time the updates of this many seconds instead")
     parser.add_argument("--profiled", type=int, default=3, help="updates under torch.profiler, for the counts")
     parser.add_argument("--num-workers", type=int, default=1, help="fairseq's --num-workers (its default 1)")
     parser.add_argument("--threads", type=int, default=1, help="torch's intra-op threads")
     parser.add_argument("--precisions", nargs="+", default=["float32", "fp16", "amp"],
                         choices=["float32", "fp16", "amp"])
+    parser.add_argument("--implementations", nargs="+", default=list(IMPLEMENTATIONS), choices=list(IMPLEMENTATIONS))
+    parser.add_argument("--no-cudnn-sdpa", action="store_true",
+                        help="turn cuDNN's fused attention off for the whole run (fairseq's transformer as patched)")
     parser.add_argument("--optimizers", nargs="+", default=["adam", "vaswani_adam"], choices=["adam", "vaswani_adam"],
                         help="the plugin's model is measured with each; fairseq's transformer with adam alone")
     parser.add_argument("--recipes-optimizer", default="vaswani_adam", help="the optimizer the ratios take")
     parser.add_argument("--operators", type=int, default=0, metavar="N",
                         help="also print each configuration's N most frequent kernel-like calls")
-    parser.add_argument("--smoke", action="store_true", help="1+1 layers at d_model 32, 2 updates after 1, 1 profiled; the plugin with the recipes' optimizer only")
+    parser.add_argument("--smoke", action="store_true",
+                        help="1+1 layers at d_model 32, 2 updates after 1, 1 profiled; the plugin with the recipes' "
+                             "optimizer only")
     spec = parser.parse_args(argv)
     if spec.smoke:
         spec.layers, spec.dim, spec.symbols, spec.sentences, spec.warmup, spec.updates, spec.profiled = \
             1, 32, 100, 64, 1, 2, 1
         spec.max_tokens, spec.num_workers, spec.optimizers = 256, 0, [spec.recipes_optimizer]
+    if spec.size:
+        size = PAPER_SIZES[spec.size]
+        spec.layers, spec.dim, spec.heads = size["layers"], size["d_model"], size["heads"]
     import torch
     torch.set_num_threads(spec.threads)
-    if {"fp16", "amp"} & set(spec.precisions):
+    if spec.no_cudnn_sdpa:
+        torch.backends.cuda.enable_cudnn_sdp(False)
+    if spec.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA device")
+    if spec.device == "cpu" and {"fp16", "amp"} & set(spec.precisions):
         sys.path.insert(0, str(REPO / "tests"))
         import fp16_on_cpu  # noqa: F401  (fairseq's float16 optimizers on a CPU: patched in this process)
     import warnings

@@ -141,24 +141,35 @@ def test_generate_timing_and_hypotheses():
     assert gpu_acceptance.parse_generate("no timing", ours)[0] is None
 
 
-SPEED_OUTPUT = """device: NVIDIA H100 80GB HBM3; torch 2.13.0; fp16 AMP; training batches of 4096 tokens
-size   implementation            train tok/s        peak MB   beam4 sent/s    beam4 tok/s  greedy sent/s   greedy tok/s     MFU
-base   transformer                  150000.0         2000.5          300.0         9000.0          900.0        27000.0   21.3%
-base   vaswani_transformer          180000.0         1500.0          330.0         9900.0          990.0        29700.0   25.6%
-base   ratio plugin/fairseq             1.20           0.75           1.10           1.10           1.10           1.10
-base   same hypotheses (beam 4 and greedy): yes
-big    transformer                   70000.0         5000.0          100.0         3000.0          300.0         9000.0       -
+HOST_COST_OUTPUT = """host cost of an update: fairseq's Trainer, 6+6 layers, d_model 1024, 4096 tokens a batch
+precision implementation       optimizer     host ms  wait ms   fwd+bwd     grads optimizer     other   calls  syncs plugin
+amp       vaswani_transformer  vaswani_adam    120.5     0.40       760        10         2        25     797    6.0    0.0
+precision implementation       optimizer    updates     tok/s    MFU   busy  peak MB  wall ms  fwd+bwd   optim  idle ms
+amp       vaswani_transformer  vaswani_adam     380     33000  41.5%  92.0%    21000    124.1     60.2     1.5      9.9
 """
 
 
-def test_speed_table_rows():
-    rows = gpu_acceptance.parse_speed_table(SPEED_OUTPUT)
-    assert rows == {("base", "transformer"): dict(tokens_per_s=150000.0, peak_memory_mb=2000.5,
-                                                  beam4_sentences_per_s=300.0, mfu=0.213),
-                    ("base", "vaswani_transformer"): dict(tokens_per_s=180000.0, peak_memory_mb=1500.0,
-                                                          beam4_sentences_per_s=330.0, mfu=0.256),
-                    ("big", "transformer"): dict(tokens_per_s=70000.0, peak_memory_mb=5000.0,
-                                                 beam4_sentences_per_s=100.0, mfu=None)}
+def host_cost_run(name, tokens, tokens_per_s, busy, mfu="41.5%"):
+    output = HOST_COST_OUTPUT.replace("33000", str(tokens_per_s)).replace("92.0%", busy).replace("41.5%", mfu)
+    return dict(name=name, tokens=tokens, command="python benchmarks/host_cost.py ...", output=output,
+                row=gpu_acceptance.parse_host_cost(output))
+
+
+def test_host_cost_rows_and_the_targets_they_hold():
+    row = gpu_acceptance.parse_host_cost(HOST_COST_OUTPUT)
+    assert row == dict(precision="amp", implementation="vaswani_transformer", optimizer="vaswani_adam", updates=380,
+                       tokens_per_s=33000.0, mfu=0.415, busy=0.92, peak_memory_mb=21000.0, wall_ms=124.1,
+                       forward_backward_ms=60.2, optimizer_ms=1.5, idle_ms=9.9, host_ms=120.5, wait_ms=0.4,
+                       calls=797.0, syncs=6.0)
+    assert gpu_acceptance.parse_host_cost("no table") is None
+    runs = [host_cost_run("plugin", 4096, 33000, "92.0%"), host_cost_run("plugin", 3125, 30000, "65.0%"),
+            host_cost_run("fairseq", 4096, 20000, "50.0%"), dict(name="fairseq, no cuDNN", error="not run")]
+    assert gpu_acceptance.targets_held(runs) == [
+        ("MFU of the plugin at the one-GPU default >= 40 %", True, "0.41"),
+        ("tokens/s >= 1.5x fairseq's transformer as shipped", True, "1.65x"),
+        ("tokens/s >= 1.2x fairseq's transformer with cuDNN's SDPA off", None, "-"),
+        ("kernel time >= 90 % of wall time at the one-GPU default", True, "0.92"),
+        ("kernel time >= 70 % of wall time at 3,125 tokens a GPU", False, "0.65")]
 
 
 def test_report_of_a_gpu_run_from_synthetic_logs():
@@ -215,11 +226,11 @@ def test_report_of_a_gpu_run_from_synthetic_logs():
                   ("amp", "vaswani_transformer"): dict(fp16, peak_memory_mb=1200.0),
                   ("amp", "transformer"): {"error": "FloatingPointError: Minimum loss scale reached (0.0001)."},
                   ("bf16-autocast", "transformer"): dict(fp16, loss_scales=[], peak_memory_mb=None)}
-    speed = dict(command="python benchmarks/speed.py --amp", output=SPEED_OUTPUT, error=None,
-                 rows=gpu_acceptance.parse_speed_table(SPEED_OUTPUT))
+    speed = [host_cost_run("the plugin at the one-GPU default", 4096, 33000, "92.0%"),
+             dict(name="the plugin at 3,125 tokens a GPU", tokens=3125, command="python benchmarks/host_cost.py",
+                  output="Killed", error="stopped after 70 s")]
     checks_b = gpu_acceptance.training_checks(training_b, precisions, gpu_acceptance.CRITERIA)
-    checks_b += [(f"MFU measured: {size} {impl}", row["mfu"] is not None)
-                 for (size, impl), row in speed["rows"].items()]
+    checks_b += [(f"speed run: {run['name']}", "error" not in run) for run in speed]
     facts.update(wall_minutes=8.5, b=dict(training=training_b, speed=speed, checks=checks_b, minutes=5.5, ended=8.5))
     report = gpu_acceptance.render_report(facts)
     assert "Not written yet" not in report and "(the install and the data: 1.2; stage (a) 1.5, ended at minute 3.0 " \
@@ -233,11 +244,16 @@ def test_report_of_a_gpu_run_from_synthetic_logs():
     assert "| amp | a run failed |" in report
     assert "the median of its 250 ms samples; a step bound by the host leaves the GPU idle): fp16: plugin - %, " \
         "fairseq 88 %; amp: plugin - %, fairseq - %; bf16-autocast: plugin - %, fairseq - %" in report
-    assert "| base | vaswani_transformer | 180000.0 | 1500.0 | 330.0 | 25.6% |" in report
-    assert "| big | transformer | 70000.0 | 5000.0 | 100.0 | - |" in report
+    assert "| the plugin at the one-GPU default | 4096 | 380 | 33000 | 41.5 % | 92.0 % | 21000 | 124.1 | 60.2 | " \
+        "1.5 | 9.9 | 0.40 | 797 | 6 |" in report
+    assert "| the plugin at 3,125 tokens a GPU | 3125 | FAILED: stopped after 70 s |" in report
+    assert "- held: MFU of the plugin at the one-GPU default >= 40 % (0.41)" in report
+    assert "- not measured: kernel time >= 70 % of wall time at 3,125 tokens a GPU (-)" in report
+    assert "scaling to 8 GPUs stays unmeasured" in report
     assert "- FAIL: amp transformer trained (FloatingPointError: Minimum loss scale reached (0.0001).)" in report
     assert "- pass: fp16 transformer: trained 100 steps, loss finite and falling" in report
-    assert "- FAIL: MFU measured: big transformer" in report and "- pass: MFU measured: base transformer" in report
+    assert "- FAIL: speed run: the plugin at 3,125 tokens a GPU" in report
+    assert "- pass: speed run: the plugin at the one-GPU default" in report
     assert "- 30.0 s: `fairseq-train /d --fp16`" in report
 
 
@@ -548,7 +564,7 @@ def test_stand_in_reports_the_machine_and_passes_every_check(lane):
     work, out, result, report = stand_in(lane)
     kit = ".gpu_kit"  # the command's own words: the device tool runs it in the repository's root
     assert result.stdout.splitlines()[0] == f"gpu_acceptance: report written to {out / 'gpu_acceptance_report.md'}"
-    assert "gpu_acceptance: 12 of 12 checks passed" in result.stdout
+    assert "gpu_acceptance: 15 of 15 checks passed" in result.stdout
     assert table_row(report, "Machine", "torch") == ["torch", torch.__version__]
     cpu = re.search(r"^model name\s*: (.*)$", Path("/proc/cpuinfo").read_text(), re.M)[1]
     assert table_row(report, "Machine", "CPU") == ["CPU", f"{cpu}, {os.cpu_count()} cores"]
@@ -556,7 +572,7 @@ def test_stand_in_reports_the_machine_and_passes_every_check(lane):
     assert f"- command: `GPU_ACCEPTANCE_STAND_IN=1 python benchmarks/gpu_acceptance.py --kit {kit} --raw-dir " \
         f"{kit}/multi30k --work-dir {work} --report-dir {out}`" in report
     assert f"- data: {work / 'data' / 'data-bin'}" in report  # the kit's Multi30k, prepared there
-    assert report.count("- pass: ") == 12 and "FAIL" not in report
+    assert report.count("- pass: ") == 15 and "FAIL" not in report
     assert "\nGPU busy during each run: not measured (no GPU, or no nvidia-smi, on this machine)\n" in report
     assert re.search(r"^- wall time: [\d.]+ minutes from the command's start \(the install and the data: [\d.]+; "
                      r"stage \(a\) [\d.]+, ended at minute [\d.]+ of at most 20; stage \(b\) [\d.]+, ended at minute "
@@ -653,16 +669,19 @@ def test_stand_in_decodes_the_first_100_test_sentences_on_cpu_and_device_and_cou
 
 @pytest.mark.shared_data
 @pytest.mark.lane(*STAND_IN)
-def test_stand_in_speed_rows_are_speed_py_s(lane):
+def test_stand_in_speed_runs_are_host_costs(lane):
+    """Each speed run's row in the report is benchmarks/host_cost.py's, from its own output (kept in the report)."""
     work, _, _, report = stand_in(lane)
-    printed = (work / "speed.txt").read_text()
-    assert printed.rstrip() in report
-    for impl in gpu_acceptance.CRITERIA:
-        tokens, memory, beam4 = re.search(rf"^tiny +{impl} +([\d.]+) +([\d.]+) +([\d.]+) .* -$", printed,
-                                          re.M).groups()
-        assert table_row(report, "(b) MFU", "tiny", impl) == ["tiny", impl, tokens, memory, beam4, "-"]
-    assert "tiny   same hypotheses (beam 4 and greedy): yes" in printed
-    assert "CTranslate2" not in printed  # --no-ctranslate2: the GPU kit has none
+    for index, (name, which, _) in enumerate(gpu_acceptance.SPEED_RUNS):
+        printed = (work / f"host_cost-{index}.txt").read_text()
+        assert printed.rstrip() in report
+        row = gpu_acceptance.parse_host_cost(printed)
+        assert row["implementation"] == ("transformer" if "fairseq" in name else "vaswani_transformer")
+        assert row["optimizer"] == ("adam" if "fairseq" in name else "vaswani_adam")
+        assert f"| {name} | {gpu_acceptance.TINY.host_cost_tokens[which]} | {row['updates']} | " \
+            f"{row['tokens_per_s']:.0f} | - | - | - |" in report
+    assert "- not measured: MFU of the plugin at the one-GPU default >= 40 % (-)" in report  # no GPU
+    assert "- held: tokens/s >= 1.5x" in report or "- not held: tokens/s >= 1.5x" in report  # the CPU's tokens/s
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the device tool); CI has none")

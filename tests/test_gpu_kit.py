@@ -27,9 +27,9 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import gpu_kit  # noqa: E402
 
 TAG = "cp" + PYTHON_VERSION.replace(".", "")
-OWN = {"vaswani_plugin", "prepare", "speed", "gpu_acceptance"}  # the repository's own top-level modules
+OWN = {"vaswani_plugin", "prepare", "speed", "gpu_acceptance", "host_cost"}  # the repository's own modules
 # Imported by the repository's code but by no run of the acceptance, and left out of the kit on purpose.
-LEFT_OUT = {"ctranslate2": "the [ctranslate2] extra, a 43 MB wheel: the acceptance runs speed.py --no-ctranslate2"}
+LEFT_OUT = {"ctranslate2": "the [ctranslate2] extra, a 43 MB wheel: no run of the acceptance exports to CTranslate2"}
 
 
 def built_kit(lane):
@@ -78,7 +78,7 @@ sys.path[:0] = [{repo!r}, {repo!r} + "/benchmarks"]
 import fairseq_cli.generate, fairseq_cli.preprocess, fairseq_cli.train
 from fairseq import options
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-import gpu_acceptance, prepare.multi30k, speed, vaswani_plugin
+import gpu_acceptance, host_cost, prepare.multi30k, speed, vaswani_plugin
 mode = gpu_acceptance.BASE
 train = gpu_acceptance.train_argv("data", mode, mode.check, "fp16", "vaswani_transformer", "cuda", "save")
 generate = gpu_acceptance.generate_argv("data", "test", "save/checkpoint_last.pt", True, "cuda", "results")
@@ -92,7 +92,7 @@ print(json.dumps({{name: spec(sys.modules[name]) for name in set(sys.modules) - 
 def repository_imports():
     """Top-level modules that the code a GPU run executes imports anywhere (lazily too): module -> a file."""
     files = [*(REPO / "vaswani_plugin").rglob("*.py"), *(REPO / "prepare").glob("*.py"),
-             REPO / "benchmarks" / "gpu_acceptance.py", REPO / "benchmarks" / "speed.py"]
+             *(REPO / "benchmarks" / f"{name}.py" for name in ("gpu_acceptance", "speed", "host_cost"))]
     found = {}
     for path in files:
         for node in ast.walk(ast.parse(path.read_text())):
@@ -201,7 +201,7 @@ def test_the_command_installs_the_kit_and_writes_both_stages_to_out(lane):
     archived = subprocess.run(["tar", "tzf", str(out / "gpu_acceptance_logs.tar.gz")], capture_output=True,
                               text=True, check=True).stdout.split()
     assert {"gpu_acceptance/logs/train-a-fp32.log", "gpu_acceptance/logs/train-b-fp32-transformer.log",
-            "gpu_acceptance/speed.txt", "gpu_acceptance/prepare.log"} <= set(archived)
+            "gpu_acceptance/host_cost-0.txt", "gpu_acceptance/prepare.log"} <= set(archived)
 
 
 def test_docs_show_the_command_the_default_kit_prints():

@@ -32,7 +32,8 @@ def test_smoke_run_measures_every_configuration():
         assert calls == forward_backward + grads + optimizer + other
         assert plugin_syncs == 0 and syncs >= 3  # fairseq's own: its logging reads the loss every update
     for precision in ("float32", "fp16", "amp"):
-        ours, theirs = rows[(precision, "vaswani_transformer", "vaswani_adam")], rows[(precision, "transformer", "adam")]
+        ours = rows[(precision, "vaswani_transformer", "vaswani_adam")]
+        theirs = rows[(precision, "transformer", "adam")]
         (ratio,) = [line for line in result.stdout.splitlines() if line.startswith(f"ratio {precision} ")]
         total, forward_backward = map(float, re.findall(r"calls (\d\.\d\d)", ratio) +
                                       re.findall(r"backward (\d\.\d\d)", ratio))
