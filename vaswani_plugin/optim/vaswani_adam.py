@@ -3,9 +3,9 @@
 fairseq's `adam` without NVIDIA's apex loops over the parameter tensors in Python (about ten kernels each: 193
 tensors in the base model) and so does its gradient-norm clipping; this is torch's AdamW (fairseq's weight decay
 is decoupled too) with its fused kernel, or its multi-tensor (foreach) one, and the norm taken with foreach calls.
-ε is added to √v before the bias correction, as in fairseq's adam and TensorFlow's (tensor2tensor's, the paper's
-code): θ -= lr·√(1-β2^t)/(1-β1^t) · m / (√v + ε). torch adds it after (√v/√(1-β2^t) + ε), so the ε it is given
-is ε/√(1-β2^t), set before each step.
+ε is added to √v before the bias correction, as in fairseq's adam and TensorFlow's (tensor2tensor's, the
+paper's code): θ -= lr·√(1-β2^t)/(1-β1^t) · m / (√v + ε). torch adds it after (√v/√(1-β2^t) + ε), so the ε
+it is given is ε/√(1-β2^t), set before each step.
 """
 
 import logging
