@@ -165,10 +165,11 @@ def trained_optimizer(save_dir: Path) -> Optional[str]:
     """The --optimizer SAVE_DIR's checkpoints were trained under (fairseq resumes none under another): that of
     checkpoint_last.pt, or else of the newest intact training checkpoint; None without one."""
     state = None
-    for path in (save_dir / "checkpoint_last.pt", (newest_training_checkpoint(save_dir) or (0, None))[1]):
-        if state is None and path is not None and path.exists():
-            with contextlib.suppress(UnreadableCheckpoint):
-                state = load_checkpoint(path)
+    with contextlib.suppress(UnreadableCheckpoint):  # missing or cut off: the newest intact one instead
+        state = load_checkpoint(save_dir / "checkpoint_last.pt")
+    if state is None and save_dir.is_dir():
+        newest = newest_training_checkpoint(save_dir)
+        state = None if newest is None else load_checkpoint(newest[1])
     cfg = state.get("cfg") if isinstance(state, dict) else None
     if cfg is None:
         return None

@@ -76,6 +76,7 @@ class VaswaniAdam(FairseqOptimizer):
         self.implementation = "fused" if fused else "foreach"
         self._optimizer = torch.optim.AdamW(params, **self.optimizer_config, **{self.implementation: True})
         self.steps = 0  # steps taken, kept on the host (torch's count lives on the device with fused)
+        self.beta2 = betas(cfg.adam_betas)[1]
         logger.info(f"vaswani_adam: torch's {self.implementation} AdamW over {len(tensors)} parameter tensors")
 
     @property
@@ -92,9 +93,8 @@ class VaswaniAdam(FairseqOptimizer):
     def step(self, closure=None, scale=1.0, groups=None):
         """fairseq's step, with ε placed as fairseq's adam places it (the module's docstring)."""
         self.steps += 1
-        beta2 = betas(self.cfg.adam_betas)[1]
         for group in self.optimizer.param_groups:
-            group["eps"] = self.cfg.adam_eps / math.sqrt(1.0 - beta2**self.steps)
+            group["eps"] = self.cfg.adam_eps / math.sqrt(1.0 - self.beta2**self.steps)
         super().step(closure, scale, groups)
 
     def load_state_dict(self, state_dict, optimizer_overrides=None):
