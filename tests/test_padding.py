@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from conftest import build_model, random_tokens
-from vaswani_plugin.models.layers import causal_attention_mask
+from vaswani_plugin.models.layers import causal_attention_mask, padding_attention_mask
 
 LENGTHS = [6, 3, 5, 1]
 
@@ -59,3 +59,21 @@ def test_right_padding_needs_only_the_causal_flag():
     assert causal_attention_mask(padding) == (None, True)
     mask, is_causal = causal_attention_mask(padding.flip(1))  # left padding: an explicit mask
     assert not is_causal and mask.shape == (2, 1, 3, 3) and not mask[0, 0, 2, 0] and mask[0, 0, 2, 1]
+
+
+@pytest.mark.parametrize("autocast", [False, True], ids=["float32", "bf16_autocast"])
+def test_training_masks_padding_as_validation_does(dictionary, autocast):
+    """A training forward pass builds the key-padding masks once, added to the scores (0 or -inf), in the dtype
+    attention computes in; validation passes SDPA the boolean ones. Without dropout both compute the same."""
+    allowed = padding_attention_mask(torch.tensor([[True, False, False]]))
+    added = padding_attention_mask(torch.tensor([[True, False, False]]), torch.float32)
+    assert allowed.tolist() == [[[[False, True, True]]]] and added.tolist() == [[[[float("-inf"), 0.0, 0.0]]]]
+    torch.manual_seed(7)
+    model = build_model(dictionary, dropout=0.0)
+    source, target = batch(dictionary, left_pad=False)
+    outputs = []
+    for training in (True, False):
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            outputs.append(model.train(training)(source, None, target, features_only=True,
+                                                 return_attention=False)[0].float())
+    torch.testing.assert_close(outputs[0], outputs[1], rtol=0, atol=1e-6)

@@ -69,10 +69,15 @@ class TokenEmbedding(nn.Module):
         return table
 
 
-def padding_attention_mask(key_padding: Tensor) -> Tensor:
-    """Boolean SDPA mask (True = may attend), shape (batch, 1, 1, keys). Always a mask: asking whether anything
-    is padded would cost a host sync, and nearly every batch pads some source sentence."""
-    return (~key_padding)[:, None, None, :]
+def padding_attention_mask(key_padding: Tensor, dtype: Optional[torch.dtype] = None) -> Tensor:
+    """SDPA mask of shape (batch, 1, 1, keys): boolean (True = may attend), or with a dtype added to the scores
+    (0, or -inf at padding), which SDPA would otherwise make of the boolean one in each layer's call (a training
+    forward pass builds it once). Always a mask: asking whether anything is padded would cost a host sync, and
+    nearly every batch pads some source sentence."""
+    if dtype is None:
+        return (~key_padding)[:, None, None, :]
+    additive = torch.zeros(key_padding.shape, dtype=dtype, device=key_padding.device)
+    return additive.masked_fill_(key_padding, float("-inf"))[:, None, None, :]
 
 
 def causal_attention_mask(key_padding: Tensor, right_padded: Optional[bool] = None

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from vaswani_plugin import paper
 from vaswani_plugin.errors import VaswaniConfigError
+from vaswani_plugin.models.attention import attention_dtype
 from vaswani_plugin.models.beam_cache import BeamCache
 from vaswani_plugin.models.layers import (
     DecoderLayer,
@@ -175,7 +176,7 @@ class VaswaniEncoder(FairseqEncoder):
         """Returns {"memory": [x (batch, src_len, d_model)], "memory_padding_mask": [(batch, src_len)]}."""
         padding = src_tokens.eq(self.padding_idx)
         x = self.embedding(src_tokens, position_indices(padding), padding.size(1))
-        mask = padding_attention_mask(padding)
+        mask = padding_attention_mask(padding, attention_dtype(x) if self.training else None)
         for layer in self.layers:
             x = layer(x, mask)
         if self.final_norm is not None:
@@ -261,14 +262,14 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
         else:
             memory, memory_padding = encoder_rows(encoder_out)
             self_mask, self_is_causal = causal_attention_mask(padding, self.right_padded if self.training else None)
-        # The encoder-decoder mask is only needed until the cache holds the encoder's keys/values.
-        memory_mask = None
-        if cache is None or cache.length == 0:
-            memory_mask = padding_attention_mask(memory_padding)
         if return_attention is None:
             return_attention = not self.training and incremental_state is None
 
         x = self.embedding(tokens, positions, padding.size(1))
+        # The encoder-decoder mask is only needed until the cache holds the encoder's keys/values.
+        memory_mask = None
+        if cache is None or cache.length == 0:
+            memory_mask = padding_attention_mask(memory_padding, attention_dtype(x) if self.training else None)
         attention = None
         for index, layer in enumerate(self.layers):
             is_last = index == len(self.layers) - 1
