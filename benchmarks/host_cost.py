@@ -206,6 +206,7 @@ def measure(spec, data_dir, precision, implementation, optimizer) -> dict:
     from fairseq.data import iterators
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq.trainer import Trainer
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     key = (implementation, optimizer)
@@ -279,9 +280,10 @@ def measure(spec, data_dir, precision, implementation, optimizer) -> dict:
     for event in profiled.events():
         if event.name in PHASES:
             ranges[PHASES[event.name]] += event.cpu_time_total / 1000 / spec.profiled
-    if cuda:  # the device's own time per update (kernels, copies), against the unprofiled update's wall time
-        result["device_ms"] = sum(item.self_device_time_total for item in profiled.key_averages()) / 1000 / \
-            spec.profiled
+    if cuda:  # the device's own time per update (its kernels and copies: the events on the device, not the host
+        # ops that launched them, which carry the same time), against the unprofiled update's wall time
+        result["device_ms"] = sum(event.device_time_total for event in profiled.events()
+                                  if event.device_type != DeviceType.CPU) / 1000 / spec.profiled
     return dict(result, calls={column: calls[column] / spec.profiled for column in COLUMNS},
                 operators={key: count / spec.profiled for key, count in calls.items() if isinstance(key, tuple)},
                 syncs={site: count / spec.profiled for site, count in syncs.calls.items()},
