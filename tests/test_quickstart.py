@@ -24,7 +24,9 @@ from test_recipes import NEEDS_CPU_PATH, REPO, TINY, hypotheses, ran_the_documen
 
 pytestmark = pytest.mark.e2e  # the whole quickstart on the real Multi30k
 
-TINY_QUICKSTART = dict(RAW_DIR=str(SHARED_DATA / "multi30k"), BUDGET_MINUTES="0.15", BPE_MERGES="500",
+# 15 s of training: the 16 updates the checks below need (two log windows, the dev BLEU twice) with a margin on a
+# slow, loaded machine (a VM whose fairseq import took 9.7 s made 14 in 9 s under the suite's load).
+TINY_QUICKSTART = dict(RAW_DIR=str(SHARED_DATA / "multi30k"), BUDGET_MINUTES="0.25", BPE_MERGES="500",
                        SAVE_INTERVAL_UPDATES="4", AVERAGE_LAST="2", EXTRA_TRAIN_ARGS=TINY,
                        EXTRA_GENERATE_ARGS="--max-len-a 0 --max-len-b 3", DEV_SCORE="1", DEV_SCORE_EVERY="8",
                        DEV_SCORE_SENTENCES="10")
@@ -70,7 +72,7 @@ def test_quickstart_from_raw_files_to_bleu_translations_and_pictures(lane):
 
     # Training stopped by the wall-clock budget; the average is that of the last 2 interval checkpoints.
     log = (work / "checkpoints" / "train.log").read_text()
-    assert "Stopping training due to cumulative_training_time" in log and "'stop_time_hours': 0.0025" in log
+    assert "Stopping training due to cumulative_training_time" in log and "'stop_time_hours': 0.004166666666666667" in log
     # BF16=auto: bfloat16 autocast where this CPU multiplies bfloat16 natively, float32 elsewhere; the task
     # decides and says so.
     assert "'task': {'_name': 'vaswani_translation'" in log and "'bf16_autocast': 'auto'" in log
