@@ -2,6 +2,7 @@
 
     python benchmarks/host_cost.py                       # 6+6 layers at d_model 64, 20 updates after 5, 1 thread
     python benchmarks/host_cost.py --smoke               # seconds: 1+1 layers, 2 updates (the test suite)
+    python benchmarks/host_cost.py --device cuda --size big --precisions amp --seconds 45   # the GPU acceptance's
 
 On a GPU an update of a model at the sizes users train is a few milliseconds of arithmetic: the host's work sets
 the speed. This measures that work where arithmetic is negligible (a small model on the CPU): each configuration
@@ -10,10 +11,14 @@ trained on the same synthetic batches (variable lengths, right-padded targets as
 per update it prints
 - host ms: the wall time of Trainer.train_step (on a CPU this includes the small model's arithmetic);
 - data wait ms: the time the loop waited for its next batch (fairseq's iterator, --num-workers);
-- kernel-like operator calls (torch.profiler; leaf aten calls, views and other metadata-only calls left out), in
+- kernel-like operator calls (torch.profiler: aten calls under which no other such call runs, views and other
+  metadata-only calls left out, a foreach or fused call counted once), in
   forward and backward, in the gradients' multiply and clip, in the optimizer step, and the rest of train_step;
 - the calls that would make the host wait for a GPU (item, tolist, nonzero, bool(), .cpu() ...; counted on any
-  tensor, as a GPU run may hold it on the device), each named by the first plugin or fairseq frame that made it.
+  tensor, as a GPU run may hold it on the device), each named by the first plugin or fairseq frame that made it;
+- with --device cuda also target tokens/s, MFU (6 x parameters x tokens/s / the card's peak), the device's busy
+  share (its own time per update in torch.profiler / an unprofiled update's wall time), peak memory, and the host's
+  milliseconds in fairseq's forward/backward and optimizer ranges against the device's idle time.
 Precisions: float32; fp16 and amp take fairseq's FP16Optimizer and AMPOptimizer paths on a CPU through the tests'
 shims (tests/fp16_on_cpu.py; amp's GradScaler is disabled without CUDA, so amp runs float32 arithmetic on its
 optimizer path). Ratios are (plugin with the recipes' optimizer) / (fairseq's transformer with fairseq's adam).
@@ -23,7 +28,6 @@ import argparse
 import copy
 import os
 import platform
-import random
 import statistics
 import sys
 import tempfile
