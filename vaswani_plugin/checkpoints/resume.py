@@ -161,20 +161,29 @@ def configuration_change(old: dict, new: dict) -> Optional[str]:
     return None
 
 
+def resumed_state(save_dir: Path) -> Optional[dict]:
+    """The checkpoint training resumes from: checkpoint_last.pt, or where it is missing or cut off the newest intact
+    training checkpoint (which resume() makes checkpoint_last.pt before training); None without one."""
+    with contextlib.suppress(UnreadableCheckpoint):
+        return load_checkpoint(save_dir / "checkpoint_last.pt")
+    newest = newest_training_checkpoint(save_dir) if save_dir.is_dir() else None
+    return None if newest is None else load_checkpoint(newest[1])
+
+
+def stored_config(state: dict) -> dict:
+    """A checkpoint's fairseq configuration as a plain dict (a DictConfig when another fairseq version wrote it)."""
+    cfg = state["cfg"]
+    if not isinstance(cfg, dict):
+        from omegaconf import OmegaConf
+        cfg = OmegaConf.to_container(cfg, resolve=True)
+    return cfg
+
+
 def trained_optimizer(save_dir: Path) -> Optional[str]:
-    """The --optimizer SAVE_DIR's checkpoints were trained under (fairseq resumes none under another): that of
-    checkpoint_last.pt, or else of the newest intact training checkpoint; None without one."""
-    state = None
-    with contextlib.suppress(UnreadableCheckpoint):  # missing or cut off: the newest intact one instead
-        state = load_checkpoint(save_dir / "checkpoint_last.pt")
-    if state is None and save_dir.is_dir():
-        newest = newest_training_checkpoint(save_dir)
-        state = None if newest is None else load_checkpoint(newest[1])
-    cfg = state.get("cfg") if isinstance(state, dict) else None
-    if cfg is None:
-        return None
-    optimizer = cfg["optimizer"] if isinstance(cfg, dict) else getattr(cfg, "optimizer", None)
-    return None if optimizer is None else optimizer["_name"]
+    """The --optimizer SAVE_DIR's checkpoints were trained under (fairseq resumes none under another): that of the
+    checkpoint training resumes from; None without one."""
+    state = resumed_state(save_dir)
+    return None if state is None else stored_config(state)["optimizer"]["_name"]
 
 
 def plan_decision(plan: str, repair: bool = False) -> str:
@@ -184,23 +193,10 @@ def plan_decision(plan: str, repair: bool = False) -> str:
     if repair:
         with contextlib.redirect_stdout(sys.stderr):
             resume(save_dir)
-    last = save_dir / "checkpoint_last.pt"
-    state = None
-    if last.exists():
-        try:
-            state = load_checkpoint(last)
-        except UnreadableCheckpoint:
-            state = None
-    if state is None:  # cut off: the newest intact one, which resume() makes checkpoint_last.pt before training
-        newest = newest_training_checkpoint(save_dir) if save_dir.is_dir() else None
-        if newest is None:
-            return "run"
-        state = load_checkpoint(newest[1])
-    old = state["cfg"]
-    if not isinstance(old, dict):  # a DictConfig: written by another fairseq version
-        from omegaconf import OmegaConf
-        old = OmegaConf.to_container(old, resolve=True)
-    change = configuration_change(old, new)
+    state = resumed_state(save_dir)
+    if state is None:
+        return "run"
+    change = configuration_change(stored_config(state), new)
     if change:
         return f"refuse {change}"
     updates = state["optimizer_history"][-1]["num_updates"]
