@@ -4,6 +4,7 @@ process where a run must succeed, else as processes of their own)."""
 import contextlib
 import functools
 import importlib
+import importlib.util
 import io
 import logging
 import os
@@ -33,6 +34,14 @@ TINY_MODEL = ("--encoder-layers 1 --decoder-layers 2 --encoder-embed-dim 32 --de
 PAPER_TRAINING = [*paper.arguments("training"), "--warmup-updates", str(paper.WARMUP_STEPS),
                   "--max-tokens", "1000", "--cpu", "--seed", "1", "--required-batch-size-multiple", "1"]
 TEST_SENTENCES = 103  # not a multiple of 8: every one must come back (fairseq issue #5036)
+
+
+def benchmark(name):
+    """benchmarks/NAME.py as a module, for the tests that check its pieces (benchmarks/ is no package)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def paper_options(section, *names):

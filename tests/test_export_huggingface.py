@@ -7,7 +7,7 @@ generation config; decoding from <pad> (Marian's default); the tokenizer ending 
 missing-extra message.
 """
 
-import importlib.util
+import importlib
 import re
 import subprocess
 import sys
@@ -17,7 +17,7 @@ import torch
 from fairseq.data import data_utils
 from fairseq.sequence_generator import SequenceGenerator
 
-from cli_helpers import REPO
+from cli_helpers import REPO, benchmark
 from conftest import build_model, lane_job, make_dictionary, random_tokens, train_with_cross_entropy
 from doc_blocks import block, run_shell
 from test_quickstart import quickstart_run  # noqa: F401  (registers the second lane's job this file reads)
@@ -27,9 +27,7 @@ from vaswani_plugin.serving.export_huggingface import MarianMTModel, to_marian
 
 # The benchmark's conversions between fairseq's batches and transformers' and its raw-text path (what
 # transformers 4's pipeline("translation") did), checked here.
-_spec = importlib.util.spec_from_file_location("huggingface_speed", REPO / "benchmarks" / "huggingface_speed.py")
-huggingface_speed = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(huggingface_speed)
+huggingface_speed = benchmark("huggingface_speed")
 right_padded, translate_raw, until_eos = (huggingface_speed.right_padded, huggingface_speed.translate_raw,
                                           huggingface_speed.until_eos)
 

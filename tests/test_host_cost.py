@@ -1,7 +1,6 @@
 """benchmarks/host_cost.py: its smoke run (fairseq's Trainer in float32, fp16 and amp, fairseq's transformer and the
 plugin), and its two counters on cases whose answer is known; the figures themselves are in docs/results.md."""
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -9,11 +8,9 @@ import sys
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from cli_helpers import REPO
+from cli_helpers import REPO, benchmark
 
-_spec = importlib.util.spec_from_file_location("host_cost", REPO / "benchmarks" / "host_cost.py")
-host_cost = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(host_cost)
+host_cost = benchmark("host_cost")
 
 ROW = re.compile(r"^(float32|fp16|amp) +(transformer|vaswani_transformer) +(adam|vaswani_adam) +([\d. ]+)$")
 
