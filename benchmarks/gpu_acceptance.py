@@ -126,6 +126,8 @@ SPEED_RUNS = [  # (name, which of host_cost_tokens, host_cost.py's arguments)
     ("the plugin at 3,125 tokens a GPU", 1, ["--implementations", "vaswani_transformer"]),
     ("fairseq's transformer as shipped", 0, ["--implementations", "transformer"]),
     ("fairseq's transformer, cuDNN's SDPA off", 0, ["--implementations", "transformer", "--no-cudnn-sdpa"])]
+_TRAINING = PAPER.arguments("training")
+RECIPES_OPTIMIZER = _TRAINING[_TRAINING.index("--optimizer") + 1]  # the plugin's, as the recipes train it
 SPEED_RUN_OVERHEAD_S = 25  # a speed run's start-up, data, warm-up and profiled updates, beyond its timed window
 # Issue 50's targets on one GPU, read off the speed runs: (what, run, measure, at least; against run, if a ratio)
 TARGETS = [("MFU of the plugin at the one-GPU default >= 40 %", 0, "mfu", 0.40, None),
@@ -1173,7 +1175,7 @@ def run_speed(mode, work, deadline, end):
         tokens = mode.host_cost_tokens[which]
         seconds = min(mode.host_cost_seconds, share - SPEED_RUN_OVERHEAD_S) if mode.host_cost_seconds else 0
         command = ["benchmarks/host_cost.py", *mode.host_cost_args, "--max-tokens", str(tokens), "--optimizers",
-                   PAPER.arguments("training")[1], *options] + (["--seconds", f"{seconds:.0f}"] if seconds else [])
+                   RECIPES_OPTIMIZER, *options] + (["--seconds", f"{seconds:.0f}"] if seconds else [])
         run = dict(name=name, tokens=tokens, command=f"python {shlex.join(command)}", output="")
         runs.append(run)
         if share <= 0 or (mode.host_cost_seconds and seconds < 10):

@@ -186,9 +186,10 @@ CONFIGS = {}  # (implementation, optimizer): fairseq's configuration in float32
 
 def arguments(spec, data_dir, implementation, optimizer):
     arch, criterion, task = IMPLEMENTATIONS[implementation]
+    ffn = spec.ffn or 4 * spec.dim
     sizes = ["--encoder-layers", spec.layers, "--decoder-layers", spec.layers, "--encoder-embed-dim", spec.dim,
-             "--decoder-embed-dim", spec.dim, "--encoder-ffn-embed-dim", 4 * spec.dim, "--decoder-ffn-embed-dim",
-             4 * spec.dim, "--encoder-attention-heads", spec.heads, "--decoder-attention-heads", spec.heads]
+             "--decoder-embed-dim", spec.dim, "--encoder-ffn-embed-dim", ffn, "--decoder-ffn-embed-dim", ffn,
+             "--encoder-attention-heads", spec.heads, "--decoder-attention-heads", spec.heads]
     words = [data_dir, "--user-dir", REPO / "vaswani_plugin", "--task", task, "--source-lang", "src",
              "--target-lang", "tgt",
              "--arch", arch,
@@ -363,9 +364,10 @@ def main(argv=None):
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                         help="cuda: also tokens/s, MFU, the GPU's busy share, peak memory, where an update's time goes")
     parser.add_argument("--size", choices=sorted(PAPER_SIZES),
-                        help="a model of vaswani_plugin/paper.py (sets --layers, --dim, --heads)")
+                        help="a model of vaswani_plugin/paper.py (sets --layers, --dim, --ffn, --heads)")
     parser.add_argument("--layers", type=int, default=6, help="N, encoder and decoder (default 6, the paper's)")
-    parser.add_argument("--dim", type=int, default=64, help="d_model (d_ff = 4 d_model; default 64)")
+    parser.add_argument("--dim", type=int, default=64, help="d_model (default 64)")
+    parser.add_argument("--ffn", type=int, help="d_ff (default 4 d_model)")
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--symbols", type=int, default=1000, help="vocabulary size (joined dictionary)")
     parser.add_argument("--max-tokens", type=int, default=1024, help="tokens a batch")
@@ -396,7 +398,7 @@ def main(argv=None):
         spec.max_tokens, spec.num_workers, spec.optimizers = 256, 0, [spec.recipes_optimizer]
     if spec.size:
         size = PAPER_SIZES[spec.size]
-        spec.layers, spec.dim, spec.heads = size["layers"], size["d_model"], size["heads"]
+        spec.layers, spec.dim, spec.ffn, spec.heads = size["layers"], size["d_model"], size["d_ff"], size["heads"]
     import torch
     torch.set_num_threads(spec.threads)
     if spec.no_cudnn_sdpa:
@@ -412,8 +414,9 @@ def main(argv=None):
     warnings.filterwarnings("ignore", message=".*validated against ConfigStore.*")
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    timed = f"{spec.seconds:g} s of updates" if spec.seconds else f"{spec.updates} updates"
     print(f"host cost of an update: fairseq's Trainer, {spec.layers}+{spec.layers} layers, d_model {spec.dim}, "
-          f"{spec.max_tokens} tokens a batch, {spec.updates} updates after {spec.warmup} (median), "
+          f"d_ff {spec.ffn or 4 * spec.dim}, {spec.max_tokens} tokens a batch, {timed} after {spec.warmup} (median), "
           f"{spec.profiled} profiled; CPU {cpu}, {spec.threads} thread(s), torch {torch.__version__}; the plugin from "
           f"{REPO / 'vaswani_plugin'}", flush=True)
     results = {}
