@@ -17,11 +17,16 @@ per update it prints
 - the calls that would make the host wait for a GPU (item, tolist, nonzero, bool(), .cpu() ...; counted on any
   tensor, as a GPU run may hold it on the device), each named by the first plugin or fairseq frame that made it;
 - with --device cuda also target tokens/s, MFU (6 x parameters x tokens/s / the card's peak), the device's busy
-  share (its own time per update in torch.profiler / an unprofiled update's wall time), peak memory, and the host's
-  milliseconds in fairseq's forward/backward and optimizer ranges against the device's idle time.
+  share (its own time per update in torch.profiler / an unprofiled update's wall time), and the host's
+  milliseconds in fairseq's forward/backward and optimizer ranges against the device's idle time;
+- peak memory (a GPU's allocator; on a CPU the live tensors at the profiled updates' start, gc's, the gradients
+  freed, plus the profiler's allocations after it) beside the plugin's memory model (vaswani_plugin/models/
+  memory.py) for the largest padded source and target of the same updates: the model is an upper bound, checked
+  here (amp on a CPU computes in float32: no model).
 Precisions: float32; fp16 and amp take fairseq's FP16Optimizer and AMPOptimizer paths on a CPU through the tests'
 shims (tests/fp16_on_cpu.py; amp's GradScaler is disabled without CUDA, so amp runs float32 arithmetic on its
-optimizer path). Ratios are (plugin with the recipes' optimizer) / (fairseq's transformer with fairseq's adam).
+optimizer path); bf16 is the plugin's --bf16-autocast on, the plugin alone. Ratios are (plugin with the recipes'
+optimizer) / (fairseq's transformer with fairseq's adam).
 """
 
 import argparse
@@ -40,6 +45,7 @@ sys.path.insert(0, str(REPO))
 from prepare._common import plugin_leaf  # noqa: E402
 
 PAPER_SIZES = plugin_leaf("paper").MODELS  # the paper's models (vaswani_plugin/paper.py), without fairseq's import
+MEMORY = plugin_leaf("models.memory")  # the memory model the recipes choose a GPU's batch by
 
 # Calls that make the host wait for a GPU's results (torch's CUDA sync debug mode flags the same kernels).
 SYNCING = {"__bool__", "item", "tolist", "__int__", "__float__", "__index__", "nonzero", "masked_select", "unique",
@@ -162,6 +168,19 @@ def write_dictionary(path: Path, symbols: int):
     path.write_text("".join(f"w{index} {1000 - index % 1000}\n" for index in range(symbols)))
 
 
+class Slices:
+    """Sentence i = words[starts[i]:starts[i + 1]], made when read (hundreds of thousands of views take seconds)."""
+
+    def __init__(self, words, starts):
+        self.words, self.starts = words, starts
+
+    def __len__(self):
+        return len(self.starts) - 1
+
+    def __getitem__(self, index):
+        return self.words[self.starts[index]:self.starts[index + 1]]
+
+
 def synthetic_dataset(task, sentences: int, seed: int):
     """Sentence pairs of 4-60 tokens (targets of the source's length +-20 %: WMT's lengths after BPE, mean ~32)
     over the task's dictionaries."""
@@ -172,11 +191,13 @@ def synthetic_dataset(task, sentences: int, seed: int):
     lengths = torch.randint(4, 61, (sentences,), generator=generator)
     target_lengths = (lengths * (0.8 + 0.4 * torch.rand(sentences, generator=generator))).round().long().clamp(min=2)
     pairs = []
-    for counts in (lengths, target_lengths):
-        words = torch.randint(vocabulary.nspecial, len(vocabulary), (int(counts.sum()),), generator=generator)
-        eos = torch.tensor([vocabulary.eos()])
-        pairs.append([torch.cat([piece, eos]) for piece in words.split(counts.tolist())])
-    sizes = [[len(sentence) for sentence in side] for side in pairs]
+    for counts in (lengths, target_lengths):  # each sentence a slice of one tensor, its last word end-of-sentence
+        words = torch.randint(vocabulary.nspecial, len(vocabulary), (int(counts.sum()) + sentences,),
+                              generator=generator)
+        ends = torch.cumsum(counts + 1, 0)
+        words[ends - 1] = vocabulary.eos()
+        pairs.append(Slices(words, [0] + ends.tolist()))
+    sizes = [(counts + 1).numpy() for counts in (lengths, target_lengths)]
     return LanguagePairDataset(pairs[0], sizes[0], vocabulary, pairs[1], sizes[1], task.target_dictionary,
                                left_pad_source=True, left_pad_target=False)
 
@@ -221,6 +242,8 @@ def measure(spec, data_dir, precision, implementation, optimizer) -> dict:
             parser, arguments(spec, data_dir, implementation, optimizer)))
     cfg = copy.deepcopy(CONFIGS[key])
     cfg.common.fp16, cfg.common.amp = precision == "fp16", precision == "amp"
+    if precision == "bf16":  # the plugin's task alone
+        cfg.task.bf16_autocast = "on"
     torch.manual_seed(1)
     task = tasks.setup_task(cfg.task)
     task.datasets["train"] = synthetic_dataset(task, spec.sentences, seed=1)
@@ -231,6 +254,7 @@ def measure(spec, data_dir, precision, implementation, optimizer) -> dict:
     cuda = spec.device == "cuda"
     state = dict(batches=iterators.GroupedIterator(epoch_itr.next_epoch_itr(shuffle=True), 1), tokens=0, epochs=0)
     waits, steps = [], []
+    seen = [0, 0]  # the largest padded source and target since the peak was reset
 
     def synchronize():
         if cuda:
@@ -251,13 +275,18 @@ def measure(spec, data_dir, precision, implementation, optimizer) -> dict:
         trainer.train_step(samples)
         waits.append(middle - start)
         steps.append(time.perf_counter() - middle)
-        state["tokens"] += sum(sample["ntokens"] for sample in samples if sample)
+        for sample in samples:
+            if sample:
+                state["tokens"] += sample["ntokens"]
+                seen[:] = (max(seen[0], sample["net_input"]["src_tokens"].numel()),
+                           max(seen[1], sample["net_input"]["prev_output_tokens"].numel()))
 
     for _ in range(spec.warmup):
         update()
     synchronize()
     if cuda:
         torch.cuda.reset_peak_memory_stats()
+        seen[:] = 0, 0
     waits.clear(), steps.clear()
     state.update(tokens=0, epochs=0)
     begin = time.perf_counter()
@@ -270,16 +299,22 @@ def measure(spec, data_dir, precision, implementation, optimizer) -> dict:
                   tokens_per_s=state["tokens"] / wall, parameters=parameters, mfu=None, peak_mb=None, device_ms=None)
     if cuda:
         from vaswani_plugin.tools.training_cost import peak_for
-        peak = peak_for(torch.cuda.get_device_name(0), precision in ("fp16", "amp"))
+        peak = peak_for(torch.cuda.get_device_name(0), precision in ("fp16", "amp", "bf16"))
         result["peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
         result["mfu"] = None if peak is None else MFU_FLOPS_PER_PARAMETER_TOKEN * parameters * \
             result["tokens_per_s"] / (peak * 1e12)
     syncs = HostSyncs()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with profile(activities=activities) as profiled, syncs:
+    if not cuda:  # the profiler records no free of a block allocated before it started: the gradients go first,
+        trainer.zero_grad()  # as train_step's first act would free them
+        seen[:], live = (0, 0), live_bytes()
+    with profile(activities=activities, profile_memory=not cuda) as profiled, syncs:
         for _ in range(spec.profiled):
             update()
         synchronize()
+    if not cuda:
+        result["peak_mb"] = (live + allocated_peak(profiled)) / 2**20
+    result["model_mb"] = model_megabytes(spec, task, precision, implementation, seen)
     calls = kernel_calls(profiled)
     ranges = Counter()
     for event in profiled.events():
@@ -295,10 +330,65 @@ def measure(spec, data_dir, precision, implementation, optimizer) -> dict:
                 host_ranges={column: ranges[column] for column in ("fwd+bwd", "grads", "optimizer")})
 
 
+def live_bytes() -> int:
+    """Bytes of the floating-point CPU tensors Python holds (gc's objects; each storage once): at an update's
+    boundary the weights, gradients, optimizer state and caches, as no autograd graph is alive. The data set and
+    its batches (integers), which a GPU's count leaves out too, are left out."""
+    import gc
+
+    import torch
+    storages = {}
+    for thing in gc.get_objects():
+        if isinstance(thing, torch.Tensor) and thing.device.type == "cpu" and thing.is_floating_point():
+            storage = thing.untyped_storage()
+            storages[storage.data_ptr()] = storage.nbytes()
+    return sum(storages.values())
+
+
+def allocated_peak(profiled) -> int:
+    """The most bytes allocated at once, counted from the profile's start: its memory events in time order."""
+    events = sorted((event.start_ns(), event.nbytes()) for event in profiled.profiler.kineto_results.events()
+                    if event.name() == "[memory]")
+    total = peak = 0
+    for _, size in events:
+        total += size
+        peak = max(peak, total)
+    return peak
+
+
+def sizes_for(spec, vocabulary):
+    """The memory model's sizes of the configurations measured (a joined dictionary, all embeddings shared)."""
+    return MEMORY.Sizes(spec.layers, spec.dim, spec.ffn or 4 * spec.dim, spec.heads, vocabulary, vocabulary, "all")
+
+
+def one_gpu_default(spec, data_dir) -> int:
+    """The batch the recipes give one GPU of this kind when MAX_TOKENS_PER_GPU is unset: the paper's step in as few
+    batches as the memory model lets the GPU hold (vaswani_plugin/tools/gpu_batch.py), split evenly."""
+    from fairseq.data import Dictionary
+    from vaswani_plugin.tools.gpu_batch import largest_on_gpus
+    sizes = sizes_for(spec, len(Dictionary.load(str(data_dir / "dict.tgt.txt"))))
+    largest, why = largest_on_gpus(sizes, spec.precisions[0])
+    tokens = MEMORY.step_split(plugin_leaf("paper").TOKENS_PER_STEP, 1, largest)[1]
+    print(f"--max-tokens 0: {tokens} tokens a batch, the paper's step split for one GPU of which {why}", flush=True)
+    return tokens
+
+
+def model_megabytes(spec, task, precision, implementation, seen):
+    """The memory model's peak for the plugin at the largest padded source and target seen; None for fairseq's
+    model and for amp on a CPU (float32 arithmetic under another optimizer)."""
+    if implementation != "vaswani_transformer" or (precision == "amp" and spec.device == "cpu"):
+        return None
+    from vaswani_plugin.models.output_layer_loss import chunk_logits_for
+    import torch
+    chunk = chunk_logits_for(torch.device(spec.device))
+    return MEMORY.peak_bytes(sizes_for(spec, len(task.target_dictionary)), precision, *seen, chunk,
+                             spec.device) / 2**20
+
+
 def configurations(spec):
     """(precision, implementation, optimizer): fairseq's transformer with adam, the plugin with each --optimizers."""
     for precision in spec.precisions:
-        if "transformer" in spec.implementations:
+        if "transformer" in spec.implementations and precision != "bf16":  # fairseq's --bf16 is for TPUs
             yield (precision, *REFERENCE)
         for optimizer in spec.optimizers if "vaswani_transformer" in spec.implementations else ():
             yield precision, "vaswani_transformer", optimizer
@@ -326,13 +416,14 @@ def report(results, spec):
               + " ".join(f"{calls[column]:9.0f}" for column in COLUMNS)
               + f" {sum(calls.values()):7.0f} {sync_total(result):6.1f} {sync_total(result, 'plugin'):6.1f}")
     print(f"{'precision':<9} {'implementation':<20} {'optimizer':<12} {'updates':>7} {'tok/s':>9} {'MFU':>6} "
-          f"{'busy':>6} {'peak MB':>8} {'wall ms':>8} {'fwd+bwd':>8} {'optim':>7} {'idle ms':>8}")
+          f"{'busy':>6} {'peak MB':>8} {'model MB':>8} {'wall ms':>8} {'fwd+bwd':>8} {'optim':>7} {'idle ms':>8}")
     for (precision, implementation, optimizer), result in results.items():
         device, wall = result["device_ms"], result["wall_ms"]
         host = result["host_ranges"]
         print(f"{precision:<9} {implementation:<20} {optimizer:<12} {result['updates']:7d} "
               f"{result['tokens_per_s']:9.0f} {percent(result['mfu']):>6} "
-              f"{percent(None if device is None else device / wall):>6} {figure(result['peak_mb'], '8.0f'):>8} "
+              f"{percent(None if device is None else device / wall):>6} {figure(result['peak_mb'], '8.1f'):>8} "
+              f"{figure(result['model_mb'], '8.1f'):>8} "
               f"{wall:8.1f} {host['fwd+bwd']:8.1f} {host['grads'] + host['optimizer']:7.1f} "
               f"{figure(None if device is None else wall - device, '8.1f'):>8}"
               + (f"  ({result['epochs_ended']} epoch end(s) in the timed window)" if result["epochs_ended"] else ""))
@@ -347,6 +438,10 @@ def report(results, spec):
               f"kernel-like calls {total:.2f}, in forward and backward {forward_backward:.2f}, "
               f"host ms {ours['host_ms'] / reference['host_ms']:.2f}; the plugin's own syncs "
               f"{sync_total(ours, 'plugin'):.0f}")
+    for (precision, implementation, optimizer), result in results.items():
+        if result["model_mb"] is not None and result["peak_mb"]:
+            print(f"memory model {precision} {implementation} {optimizer}: {result['model_mb']:.2f} MB for the "
+                  f"measured peak's {result['peak_mb']:.2f} MB, ratio {result['model_mb'] / result['peak_mb']:.2f}")
     if spec.operators:
         print(f"the {spec.operators} most frequent kernel-like calls per update:")
         for (precision, implementation, optimizer), result in results.items():
@@ -370,7 +465,9 @@ def main(argv=None):
     parser.add_argument("--ffn", type=int, help="d_ff (default 4 d_model)")
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--symbols", type=int, default=1000, help="vocabulary size (joined dictionary)")
-    parser.add_argument("--max-tokens", type=int, default=1024, help="tokens a batch")
+    parser.add_argument("--max-tokens", type=int, default=1024,
+                        help="tokens a batch; 0 with --device cuda and one precision: the recipes' one-GPU default "
+                             "(the paper's step, in as few batches as the memory model lets the GPU hold)")
     parser.add_argument("--sentences", type=int, default=2000, help="synthetic training sentence pairs")
     parser.add_argument("--warmup", type=int, default=5, help="updates before timing")
     parser.add_argument("--updates", type=int, default=20, help="timed updates (the median is printed)")
@@ -379,7 +476,8 @@ def main(argv=None):
     parser.add_argument("--num-workers", type=int, default=1, help="fairseq's --num-workers (its default 1)")
     parser.add_argument("--threads", type=int, default=1, help="torch's intra-op threads")
     parser.add_argument("--precisions", nargs="+", default=["float32", "fp16", "amp"],
-                        choices=["float32", "fp16", "amp"])
+                        choices=["float32", "fp16", "amp", "bf16"],
+                        help="bf16: the plugin's --bf16-autocast on (the plugin alone)")
     parser.add_argument("--implementations", nargs="+", default=list(IMPLEMENTATIONS), choices=list(IMPLEMENTATIONS))
     parser.add_argument("--no-cudnn-sdpa", action="store_true",
                         help="turn cuDNN's fused attention off for the whole run (fairseq's transformer as patched)")
@@ -405,6 +503,8 @@ def main(argv=None):
         torch.backends.cuda.enable_cudnn_sdp(False)
     if spec.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch sees no CUDA device")
+    if spec.max_tokens == 0 and (spec.device != "cuda" or len(spec.precisions) != 1):
+        parser.error("--max-tokens 0 (the one-GPU default) needs --device cuda and one precision")
     if spec.device == "cpu" and {"fp16", "amp"} & set(spec.precisions):
         sys.path.insert(0, str(REPO / "tests"))
         import fp16_on_cpu  # noqa: F401  (fairseq's float16 optimizers on a CPU: patched in this process)
@@ -415,15 +515,18 @@ def main(argv=None):
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
     timed = f"{spec.seconds:g} s of updates" if spec.seconds else f"{spec.updates} updates"
+    folder = tempfile.TemporaryDirectory()
+    data_dir = Path(folder.name)
+    for side in ("src", "tgt"):
+        write_dictionary(data_dir / f"dict.{side}.txt", spec.symbols)
+    if spec.max_tokens == 0:
+        spec.max_tokens = one_gpu_default(spec, data_dir)
     print(f"host cost of an update: fairseq's Trainer, {spec.layers}+{spec.layers} layers, d_model {spec.dim}, "
           f"d_ff {spec.ffn or 4 * spec.dim}, {spec.max_tokens} tokens a batch, {timed} after {spec.warmup} (median), "
           f"{spec.profiled} profiled; CPU {cpu}, {spec.threads} thread(s), torch {torch.__version__}; the plugin from "
           f"{REPO / 'vaswani_plugin'}", flush=True)
     results = {}
-    with tempfile.TemporaryDirectory() as folder:
-        data_dir = Path(folder)
-        for side in ("src", "tgt"):
-            write_dictionary(data_dir / f"dict.{side}.txt", spec.symbols)
+    with folder:
         for configuration in configurations(spec):
             results[configuration] = measure(spec, data_dir, *configuration)
     report(results, spec)

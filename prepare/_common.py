@@ -11,12 +11,12 @@ from typing import Callable, Iterable, Iterator, List, Optional, Sequence, TextI
 
 
 def plugin_leaf(name: str):
-    """vaswani_plugin.NAME, a module that imports nothing (paper, errors), without the package's import of
-    fairseq (seconds, at every command's start); registered under its own name, so that importing the package
+    """vaswani_plugin.NAME, a module that imports nothing (paper, errors, models.memory), without the package's
+    import of fairseq (seconds, at every command's start); registered under its own name, so that importing the package
     later in the same process finds this very module (its classes stay the same classes)."""
     full_name = f"vaswani_plugin.{name}"
     if full_name not in sys.modules:
-        path = Path(__file__).resolve().parent.parent / "vaswani_plugin" / f"{name}.py"
+        path = Path(__file__).resolve().parent.parent / "vaswani_plugin" / f"{name.replace('.', '/')}.py"
         spec = importlib.util.spec_from_file_location(full_name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[full_name] = module

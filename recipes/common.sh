@@ -17,7 +17,7 @@
 #                        logs as train.log's `precision:` line  (default 0; quickstart auto)
 #   DROPOUT              P_drop, for the WMT14 recipes and the parsing one (default: the architecture's)
 #   TOKENS_PER_STEP      source (and target) tokens per step            (default: 25000, §5.1)
-#   MAX_TOKENS_PER_GPU   most tokens one GPU holds in a batch           (default: 4096)
+#   MAX_TOKENS_PER_GPU   most tokens one GPU holds in a batch (default: as many as its memory holds; on CPU 4096)
 #   SAVE_INTERVAL_UPDATES, AVERAGE_LAST   checkpoint cadence and how many to average (default: the paper's)
 #   EXTRA_TRAIN_ARGS     more fairseq-train arguments, appended last (so they override)
 #   EXTRA_PREPARE_ARGS   more `python -m prepare.wmt14` (or prepare.multi30k) arguments (e.g. --train-lines 100000)
@@ -173,13 +173,14 @@ set_aside() {
 
 # agreed NAME COMMAND...: DECISION, the first line COMMAND prints, taken by run 0 and published in
 # $WORK_DIR/.stages/NAME.decision for this launch; every other run of the job (node, task, rank) waits for it, so
-# that all of them skip, run, resume or refuse alike.
+# that all of them skip, run, resume or refuse alike, and train on the same batch (batch_size_for_workers).
 agreed() {
     local name=$1 file="$WORK_DIR/.stages/$1.decision" waited=0
     shift
     if [ "$RUN_RANK" = 0 ] || [ "$DRY_RUN" = 1 ]; then
-        DECISION=$("$@" | head -n 1) || die "deciding stage $name failed"
-        [ "$DRY_RUN" = 1 ] || [ "${WORKERS:-1}" = 1 ] || printf '%s\t%s\n' "$LAUNCH_ID" "$DECISION" > "$file"
+        DECISION=$("$@" | head -n 1) || exit 1  # the command said why
+        [ "$DRY_RUN" = 1 ] || [ "${WORKERS:-1}" = 1 ] ||
+            { mkdir -p "$WORK_DIR/.stages" && printf '%s\t%s\n' "$LAUNCH_ID" "$DECISION" > "$file"; }
         return
     fi
     until [ -f "$file" ] && [ "$(cut -f 1 "$file")" = "$LAUNCH_ID" ]; do
@@ -307,15 +308,19 @@ hold_work_dir() {
     rm -f "$WORK_DIR"/.stages/*.decision  # the last launch's
 }
 
-# launch PLAN ARGS...: recipes/launch.py's PLAN (devices, batch) as shell assignments, the recipe's variables given
-# to it whether they are exported or not.
-launch() {
-    local plan=$1 assignments
+# launch_plan PLAN ARGS...: recipes/launch.py's PLAN (devices, batch) as shell assignments, printed, the recipe's
+# variables given to it whether they are exported or not; launch PLAN ARGS... evaluates them.
+launch_plan() {
+    local plan=$1
     shift
-    assignments=$(RECIPE=$RECIPE DRY_RUN=$DRY_RUN CPU=${CPU:-} FP16=${FP16:-} NUM_GPUS=${NUM_GPUS:-} \
+    RECIPE=$RECIPE DRY_RUN=$DRY_RUN CPU=${CPU:-} FP16=${FP16:-} NUM_GPUS=${NUM_GPUS:-} \
         NUM_NODES=${NUM_NODES:-} NODE_RANK=${NODE_RANK:-} MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT \
         TOKENS_PER_STEP=${TOKENS_PER_STEP:-} MAX_TOKENS_PER_GPU=${MAX_TOKENS_PER_GPU:-} \
-        "$PYTHON" -m recipes.launch "$plan" --python "$PYTHON" "$@") || exit 1  # its one line is said
+        "$PYTHON" -m recipes.launch "$plan" --python "$PYTHON" "$@"
+}
+launch() {
+    local assignments
+    assignments=$(launch_plan "$@") || exit 1  # its one line is said
     eval "$assignments"
 }
 
@@ -328,12 +333,19 @@ detect_devices() {
     hold_work_dir
 }
 
-# batch_size_for_workers: UPDATE_FREQ and MAX_TOKENS such that one step holds TOKENS_PER_STEP tokens (§5.1: about
-# 25,000 source and 25,000 target tokens) however many workers there are, each batch the longest sentence at least.
+# batch_size_for_workers [MODEL ARGS...]: UPDATE_FREQ and MAX_TOKENS such that one step holds TOKENS_PER_STEP
+# tokens (§5.1: about 25,000 source and 25,000 target tokens) however many workers there are, each batch the
+# longest sentence at least and at most MAX_TOKENS_PER_GPU; unset, on GPUs, as many as the GPU's memory holds for
+# the model that the MODEL ARGS (fairseq's, as train gets them) describe. Run 0 decides; the others take its batch.
 batch_size_for_workers() {
     needs WORKERS detect_devices
     needs DATA_BIN prepare_data
-    launch batch --workers "$WORKERS" --data-bin "$DATA_BIN"
+    local model=()
+    # shellcheck disable=SC2086
+    [ $# = 0 ] || model=(-- --user-dir "$PLUGIN" --task vaswani_translation --bf16-autocast "${BF16:-0}"
+        "${EMBEDDING_SHARING[@]}" "$@" "${DEVICE_ARGS[@]}" ${EXTRA_TRAIN_ARGS:-})
+    agreed batch launch_plan batch --workers "$WORKERS" --data-bin "$DATA_BIN" "${model[@]}"
+    eval "$DECISION"
 }
 
 # prepare_data MODULE ARGS...: download, tokenise, segment and binarise with prepare.MODULE; sets PREPARED_DIR
@@ -606,7 +618,7 @@ train_average_translate() {
     local size=${paper^^}
     local steps_var="PAPER_${size}_STEPS" every_var="PAPER_${size}_CHECKPOINT_EVERY" average_var="PAPER_${size}_AVERAGE"
     [ -n "${!steps_var:-}" ] || die "internal: train_average_translate --paper $paper: use base or big"
-    batch_size_for_workers
+    batch_size_for_workers --arch "$arch" ${DROPOUT:+--dropout "$DROPOUT"}
     local checkpoints="$WORK_DIR/checkpoints" every=${SAVE_INTERVAL_UPDATES:-${!every_var}}
     local average_last=${AVERAGE_LAST:-${!average_var}} output="$WORK_DIR/newstest2014.generate.txt"
     dev_bleu

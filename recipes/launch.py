@@ -1,13 +1,13 @@
 """How a recipe's run was started and what it trains on: the launch plan, as shell assignments for recipes/common.sh.
 
     python -m recipes.launch devices --python PYTHON --shell-pid PID   # LAUNCH, RUN_RANK, WORKERS, DEVICE_ARGS ...
-    python -m recipes.launch batch --python PYTHON --workers N --data-bin DIR   # UPDATE_FREQ, MAX_TOKENS (§5.1)
+    python -m recipes.launch batch --python PYTHON --workers N --data-bin DIR [-- TRAIN-ARGS]   # UPDATE_FREQ, MAX_TOKENS
     python -m recipes.launch paper --shell | SECTION...   # vaswani_plugin/paper.py's settings (bash; arguments)
 
 Reads the recipe's variables (NUM_GPUS, CPU, NUM_NODES, ...) and the launchers' (SLURM_*, torchrun's RANK ...) from
 the environment; says what it chose on stderr as the recipes do, or stops with one line (exit 1). It imports
-neither torch nor fairseq: the recipe's PYTHON counts the GPUs and reads the longest sentence, in processes of their
-own, only when asked. Launchers: docs/recipes.md, "SLURM", "Several nodes".
+neither torch nor fairseq: the recipe's PYTHON counts the GPUs, reads the longest sentence and sizes a GPU's batch
+(vaswani_plugin/tools/gpu_batch.py), in processes of their own, only when asked. Launchers: docs/recipes.md, "SLURM", "Several nodes".
 """
 
 import argparse
@@ -35,6 +35,10 @@ GPU_TRAINING_ENV = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
 # and its reporter, vaswani_plugin/errors.py).
 ERRORS = plugin_leaf("errors")
 LaunchError = ERRORS.VaswaniConfigError
+MEMORY = plugin_leaf("models.memory")
+# MAX_TOKENS_PER_GPU when unset on a CPU, or for a recipe that names no model (the GPUs' memory model chooses
+# otherwise: vaswani_plugin/tools/gpu_batch.py).
+FIXED_TOKENS_PER_GPU = 4096
 
 
 def env(name: str) -> str:
@@ -266,16 +270,38 @@ def devices_plan(python: str, shell_pid: str) -> dict:
                    (CPU_TRAINING_ENV if devices.cpu else GPU_TRAINING_ENV).items() if not env(name)})
 
 
-def batch_plan(python: str, workers: int, data_bin: str, default_tokens: int) -> dict:
+def tokens_per_gpu(python: str, data_bin: str, training: List[str]) -> str:
+    """MAX_TOKENS_PER_GPU, or when unset: on GPUs, for the model of `training` (fairseq-train's arguments but the
+    data), the most tokens the smallest GPU's memory holds (vaswani_plugin/tools/gpu_batch.py, in the recipe's
+    python); a dry run says so and plans FIXED_TOKENS_PER_GPU's; FIXED_TOKENS_PER_GPU without a model or on CPU."""
+    if env("MAX_TOKENS_PER_GPU"):
+        return env("MAX_TOKENS_PER_GPU")
+    if not training or "--cpu" in training:
+        return str(FIXED_TOKENS_PER_GPU)
+    if env("DRY_RUN") == "1":
+        say(f"batch: MAX_TOKENS_PER_GPU unset: chosen at run time, the most tokens the GPU's memory holds for the "
+            f"model (vaswani_plugin/models/memory.py); the plan shows {FIXED_TOKENS_PER_GPU}'s: set "
+            "MAX_TOKENS_PER_GPU to see another's")
+        return str(FIXED_TOKENS_PER_GPU)
+    found = subprocess.run([python, "-m", "vaswani_plugin.tools.gpu_batch", data_bin, *training],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    said = found.stderr.strip().splitlines()
+    if found.returncode or not digits(found.stdout.strip()):
+        raise LaunchError(f"MAX_TOKENS_PER_GPU unset and {said[-1] if said else 'no answer'} "
+                          "(vaswani_plugin.tools.gpu_batch)")
+    say(f"batch: MAX_TOKENS_PER_GPU unset: {said[-1].split(': ', 1)[-1]}")
+    return found.stdout.strip()
+
+
+def batch_plan(python: str, workers: int, data_bin: str, default_tokens: int, training: List[str] = ()) -> dict:
     """§5.1: MAX_TOKENS a worker and UPDATE_FREQ such that one step holds about TOKENS_PER_STEP tokens, however
-    many workers there are; a batch holds the longest sentence (fairseq asserts it: train, and valid at the same
-    --max-tokens)."""
-    tokens, per_gpu = env("TOKENS_PER_STEP") or str(default_tokens), env("MAX_TOKENS_PER_GPU") or "4096"
+    many workers there are (each batch at most tokens_per_gpu's); a batch holds the longest sentence (fairseq
+    asserts it: train, and valid at the same --max-tokens)."""
+    tokens, per_gpu = env("TOKENS_PER_STEP") or str(default_tokens), tokens_per_gpu(python, data_bin, list(training))
     if not digits(tokens, per_gpu) or int(tokens) == 0 or int(per_gpu) == 0:
         raise LaunchError(f"TOKENS_PER_STEP={tokens}, MAX_TOKENS_PER_GPU={per_gpu}: use positive numbers of tokens")
     tokens, per_gpu = int(tokens), int(per_gpu)
-    update_freq = -(-tokens // (workers * per_gpu))
-    max_tokens = -(-tokens // (workers * update_freq))
+    update_freq, max_tokens = MEMORY.step_split(tokens, workers, per_gpu)
     say(f"batch: {workers} worker(s) x {max_tokens} tokens x update-freq {update_freq} ~ {tokens} tokens per step")
     if env("DRY_RUN") == "1":
         say("batch: whether a batch holds the longest sentence is known once the data is prepared (at run time)")
@@ -332,7 +358,12 @@ def main(argv=None) -> None:
     parser.add_argument("--shell-pid", default=str(os.getppid()), help="the recipe's $$, in a lone run's launch id")
     parser.add_argument("--workers", type=int, help="batch: the processes that train in parallel")
     parser.add_argument("--data-bin", help="batch: the binarised data, for its longest sentence")
-    args = parser.parse_args(argv)
+    # batch: after --, fairseq-train's arguments but the data, for the model whose batch the GPUs' memory sizes
+    # when MAX_TOKENS_PER_GPU is unset
+    argv = sys.argv[1:] if argv is None else list(argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:split])
+    args.training = argv[split + 1:]
     ERRORS.run_reported(env("RECIPE") or parser.prog, lambda: print(plan(args)))
 
 
@@ -341,8 +372,9 @@ def plan(args) -> str:
     paper = plugin_leaf("paper")
     if args.plan == "devices":
         return shell(devices_plan(args.python, args.shell_pid))
-    if args.plan == "batch":
-        return shell(batch_plan(args.python, args.workers, args.data_bin, paper.TOKENS_PER_STEP))
+    if args.plan == "batch":  # one line: the recipe's run 0 publishes it to the others (common.sh's agreed)
+        plan = batch_plan(args.python, args.workers, args.data_bin, paper.TOKENS_PER_STEP, args.training)
+        return shell(plan).replace("\n", " ")
     if args.shell:
         return shell(paper_variables(paper))
     try:

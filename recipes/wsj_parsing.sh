@@ -91,7 +91,7 @@ if [ -n "${WSJ_DIR:-}" ]; then
                 --max-update "${MAX_UPDATE:-$PAPER_BASE_STEPS}"
                 --save-interval-updates "${SAVE_INTERVAL_UPDATES:-$PAPER_BASE_CHECKPOINT_EVERY}"
                 --keep-interval-updates "${AVERAGE_LAST:-$PAPER_BASE_AVERAGE}")
-    batch_size_for_workers
+    batch_size_for_workers "${MODEL_ARGS[@]}"
 else
     # The sample (3,253 training trees) on 2 CPU cores: the quickstart's small model with the parsing depth
     # (4 layers) and a fixed wall-clock budget, at half the quickstart's peak rate (eq. 3 factor 0.35, peak

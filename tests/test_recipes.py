@@ -276,13 +276,16 @@ def test_table3_needs_a_row():
 
 def run_common(tmp_path, commands, gpus=8, **settings):
     """Source recipes/common.sh and run COMMANDS, with a stand-in python that reports GPUS visible GPUs, a longest
-    training sentence of 100 tokens (prepare.longest), runs the stage records (prepare.records) and the launch plan
-    and paper's settings (recipes.launch), passes training's output on as the progress filter does (finding no
-    TensorBoard), and prints any other command it is given (`python ARGS...`) instead of running it."""
+    training sentence of 100 tokens (prepare.longest), a GPU's batch of 4096 tokens (tools.gpu_batch), runs the
+    stage records (prepare.records) and the launch plan and paper's settings (recipes.launch), passes training's
+    output on as the progress filter does (finding no TensorBoard), and prints any other command it is given
+    (`python ARGS...`) instead of running it."""
     fake_python = tmp_path / "python"
     fake_python.write_text(f'#!/bin/sh\nif [ "$1" = -c ]; then case "$2" in *find_spec*) exit 1;; esac; echo {gpus}; '
-                           f'elif [ "$2" = prepare.longest ]; then '
-                           f'echo 100 train; elif [ "$2" = prepare.records ] || [ "$2" = recipes.launch ]; then '
+                           f'elif [ "$2" = prepare.longest ]; then echo 100 train; '
+                           f'elif [ "$2" = vaswani_plugin.tools.gpu_batch ]; then echo 4096; echo "gpu_batch: 4096 '
+                           f'tokens a batch fit" >&2; '
+                           f'elif [ "$2" = prepare.records ] || [ "$2" = recipes.launch ]; then '
                            f'exec {sys.executable} "$@"; elif [ "$2" = vaswani_plugin.tools.progress ]; then cat; '
                            f'else echo "python $*"; fi\n')
     fake_python.chmod(0o755)
@@ -297,10 +300,11 @@ def run_common(tmp_path, commands, gpus=8, **settings):
     # Fewer GPUs: --update-freq grows so that a step still holds about 25,000 tokens.
     ({"NUM_GPUS": "1"}, "workers=1 args=--distributed-world-size 1 update_freq=7 max_tokens=3572"),
     ({"NUM_GPUS": "4", "FP16": "1"}, "workers=4 args=--distributed-world-size 4 --fp16 update_freq=2 max_tokens=3125"),
-    # Two nodes of 8: this node's processes start at rank 8 and reach node 0 over TCP.
-    ({"NUM_NODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "node0", "MASTER_PORT": "29500"},
+    # Two nodes of 8, node 0 (which decides the batch for both: tests/test_memory.py): its processes start at rank 0
+    # and listen over TCP.
+    ({"NUM_NODES": "2", "NODE_RANK": "0", "MASTER_ADDR": "node0", "MASTER_PORT": "29500"},
      "workers=16 args=--distributed-world-size 16 --distributed-init-method tcp://node0:29500 "
-     "--distributed-rank 8 update_freq=1 max_tokens=1563"),
+     "--distributed-rank 0 update_freq=1 max_tokens=1563"),
 ])
 def test_gpu_batch_arithmetic(settings, expected, tmp_path):
     """The GPU path of recipes/common.sh (this machine has none)."""

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from vaswani_plugin.models.attention import attention, attention_probabilities
 from vaswani_plugin.models.beam_cache import LayerCache
+from vaswani_plugin.models.memory import SINUSOID_ROWS
 
 
 def sinusoidal_positions(positions: Tensor, dim: int) -> Tensor:
@@ -63,7 +64,7 @@ class TokenEmbedding(nn.Module):
         input, another device or dtype comes, then indexed (one kernel a forward pass instead of ten)."""
         table = self.sinusoids
         if table is None or table.size(0) < length or table.device != like.device or table.dtype != like.dtype:
-            rows = max(length, 256 if table is None else table.size(0))
+            rows = max(length, SINUSOID_ROWS if table is None else table.size(0))
             positions = torch.arange(rows, device=like.device)
             self.sinusoids = table = sinusoidal_positions(positions, self.dim).to(like.dtype)
         return table

@@ -11,15 +11,14 @@ from typing import Dict, NamedTuple, Optional
 import torch
 from torch import Tensor
 
+from vaswani_plugin.models.memory import BYTES_PER_LOGIT  # a chunk's bytes per logit, as the memory model counts
+
 # Logits per chunk on a CPU (16 MB in float32): the working set of a chunk stays small and its blocks are reused
 # step after step, which took the largest tensors out of a small model's step (docs/results.md, Speed).
 CPU_CHUNK_LOGITS = 2**22
 # On a GPU each chunk is ~20 kernel launches and a turn of a host loop, so chunks are as large as 1/32 of the
 # device's memory allows: a 4k-token batch at V = 37k is one chunk on an 80 GB card, four on a 16 GB one.
 GPU_MEMORY_FRACTION = 1 / 32
-# Bytes a chunk holds per logit: the logits (2-4), their float32 log-probabilities, which become ∂loss/∂z in
-# place (4), and ∂loss/∂z in the products' dtype (2-4).
-BYTES_PER_LOGIT = 12
 # float16 ∂loss/∂z, whose entries lie in [-1, 1], is stored times 2^15, as a loss scale would, so that small
 # probabilities keep their precision; the products come back in float32 and are divided again.
 FLOAT16_GRADIENT_SCALE = 2.0**15

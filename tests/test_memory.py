@@ -1,0 +1,161 @@
+"""vaswani_plugin/models/memory.py (the memory a training step holds) and tools/gpu_batch.py (the GPU's batch the
+recipes choose by it). The model against measured peaks: tests/test_host_cost.py (a CPU's), the GPU acceptance."""
+
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+import torch
+
+from cli_helpers import REPO, benchmark
+from conftest import build_model, make_dictionary, random_tokens
+from vaswani_plugin.models import memory
+from vaswani_plugin.tools import gpu_batch
+
+GIB = 2**30
+
+
+def fake_gpu(monkeypatch, gib):
+    """torch sees one GPU of `gib` GiB (its properties only: nothing runs on it)."""
+    properties = types.SimpleNamespace(total_memory=int(gib * GIB), name=f"Fake GPU {gib:g}")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: properties)
+
+
+@pytest.mark.parametrize("share", ["all", "output", "none"])
+def test_parameters_are_the_built_models(share):
+    source, target = make_dictionary(30), make_dictionary(30 if share == "all" else 45)
+    model = build_model(source, target, encoder_layers=2, decoder_layers=3, share_all_embeddings=share == "all",
+                        share_decoder_input_output_embed=share == "output")
+    sizes = memory.Sizes(2, 32, 64, 4, len(source), len(target), share, decoder_layers=3)
+    assert memory.parameters(sizes) == sum(p.numel() for p in model.parameters())
+
+
+def test_the_largest_batch_is_the_brute_force_largest():
+    """largest_batch solves peak <= memory for the tokens; brute force: every multiple of 256 tried, with source and
+    target both at the bound and the output layer's chunk full (chunks of 300 logits: full from the first token)."""
+    sizes = memory.Sizes(6, 1024, 4096, 16, 37000, 37000)
+    for precision in memory.PRECISIONS:
+        for gib in (16, 80):
+            budget = int(gib * GIB * memory.GPU_MEMORY_SHARE)
+            fitting = [tokens for tokens in range(0, 400_000, memory.TOKENS_MULTIPLE)
+                       if memory.peak_bytes(sizes, precision, tokens, tokens, 300) <= budget]
+            assert memory.largest_batch(sizes, precision, budget, 300) == max(fitting) > 0
+    assert memory.largest_batch(sizes, "float32", 16 * memory.parameters(sizes), 300) == 0  # the state alone
+
+
+def test_gpu_batch_reads_the_model_and_precision_of_the_command(monkeypatch, reversal_data, capsys):
+    fake_gpu(monkeypatch, 80)
+    data = reversal_data / "joined"
+    words = [str(data), "--user-dir", str(REPO / "vaswani_plugin"), "--task", "vaswani_translation", "--arch",
+             "vaswani_transformer_big", "--share-all-embeddings", "--encoder-ffn-embed-dim", "2048",
+             "--decoder-ffn-embed-dim", "2048"]
+    vocabulary = len(make_dictionary(0).load(str(data / "dict.src.txt")))
+    chunk = int(80 * GIB / 32) // memory.BYTES_PER_LOGIT  # output_layer_loss.chunk_logits_for an 80 GiB card
+    for flags, precision in (([], "float32"), (["--fp16"], "fp16"), (["--bf16-autocast", "on"], "bf16")):
+        gpu_batch.main(words + flags)
+        expected = memory.largest_batch(memory.Sizes(6, 1024, 2048, 16, vocabulary, vocabulary), precision,
+                                        int(80 * GIB * memory.GPU_MEMORY_SHARE), chunk)
+        printed, said = capsys.readouterr()
+        assert printed.strip() == str(expected) and f"in {precision} (" in said and "Fake GPU 80's 80 GiB" in said
+
+
+def test_the_one_gpu_default_is_the_papers_step_in_the_fewest_batches(monkeypatch, tmp_path, capsys):
+    """host_cost.py --max-tokens 0, what the acceptance's speed runs train: 25,000 tokens in one batch where the
+    card holds it, else split evenly."""
+    host_cost = benchmark("host_cost")
+    for side in ("src", "tgt"):
+        host_cost.write_dictionary(tmp_path / f"dict.{side}.txt", 37000)
+    spec = types.SimpleNamespace(layers=6, dim=1024, ffn=4096, heads=16, precisions=["float32"])
+    for gib in (80, 16):
+        fake_gpu(monkeypatch, gib)
+        largest = memory.largest_batch(memory.Sizes(6, 1024, 4096, 16, 37004, 37004), "float32",
+                                       int(gib * GIB * memory.GPU_MEMORY_SHARE), int(gib * GIB / 32) // 12)
+        batches = -(-25000 // largest)
+        assert host_cost.one_gpu_default(spec, tmp_path) == -(-25000 // batches)
+    assert "--max-tokens 0: 8334 tokens a batch" in capsys.readouterr().out  # 16 GiB: three batches
+
+
+FAKE_GPU_PYTHON = """import os, runpy, sys
+if sys.argv[1:3] == ["-m", "vaswani_plugin.tools.gpu_batch"]:  # torch sees one GPU of FAKE_GPU_GIB
+    import types, torch
+    gib = float(os.environ["FAKE_GPU_GIB"])
+    properties = types.SimpleNamespace(total_memory=int(gib * 2**30), name=f"Fake GPU {gib:g}")
+    torch.cuda.is_available, torch.cuda.device_count = (lambda: True), (lambda: 1)
+    torch.cuda.get_device_properties = lambda device=None: properties
+if sys.argv[1] != "-m":
+    sys.exit(f"fake python: {sys.argv[1:]}")
+sys.argv = sys.argv[2:]
+runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+"""
+
+
+def test_run_zero_chooses_the_batch_from_its_gpu_and_every_run_takes_it(reversal_data, tmp_path):
+    """MAX_TOKENS_PER_GPU unset on GPUs: run 0's card decides (80 GiB: 25,000 tokens over 2 workers in one batch
+    each); run 1, on an 8 GiB card, which alone would choose three batches, takes run 0's. A dry run says it is
+    chosen at run time."""
+    python = tmp_path / "python"
+    (tmp_path / "fake_gpu.py").write_text(FAKE_GPU_PYTHON)
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path / "fake_gpu.py"} "$@"\n')
+    python.chmod(0o755)
+    (tmp_path / "work" / ".stages").mkdir(parents=True)
+    script = (f"source {REPO}/recipes/common.sh; WORKERS=2 DATA_BIN={reversal_data / 'joined'}; "
+              'batch_size_for_workers --arch vaswani_transformer_big; echo "$MAX_TOKENS $UPDATE_FREQ"')
+
+    def recipe(rank, gib, dry_run=0):
+        env = {name: value for name, value in os.environ.items() if name not in ("MAX_TOKENS_PER_GPU", "TOKENS_PER_STEP")}
+        env.update(PYTHON=str(python), RECIPE="test", WORK_DIR=str(tmp_path / "work"), FAKE_GPU_GIB=str(gib),
+                   DRY_RUN=str(dry_run), RUN_RANK=str(rank), LAUNCH_ID="job 7")
+        script_for_rank = script.replace("WORKERS=2", f"WORKERS=2 RUN_RANK={rank} LAUNCH_ID='job 7'")
+        return subprocess.run(["bash", "-c", script_for_rank], env=env, cwd=REPO, capture_output=True, text=True,
+                              timeout=120)
+
+    first = recipe(0, 80)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.split() == ["12500", "1"]
+    assert "MAX_TOKENS_PER_GPU unset: " in first.stderr and "of Fake GPU 80's 80 GiB" in first.stderr
+    vocabulary = len(make_dictionary(0).load(str(reversal_data / "joined" / "dict.src.txt")))
+    alone = memory.largest_batch(memory.Sizes(6, 1024, 4096, 16, vocabulary, vocabulary), "float32",
+                                 int(8 * GIB * memory.GPU_MEMORY_SHARE), int(8 * GIB / 32) // memory.BYTES_PER_LOGIT)
+    assert memory.step_split(25000, 2, alone)[0] > 1  # what run 1's card would choose
+    second = recipe(1, 8)
+    assert second.returncode == 0 and second.stdout.split() == ["12500", "1"], second.stderr
+    dry = recipe(0, 16, dry_run=1)
+    assert dry.returncode == 0 and dry.stdout.split() == ["3125", "4"], dry.stderr  # 25,000 over 2 x 4 of 4,096
+    assert "MAX_TOKENS_PER_GPU unset: chosen at run time" in dry.stderr
+
+
+@pytest.mark.parametrize("precision", ["float32", "bf16"])
+def test_saved_per_token_is_what_autograd_keeps(precision):
+    """What the forward pass keeps for the backward pass, counted by autograd's own hooks (each storage once, the
+    weights and their autocast copies, which state_bytes counts, left out) on a CPU in training mode."""
+    torch.manual_seed(0)
+    dictionary = make_dictionary(50)
+    model = build_model(dictionary, encoder_layers=2, decoder_layers=3, dropout=0.1, share_all_embeddings=True)
+    model.train()
+    batch, source_length, target_length = 5, 11, 9  # no activation of a weight's shape
+    source = random_tokens(dictionary, batch, source_length)
+    target = random_tokens(dictionary, batch, target_length)
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    shapes = {tuple(sorted(p.shape)) for p in model.parameters()}  # of a weight or its transpose
+    kept = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        is_weight = storage.data_ptr() in weights or (
+            tensor.dtype == torch.bfloat16 and tuple(sorted(tensor.shape)) in shapes)
+        if not is_weight:
+            kept[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), \
+            torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+        model(source, torch.full((batch,), source_length), target, features_only=True)  # as the criterion calls it
+    vocabulary = len(dictionary)
+    per_source, per_target = memory.saved_per_token(
+        memory.Sizes(2, 32, 64, 4, vocabulary, vocabulary, decoder_layers=3), precision, "cpu")
+    assert sum(kept.values()) == pytest.approx(per_source * batch * source_length + per_target * batch * target_length,
+                                               rel=0.01)
