@@ -336,15 +336,19 @@ detect_devices() {
 # batch_size_for_workers [MODEL ARGS...]: UPDATE_FREQ and MAX_TOKENS such that one step holds TOKENS_PER_STEP
 # tokens (§5.1: about 25,000 source and 25,000 target tokens) however many workers there are, each batch the
 # longest sentence at least and at most MAX_TOKENS_PER_GPU; unset, on GPUs, as many as the GPU's memory holds for
-# the model that the MODEL ARGS (fairseq's, as train gets them) describe. Run 0 decides; the others take its batch.
+# the model that the MODEL ARGS (fairseq's, as train gets them) describe: then run 0 decides and the others take
+# its batch, as their cards may differ.
 batch_size_for_workers() {
     needs WORKERS detect_devices
     needs DATA_BIN prepare_data
-    local model=()
+    if [ $# = 0 ] || [ -n "${MAX_TOKENS_PER_GPU:-}" ]; then
+        launch batch --workers "$WORKERS" --data-bin "$DATA_BIN"
+        return
+    fi
     # shellcheck disable=SC2086
-    [ $# = 0 ] || model=(-- --user-dir "$PLUGIN" --task vaswani_translation --bf16-autocast "${BF16:-0}"
-        "${EMBEDDING_SHARING[@]}" "$@" "${DEVICE_ARGS[@]}" ${EXTRA_TRAIN_ARGS:-})
-    agreed batch launch_plan batch --workers "$WORKERS" --data-bin "$DATA_BIN" "${model[@]}"
+    agreed batch launch_plan batch --workers "$WORKERS" --data-bin "$DATA_BIN" -- --user-dir "$PLUGIN" \
+        --task vaswani_translation --bf16-autocast "${BF16:-0}" "${EMBEDDING_SHARING[@]}" "$@" "${DEVICE_ARGS[@]}" \
+        ${EXTRA_TRAIN_ARGS:-}
     eval "$DECISION"
 }
 

@@ -300,11 +300,10 @@ def run_common(tmp_path, commands, gpus=8, **settings):
     # Fewer GPUs: --update-freq grows so that a step still holds about 25,000 tokens.
     ({"NUM_GPUS": "1"}, "workers=1 args=--distributed-world-size 1 update_freq=7 max_tokens=3572"),
     ({"NUM_GPUS": "4", "FP16": "1"}, "workers=4 args=--distributed-world-size 4 --fp16 update_freq=2 max_tokens=3125"),
-    # Two nodes of 8, node 0 (which decides the batch for both: tests/test_memory.py): its processes start at rank 0
-    # and listen over TCP.
-    ({"NUM_NODES": "2", "NODE_RANK": "0", "MASTER_ADDR": "node0", "MASTER_PORT": "29500"},
+    # Two nodes of 8: this node's processes start at rank 8 and reach node 0 over TCP.
+    ({"NUM_NODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "node0", "MASTER_PORT": "29500"},
      "workers=16 args=--distributed-world-size 16 --distributed-init-method tcp://node0:29500 "
-     "--distributed-rank 0 update_freq=1 max_tokens=1563"),
+     "--distributed-rank 8 update_freq=1 max_tokens=1563"),
 ])
 def test_gpu_batch_arithmetic(settings, expected, tmp_path):
     """The GPU path of recipes/common.sh (this machine has none)."""
