@@ -341,7 +341,7 @@ detect_devices() {
 batch_size_for_workers() {
     needs WORKERS detect_devices
     needs DATA_BIN prepare_data
-    if [ $# = 0 ] || [ -n "${MAX_TOKENS_PER_GPU:-}" ]; then
+    if [ $# = 0 ] || [ -n "${MAX_TOKENS_PER_GPU:-}" ] || [[ " ${DEVICE_ARGS[*]} " == *" --cpu "* ]]; then
         launch batch --workers "$WORKERS" --data-bin "$DATA_BIN"
         return
     fi

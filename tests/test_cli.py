@@ -21,6 +21,8 @@ MISSING_INPUT = {
     "tools.training_cost": lambda missing, tmp: ["--checkpoint", missing, "--gpus", "1"],
     "tools.training_curves": lambda missing, tmp: [missing, "--output-dir", tmp],
     "tools.run_report": lambda missing, tmp: [missing],
+    "tools.gpu_batch": lambda missing, tmp: [missing, "--user-dir", PACKAGE, "--task", "vaswani_translation",
+                                             "--arch", "vaswani_transformer"],
     "tools.attention_pictures": lambda missing, tmp: ["--path", missing, "--data", tmp, "--source", "w1",
                                                       "--output-dir", tmp],
     "serving.export_ctranslate2": lambda missing, tmp: ["--checkpoint", missing, "--data", tmp, "--output",
