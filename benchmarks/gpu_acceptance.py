@@ -808,7 +808,8 @@ def host_cost_section(runs, device):
             continue
         lines.append(f"| {run['name']} | {row['max_tokens'] or run['tokens']} | {row['updates']} | "
                      f"{row['tokens_per_s']:.0f} | {_percent(row['mfu'])} | {_percent(row['busy'])} | "
-                     f"{_f(row['peak_memory_mb'], '.0f')} | {_f(row['model_memory_mb'], '.0f')} | {row['wall_ms']:.1f} | "
+                     f"{_f(row['peak_memory_mb'], '.0f')} | {_f(row['model_memory_mb'], '.0f')} | "
+                     f"{row['wall_ms']:.1f} | "
                      f"{row['forward_backward_ms']:.1f} | "
                      f"{row['optimizer_ms']:.1f} | {_f(row['idle_ms'], '.1f')} | {row['wait_ms']:.2f} | "
                      f"{row['calls']:.0f} | {row['syncs']:.0f} |")

@@ -12,8 +12,8 @@ from typing import Callable, Iterable, Iterator, List, Optional, Sequence, TextI
 
 def plugin_leaf(name: str):
     """vaswani_plugin.NAME, a module that imports nothing (paper, errors, models.memory), without the package's
-    import of fairseq (seconds, at every command's start); registered under its own name, so that importing the package
-    later in the same process finds this very module (its classes stay the same classes)."""
+    import of fairseq (seconds, at every command's start); registered under its own name, so that importing the
+    package later in the same process finds this very module (its classes stay the same classes)."""
     full_name = f"vaswani_plugin.{name}"
     if full_name not in sys.modules:
         path = Path(__file__).resolve().parent.parent / "vaswani_plugin" / f"{name.replace('.', '/')}.py"

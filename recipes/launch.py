@@ -1,13 +1,14 @@
 """How a recipe's run was started and what it trains on: the launch plan, as shell assignments for recipes/common.sh.
 
     python -m recipes.launch devices --python PYTHON --shell-pid PID   # LAUNCH, RUN_RANK, WORKERS, DEVICE_ARGS ...
-    python -m recipes.launch batch --python PYTHON --workers N --data-bin DIR [-- TRAIN-ARGS]   # UPDATE_FREQ, MAX_TOKENS
+    python -m recipes.launch batch --python PYTHON --workers N --data-bin DIR [-- TRAIN-ARGS]   # UPDATE_FREQ ...
     python -m recipes.launch paper --shell | SECTION...   # vaswani_plugin/paper.py's settings (bash; arguments)
 
 Reads the recipe's variables (NUM_GPUS, CPU, NUM_NODES, ...) and the launchers' (SLURM_*, torchrun's RANK ...) from
 the environment; says what it chose on stderr as the recipes do, or stops with one line (exit 1). It imports
 neither torch nor fairseq: the recipe's PYTHON counts the GPUs, reads the longest sentence and sizes a GPU's batch
-(vaswani_plugin/tools/gpu_batch.py), in processes of their own, only when asked. Launchers: docs/recipes.md, "SLURM", "Several nodes".
+(vaswani_plugin/tools/gpu_batch.py), in processes of their own, only when asked. Launchers: docs/recipes.md,
+"SLURM", "Several nodes".
 """
 
 import argparse

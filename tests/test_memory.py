@@ -101,14 +101,15 @@ def test_run_zero_chooses_the_batch_from_its_gpu_and_every_run_takes_it(reversal
     (tmp_path / "fake_gpu.py").write_text(FAKE_GPU_PYTHON)
     python.write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path / "fake_gpu.py"} "$@"\n')
     python.chmod(0o755)
-    (tmp_path / "work" / ".stages").mkdir(parents=True)
     script = (f"source {REPO}/recipes/common.sh; WORKERS=2 DATA_BIN={reversal_data / 'joined'}; "
               'batch_size_for_workers --arch vaswani_transformer_big; echo "$MAX_TOKENS $UPDATE_FREQ"')
 
     def recipe(rank, gib, dry_run=0):
-        env = {name: value for name, value in os.environ.items() if name not in ("MAX_TOKENS_PER_GPU", "TOKENS_PER_STEP")}
+        env = {name: value for name, value in os.environ.items()
+               if name not in ("MAX_TOKENS_PER_GPU", "TOKENS_PER_STEP")}
         env.update(PYTHON=str(python), RECIPE="test", WORK_DIR=str(tmp_path / "work"), FAKE_GPU_GIB=str(gib),
-                   DRY_RUN=str(dry_run), RUN_RANK=str(rank), LAUNCH_ID="job 7")
+                   DRY_RUN=str(dry_run))
+        # RUN_RANK and LAUNCH_ID as detect_devices sets them (common.sh resets them when sourced)
         script_for_rank = script.replace("WORKERS=2", f"WORKERS=2 RUN_RANK={rank} LAUNCH_ID='job 7'")
         return subprocess.run(["bash", "-c", script_for_rank], env=env, cwd=REPO, capture_output=True, text=True,
                               timeout=120)

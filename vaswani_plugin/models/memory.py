@@ -9,7 +9,7 @@ backward pass frees activations as it writes them). benchmarks/host_cost.py prin
 CPU's in the suite, the GPU acceptance's); docs/results.md, "The memory model".
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 PRECISIONS = ("float32", "fp16", "amp", "bf16")  # fairseq's default, --fp16, --amp, the plugin's --bf16-autocast
 # On a GPU the model's peak may take this share of the card's memory; the rest is for what the allocator does not
@@ -57,7 +57,7 @@ def state_bytes(sizes: Sizes, precision: str) -> int:
     if precision == "fp16":
         return total + 4 * parameters(sizes)
     if precision in ("amp", "bf16"):
-        matrices = parameters(Sizes(**{**sizes.__dict__, "source_vocabulary": 0, "target_vocabulary": 0}))
+        matrices = parameters(replace(sizes, source_vocabulary=0, target_vocabulary=0))
         return total + 2 * matrices
     return total
 
@@ -71,12 +71,12 @@ def saved_per_token(sizes: Sizes, precision: str, device: str = "cuda"):
     """Bytes the forward pass keeps for the backward pass per (source token, target token), padding included.
 
     Per sublayer: the input of each product (a·d, the autocast copy or the layer norm's output), dropout's mask
-    (1 byte a value on a GPU; on a CPU torch keeps it in its input's dtype), the layer norm's input (r·d) and its mean and 1/σ (8 bytes). Self-attention: Q, K, V from one
-    product (3a·d), SDPA's output (a·d; its fused kernels write it heads last, so the heads joined for W^O are a view
-    of it) and log-sum-exp (4 bytes a head). Encoder-decoder
-    attention: Q (a·d) per target token and K, V (2a·d) per source token, and the encoder's output (r·d once, or
-    each layer's autocast copy).
-    FFN: ReLU's output (a·d_ff), which W_2 keeps too. Embeddings: dropout's mask and the indices (16 bytes).
+    (1 byte a value on a GPU; on a CPU torch keeps it in its input's dtype), the layer norm's input (r·d) and its
+    mean and 1/σ (8 bytes). Self-attention: Q, K, V from one product (3a·d), SDPA's output (a·d; its fused kernels
+    write it heads last, so the heads joined for W^O are a view of it) and log-sum-exp (4 bytes a head).
+    Encoder-decoder attention: Q (a·d) per target token and K, V (2a·d) per source token, and the encoder's output
+    (r·d once, or each layer's autocast copy). FFN: ReLU's output (a·d_ff), which W_2 keeps too. Embeddings:
+    dropout's mask and the indices (16 bytes).
     On a CPU under autocast attention runs in float32 (attention.py): Q, K, V and its output are float32 (s = 4),
     and W^O keeps its autocast copy of the heads joined (a·d)."""
     a, r = activation_bytes(precision)
@@ -105,10 +105,11 @@ def output_bytes(sizes: Sizes, precision: str, target_tokens: int, chunk_logits:
     features = 2 * r + (a if a != r else 0)
     gradient = features + (2 if precision == "bf16" else 4)
     cast = 2 * vocabulary * d if precision in ("amp", "bf16") else 0
-    chunk = min(chunk_logits, target_tokens * vocabulary)
+    per_logit = BYTES_PER_LOGIT
     if device == "cpu" and precision == "fp16":
-        cast, chunk = 4 * vocabulary * d, chunk + chunk // 3  # + 4 bytes a logit
-    return gradient * target_tokens * d + 4 * vocabulary * d + cast + BYTES_PER_LOGIT * chunk
+        cast, per_logit = 4 * vocabulary * d, BYTES_PER_LOGIT + 4
+    chunk = min(chunk_logits, target_tokens * vocabulary)
+    return gradient * target_tokens * d + 4 * vocabulary * d + cast + per_logit * chunk
 
 
 def peak_bytes(sizes: Sizes, precision: str, source_tokens: int, target_tokens: int, chunk_logits: int,

@@ -17,15 +17,15 @@ from vaswani_plugin.cli import run_command
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.models.memory import GPU_MEMORY_SHARE, Sizes, largest_batch
 from vaswani_plugin.models.output_layer_loss import chunk_logits_for
+from vaswani_plugin.precision import bf16_autocast_enabled
 
 
 def precision_of(args) -> str:
-    """memory.PRECISIONS' name of the command's precision (--bf16-autocast on; auto is float32 on a GPU)."""
-    if getattr(args, "fp16", False):
-        return "fp16"
-    if getattr(args, "amp", False):
-        return "amp"
-    return "bf16" if str(getattr(args, "bf16_autocast", "off")).lower() in ("on", "1", "true") else "float32"
+    """memory.PRECISIONS' name of the command's precision on a GPU, bfloat16 autocast decided as the task decides
+    it (vaswani_plugin.precision: auto is off on a GPU, on beside --fp16 or --amp an error)."""
+    fairseq = "fp16" if getattr(args, "fp16", False) else "amp" if getattr(args, "amp", False) else None
+    bf16, _ = bf16_autocast_enabled(getattr(args, "bf16_autocast", "off"), "cuda", fairseq and f"--{fairseq}")
+    return "bf16" if bf16 else fairseq or "float32"
 
 
 def sizes_of(args, source_vocabulary: int, target_vocabulary: int) -> Sizes:
@@ -45,18 +45,15 @@ def largest_on_gpus(sizes: Sizes, precision: str):
     """(tokens, why): the largest batch on the smallest visible GPU, and a line saying how it was chosen."""
     if not torch.cuda.is_available():
         raise VaswaniConfigError("no GPU visible: the batch is chosen from a GPU's memory; set MAX_TOKENS_PER_GPU")
-    devices = [torch.device("cuda", index) for index in range(torch.cuda.device_count())]
-    device = min(devices, key=lambda each: torch.cuda.get_device_properties(each).total_memory)
-    properties = torch.cuda.get_device_properties(device)
-    budget = int(properties.total_memory * GPU_MEMORY_SHARE)
-    tokens = largest_batch(sizes, precision, budget, chunk_logits_for(device))
-    why = (f"{tokens} tokens a batch fit {GPU_MEMORY_SHARE:.0%} of {properties.name}'s "
-           f"{properties.total_memory / 2**30:.0f} GiB for d_model {sizes.d_model}, d_ff {sizes.d_ff}, "
-           f"{sizes.layers}+{sizes.decoder_layers or sizes.layers} layers, {sizes.target_vocabulary} symbols in "
-           f"{precision} (vaswani_plugin/models/memory.py)")
+    device, properties = min(((torch.device("cuda", index), torch.cuda.get_device_properties(index))
+                              for index in range(torch.cuda.device_count())), key=lambda pair: pair[1].total_memory)
+    tokens = largest_batch(sizes, precision, int(properties.total_memory * GPU_MEMORY_SHARE), chunk_logits_for(device))
+    budget = (f"{GPU_MEMORY_SHARE:.0%} of {properties.name}'s {properties.total_memory / 2**30:.0f} GiB for d_model "
+              f"{sizes.d_model}, d_ff {sizes.d_ff}, {sizes.layers}+{sizes.decoder_layers or sizes.layers} layers, "
+              f"{sizes.target_vocabulary} symbols in {precision} (vaswani_plugin/models/memory.py)")
     if tokens == 0:
-        raise VaswaniConfigError(f"the model's weights, gradients and Adam's state alone exceed {why.split(' fit ')[1]}")
-    return tokens, why
+        raise VaswaniConfigError(f"the model's weights, gradients and Adam's state alone exceed {budget}")
+    return tokens, f"{tokens} tokens a batch fit {budget}"
 
 
 PROG = "vaswani_plugin.tools.gpu_batch"
