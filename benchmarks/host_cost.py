@@ -232,7 +232,6 @@ def measure(spec, data_dir, precision, implementation, optimizer) -> dict:
     from fairseq.data import iterators
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq.trainer import Trainer
-    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     key = (implementation, optimizer)
@@ -285,22 +284,22 @@ def measure(spec, data_dir, precision, implementation, optimizer) -> dict:
         update()
     synchronize()
     if cuda:
-        torch.cuda.reset_peak_memory_stats()
         seen[:] = 0, 0
     waits.clear(), steps.clear()
     state.update(tokens=0, epochs=0)
-    begin = time.perf_counter()
-    while (time.perf_counter() - begin < spec.seconds) if spec.seconds else len(steps) < spec.updates:
-        update()
-    synchronize()
-    wall = time.perf_counter() - begin
+    with PeakMemory(torch.cuda if cuda else None) as peak:  # fairseq resets the counter after each step
+        begin = time.perf_counter()
+        while (time.perf_counter() - begin < spec.seconds) if spec.seconds else len(steps) < spec.updates:
+            update()
+        synchronize()
+        wall = time.perf_counter() - begin
     result = dict(updates=len(steps), epochs_ended=state["epochs"], host_ms=1000 * statistics.median(steps),
                   wait_ms=1000 * statistics.mean(waits), wall_ms=1000 * wall / len(steps),
                   tokens_per_s=state["tokens"] / wall, parameters=parameters, mfu=None, peak_mb=None, device_ms=None)
     if cuda:
         from vaswani_plugin.tools.training_cost import peak_for
         peak = peak_for(torch.cuda.get_device_name(0), precision in ("fp16", "amp", "bf16"))
-        result["peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
+        result["peak_mb"] = peak.megabytes
         result["mfu"] = None if peak is None else MFU_FLOPS_PER_PARAMETER_TOKEN * parameters * \
             result["tokens_per_s"] / (peak * 1e12)
     syncs = HostSyncs()
@@ -320,14 +319,56 @@ def measure(spec, data_dir, precision, implementation, optimizer) -> dict:
     for event in profiled.events():
         if event.name in PHASES:
             ranges[PHASES[event.name]] += event.cpu_time_total / 1000 / spec.profiled
-    if cuda:  # the device's own time per update (its kernels and copies: the events on the device, not the host
-        # ops that launched them, which carry the same time), against the unprofiled update's wall time
-        result["device_ms"] = sum(event.device_time_total for event in profiled.events()
-                                  if event.device_type != DeviceType.CPU) / 1000 / spec.profiled
+    if cuda:  # the device's own time per update, against the unprofiled update's wall time
+        result["device_ms"] = device_busy_us(profiled.events()) / 1000 / spec.profiled
     return dict(result, calls={column: calls[column] / spec.profiled for column in COLUMNS},
                 operators={key: count / spec.profiled for key, count in calls.items() if isinstance(key, tuple)},
                 syncs={site: count / spec.profiled for site, count in syncs.calls.items()},
                 host_ranges={column: ranges[column] for column in ("fwd+bwd", "grads", "optimizer")})
+
+
+class PeakMemory:
+    """torch.cuda.max_memory_allocated over a whole run, though fairseq's trainer resets that counter after every
+    step (to log gb_free): while it is entered, torch.cuda.reset_peak_memory_stats first records the peak so far.
+    `cuda` None (a CPU run): nothing to follow."""
+
+    def __init__(self, cuda):
+        self.cuda, self.peak = cuda, 0
+
+    def __enter__(self):
+        if self.cuda is not None:
+            self.reset = self.cuda.reset_peak_memory_stats
+            self.reset()
+            self.cuda.reset_peak_memory_stats = self.record_and_reset
+        return self
+
+    def record_and_reset(self, *args, **kwargs):
+        self.peak = max(self.peak, self.cuda.max_memory_allocated(*args, **kwargs))
+        self.reset(*args, **kwargs)
+
+    def __exit__(self, *exc):
+        if self.cuda is not None:
+            self.peak = max(self.peak, self.cuda.max_memory_allocated())
+            self.cuda.reset_peak_memory_stats = self.reset
+
+    @property
+    def megabytes(self):
+        return self.peak / 2**20
+
+
+def device_busy_us(events) -> float:
+    """Microseconds in which the device ran a kernel or a copy: the union of its events' intervals, overlapping
+    streams counted once. Left out: the host's ops (which carry their kernels' time too) and the profiler's user
+    annotations, fairseq's and host_cost's ranges mirrored onto the device, which span the kernels they hold
+    (summed with them, the first H200 run's busy share read 150 %)."""
+    from torch.autograd import DeviceType
+    spans = sorted((event.time_range.start, event.time_range.end) for event in events
+                   if event.device_type != DeviceType.CPU and not event.is_user_annotation)
+    busy, reached = 0.0, float("-inf")
+    for start, end in spans:
+        busy += max(0.0, end - max(start, reached))
+        reached = max(reached, end)
+    return busy
 
 
 def live_bytes() -> int:

@@ -92,8 +92,31 @@ def test_a_loss_that_is_not_finite_or_does_not_fall_fails_the_check(losses, fini
     assert all(math.isnan(a) and math.isnan(b) or a == b for a, b in
                zip((summary["first_loss"], summary["last_loss"]), (losses[0], losses[-1])))
     training = {("fp32", impl): summary for impl in gpu_acceptance.CRITERIA}
-    checks = gpu_acceptance.training_checks(training, ["fp32"], gpu_acceptance.CRITERIA)
-    assert [ok for _, ok in checks] == [False, False]
+    checks = dict(zip(gpu_acceptance.CRITERIA, gpu_acceptance.training_checks(training, ["fp32"],
+                                                                              gpu_acceptance.CRITERIA)))
+    assert not checks["vaswani_transformer"][1]
+    assert checks["transformer"][1] == finite  # the baseline: a finite loss is enough
+
+
+def test_a_run_stopped_before_its_first_window_is_read_from_its_end_of_epoch_record():
+    """fairseq's transformer on the H200 (stage b, fp16): 9 updates in its 10 s, no train_inner line."""
+    text = fairseq_json_log(window_stats([13.43], [3652.6], scales=[32], every=9))
+    text = "\n".join(line for line in text.splitlines() if "| train_inner |" not in line)
+    summary = gpu_acceptance.summarize_training(*gpu_acceptance.parse_train_log(text))
+    # fairseq_json_log's end-of-epoch record: loss 1.0, wps 1e9, the last window's num_updates
+    assert (summary["steps"], summary["first_loss"], summary["tokens_per_s"]) == (9, 1.0, 1e9)
+    assert summary["whole_run"] and summary["windows"] == 1 and not summary["falling"]
+    training = {("fp16", impl): dict(summary, peak_memory_mb=2200.0) for impl in gpu_acceptance.CRITERIA}
+    checks = gpu_acceptance.training_checks(training, ["fp16"], gpu_acceptance.CRITERIA)
+    assert checks == [
+        ("fp16 vaswani_transformer: trained 9 steps, loss finite and falling (no log window: the run's "
+         "end-of-epoch record)", False),
+        ("fp16 transformer (the baseline): trained 9 steps, loss finite (no log window: the run's end-of-epoch "
+         "record)", True)]
+    assert "| fp16 | 1000000000 (whole run, start-up included) | 1000000000 (whole run, start-up included) | 1.00 |" \
+        in "\n".join(gpu_acceptance.comparison_section(training, ["fp16"]))
+    assert gpu_acceptance.summarize_training(*gpu_acceptance.parse_train_log("no record")) == {
+        "error": "no train_inner line in the log"}
 
 
 def test_one_log_window_cannot_show_a_falling_loss():
@@ -257,7 +280,7 @@ def test_report_of_a_gpu_run_from_synthetic_logs():
     assert "- not measured: kernel time >= 70 % of wall time at 3,125 tokens a GPU (-)" in report
     assert "scaling to 8 GPUs stays unmeasured" in report
     assert "- FAIL: amp transformer trained (FloatingPointError: Minimum loss scale reached (0.0001).)" in report
-    assert "- pass: fp16 transformer: trained 100 steps, loss finite and falling" in report
+    assert "- pass: fp16 transformer (the baseline): trained 100 steps, loss finite" in report
     assert "- FAIL: speed run: the plugin at 3,125 tokens a GPU" in report
     assert "- pass: speed run: the plugin at the one-GPU default" in report
     assert "- 30.0 s: `fairseq-train /d --fp16`" in report

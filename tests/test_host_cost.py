@@ -67,3 +67,19 @@ def test_host_syncs_are_named_by_their_callers_frame():
         value + 1  # no sync
     assert sorted(name for name, _ in syncs.calls) == ["__bool__", "item", "tolist"]
     assert {site for _, site in syncs.calls} == {"other"}  # neither the plugin nor fairseq made them
+
+
+def test_device_busy_is_the_union_of_kernels_and_copies_without_annotations():
+    """Brute force on a timeline of microseconds: the instants some kernel or copy covers."""
+    from torch.autograd import DeviceType
+    from torch.autograd.profiler_util import FunctionEvent
+
+    def event(start, end, device=DeviceType.CUDA, annotation=False):
+        return FunctionEvent(0, "e", 0, start, end, device_type=device, is_user_annotation=annotation)
+
+    kernels = [(0, 10), (5, 12), (20, 30), (29, 31), (40, 40)]  # two streams overlap twice; one kernel is empty
+    events = [event(*span) for span in kernels] + [
+        event(0, 50, annotation=True),            # a record_function range mirrored onto the device
+        event(0, 60, device=DeviceType.CPU)]      # the host op that launched them
+    covered = {t for start, end in kernels for t in range(start, end)}
+    assert host_cost.device_busy_us(events) == len(covered) == 23
