@@ -6,5 +6,7 @@ import sys
 SUPPORTED = [(3, 11), (3, 12)]  # setup.py's python_requires says the same
 
 if sys.version_info[:2] not in SUPPORTED:
-    sys.exit(f"vaswani_plugin needs Python 3.11 or 3.12 (ve-fairseq 0.12.3 has wheels for those only); this is "
-             f"Python {sys.version.split()[0]}: run the set-up with python3.11 or python3.12")
+    sys.exit(
+        f"vaswani_plugin needs Python 3.11 or 3.12 (ve-fairseq 0.12.3 has wheels for those only); this is "
+        f"Python {sys.version.split()[0]}: run the set-up with python3.11 or python3.12"
+    )

@@ -55,7 +55,7 @@ import sys
 import tarfile
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -77,10 +77,15 @@ PRECISIONS = {  # fairseq-train arguments of each precision; the same for both i
     "fp32": ["--task", "translation"],
 }
 CRITERIA = {  # each implementation with its own criterion, as it is trained
-    "vaswani_transformer": "vaswani_label_smoothed_cross_entropy", "transformer": "label_smoothed_cross_entropy"}
+    "vaswani_transformer": "vaswani_label_smoothed_cross_entropy",
+    "transformer": "label_smoothed_cross_entropy",
+}
 PLUGIN_ONLY = ["vaswani_transformer"]
 DECODES = {  # stage (a)'s decoding runs: name -> (on the CPU?, --fp16?)
-    "cpu": (True, False), "fp32": (False, False), "fp16": (False, True)}
+    "cpu": (True, False),
+    "fp32": (False, False),
+    "fp16": (False, True),
+}
 ALPHA = PAPER.ALPHA  # §6.1's length penalty, of the decoding runs and of the scores that compare their hypotheses
 CHOSEN = "{the checkpoint stage (a) decodes}"  # in a decoding job's argv: the worker puts the checkpoint it chose
 
@@ -88,21 +93,23 @@ CHOSEN = "{the checkpoint stage (a) decodes}"  # in a decoding job's argv: the w
 @dataclass(frozen=True)
 class Runs:
     """A stage's fairseq-train runs."""
+
     steps: int
     log_interval: int
-    warmup: int      # eq. 3's warmup_steps
-    seconds: float   # a cap on each run's training time (fairseq's --stop-time-hours)
+    warmup: int  # eq. 3's warmup_steps
+    seconds: float  # a cap on each run's training time (fairseq's --stop-time-hours)
 
 
 @dataclass(frozen=True)
 class Mode:
     """What the acceptance trains and measures."""
-    size: str            # a size of benchmarks/speed.py, trained by fairseq-train
+
+    size: str  # a size of benchmarks/speed.py, trained by fairseq-train
     max_tokens: int
-    check: Runs          # stage (a)
-    speed: Runs          # stage (b)
-    sentences: int       # the first test sentences, decoded on the CPU and on the device
-    deadlines: tuple     # minutes after the command's start by which stage (a), then (b), has written the report
+    check: Runs  # stage (a)
+    speed: Runs  # stage (b)
+    sentences: int  # the first test sentences, decoded on the CPU and on the device
+    deadlines: tuple  # minutes after the command's start by which stage (a), then (b), has written the report
     host_cost_args: tuple  # benchmarks/host_cost.py's model, precision, data and counts for stage (b)'s speed runs
     host_cost_tokens: tuple  # its tokens a batch: (the one-GPU default (0: the memory model's), the paper's 3,125
     # a GPU of 8)
@@ -116,31 +123,89 @@ class Mode:
 # benchmarks/host_cost.py (fairseq's Trainer) on 600,000 synthetic sentence pairs of WMT's lengths (19 million
 # tokens a side: an epoch outlasts a 45 s window up to 400,000 tokens/s) over the paper's 37,000 symbols, 45 s timed
 # after 10 updates of warm-up; the one-GPU default is the recipes' (host_cost.py --max-tokens 0).
-BASE = Mode("base", 4096, Runs(50, 10, 250, 30), Runs(200, 10, 1000, 10), 100, (4, 9),
-            ("--device", "cuda", "--size", "big", "--precisions", "amp", "--symbols", "37000", "--sentences",
-             "600000", "--warmup", "10", "--profiled", "5"), (0, 3125), 45, ())
-TINY = Mode("tiny", 512, Runs(20, 5, 20, 45), Runs(20, 5, 20, 45), 100, (20, 40),
-            ("--device", "cpu", "--layers", "1", "--dim", "32", "--heads", "4", "--symbols", "100", "--sentences",
-             "64", "--warmup", "1", "--updates", "2", "--profiled", "1", "--precisions", "float32", "--num-workers",
-             "0"), (256, 200), 0, ("--train-lines", "2000", "--bpe-merges", "500"))
+BASE = Mode(
+    "base",
+    4096,
+    Runs(50, 10, 250, 30),
+    Runs(200, 10, 1000, 10),
+    100,
+    (4, 9),
+    (
+        "--device",
+        "cuda",
+        "--size",
+        "big",
+        "--precisions",
+        "amp",
+        "--symbols",
+        "37000",
+        "--sentences",
+        "600000",
+        "--warmup",
+        "10",
+        "--profiled",
+        "5",
+    ),
+    (0, 3125),
+    45,
+    (),
+)
+TINY = Mode(
+    "tiny",
+    512,
+    Runs(20, 5, 20, 45),
+    Runs(20, 5, 20, 45),
+    100,
+    (20, 40),
+    (
+        "--device",
+        "cpu",
+        "--layers",
+        "1",
+        "--dim",
+        "32",
+        "--heads",
+        "4",
+        "--symbols",
+        "100",
+        "--sentences",
+        "64",
+        "--warmup",
+        "1",
+        "--updates",
+        "2",
+        "--profiled",
+        "1",
+        "--precisions",
+        "float32",
+        "--num-workers",
+        "0",
+    ),
+    (256, 200),
+    0,
+    ("--train-lines", "2000", "--bpe-merges", "500"),
+)
 # Stage (b)'s speed runs: what a user gets from the plugin (the recipes' optimizer) and from fairseq as shipped.
 SPEED_RUNS = [  # (name, which of host_cost_tokens, host_cost.py's arguments)
     ("the plugin at the one-GPU default", 0, ["--implementations", "vaswani_transformer"]),
     ("the plugin at 3,125 tokens a GPU", 1, ["--implementations", "vaswani_transformer"]),
     ("fairseq's transformer as shipped", 0, ["--implementations", "transformer"]),
-    ("fairseq's transformer, cuDNN's SDPA off", 0, ["--implementations", "transformer", "--no-cudnn-sdpa"])]
+    ("fairseq's transformer, cuDNN's SDPA off", 0, ["--implementations", "transformer", "--no-cudnn-sdpa"]),
+]
 _TRAINING = PAPER.arguments("training")
 RECIPES_OPTIMIZER = _TRAINING[_TRAINING.index("--optimizer") + 1]  # the plugin's, as the recipes train it
 SPEED_RUN_OVERHEAD_S = 25  # a speed run's start-up, data, warm-up and profiled updates, beyond its timed window
 # Issue 50's targets on one GPU, read off the speed runs: (what, run, measure, at least; against run, if a ratio)
-TARGETS = [("MFU of the plugin at the one-GPU default >= 40 %", 0, "mfu", 0.40, None),
-           ("tokens/s >= 1.5x fairseq's transformer as shipped", 0, "tokens_per_s", 1.5, 2),
-           ("tokens/s >= 1.2x fairseq's transformer with cuDNN's SDPA off", 0, "tokens_per_s", 1.2, 3),
-           ("kernel time >= 90 % of wall time at the one-GPU default", 0, "busy", 0.90, None),
-           ("kernel time >= 70 % of wall time at 3,125 tokens a GPU", 1, "busy", 0.70, None),
-           # Item 3: the memory model (vaswani_plugin/models/memory.py) bounds the measured peaks it sizes batches by.
-           ("the memory model >= the measured peak at the one-GPU default", 0, "model_over_peak", 1.0, None),
-           ("the memory model >= the measured peak at 3,125 tokens a GPU", 1, "model_over_peak", 1.0, None)]
+TARGETS = [
+    ("MFU of the plugin at the one-GPU default >= 40 %", 0, "mfu", 0.40, None),
+    ("tokens/s >= 1.5x fairseq's transformer as shipped", 0, "tokens_per_s", 1.5, 2),
+    ("tokens/s >= 1.2x fairseq's transformer with cuDNN's SDPA off", 0, "tokens_per_s", 1.2, 3),
+    ("kernel time >= 90 % of wall time at the one-GPU default", 0, "busy", 0.90, None),
+    ("kernel time >= 70 % of wall time at 3,125 tokens a GPU", 1, "busy", 0.70, None),
+    # Item 3: the memory model (vaswani_plugin/models/memory.py) bounds the measured peaks it sizes batches by.
+    ("the memory model >= the measured peak at the one-GPU default", 0, "model_over_peak", 1.0, None),
+    ("the memory model >= the measured peak at 3,125 tokens a GPU", 1, "model_over_peak", 1.0, None),
+]
 
 
 def say(message):
@@ -158,8 +223,10 @@ def die(message):
 TRAIN_INNER = re.compile(r"\| train_inner \| (\{.*\})\s*$", re.M)
 TRAIN_SUMMARY = re.compile(r"\| train \| (\{.*\})\s*$", re.M)  # fairseq's end-of-epoch record, keys "train_..."
 OVERFLOW = re.compile(r"gradient overflow detected|AMP: overflow detected")
-TRANSLATED = re.compile(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in ([\d.]+)s "
-                        r"\(([\d.]+) sentences/s, ([\d.]+) tokens/s\)")
+TRANSLATED = re.compile(
+    r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in ([\d.]+)s "
+    r"\(([\d.]+) sentences/s, ([\d.]+) tokens/s\)"
+)
 HYPOTHESIS = re.compile(r"^H-(\d+)\t([^\t]*)\t(.*)$", re.M)
 PRODUCTS = re.compile(r"\| (float16 products on \S+: .*)$", re.M)  # models/output_layer_loss.py's one line
 
@@ -176,12 +243,12 @@ def parse_train_log(text):
     gradient overflows fp16/amp reported (each one lowers the loss scale and skips or repeats the step). A run
     stopped before its first window (fairseq's transformer on the H200, 9 updates in 10 s) has its end-of-epoch
     record as its one window, marked "whole_run": its tokens/s include the start-up."""
-    windows = [{key: _number(value) for key, value in json.loads(record).items()}
-               for record in TRAIN_INNER.findall(text)]
+    windows = [
+        {key: _number(value) for key, value in json.loads(record).items()} for record in TRAIN_INNER.findall(text)
+    ]
     if not windows and TRAIN_SUMMARY.search(text):
         record = json.loads(TRAIN_SUMMARY.findall(text)[-1])
-        windows = [dict({key.removeprefix("train_"): _number(value) for key, value in record.items()},
-                        whole_run=True)]
+        windows = [dict({key.removeprefix("train_"): _number(value) for key, value in record.items()}, whole_run=True)]
     return windows, len(OVERFLOW.findall(text))
 
 
@@ -192,12 +259,16 @@ def summarize_training(windows, overflows):
     losses = [window["loss"] for window in windows]
     timed = windows[1:] or windows  # the first window holds the start-up (CUDA, data loading)
     return {
-        "steps": int(windows[-1]["num_updates"]), "first_loss": losses[0], "last_loss": losses[-1],
+        "steps": int(windows[-1]["num_updates"]),
+        "first_loss": losses[0],
+        "last_loss": losses[-1],
         "finite": all(isinstance(x, float) and math.isfinite(x) for x in losses),
-        "windows": len(windows), "falling": len(losses) > 1 and losses[-1] < losses[0],
+        "windows": len(windows),
+        "falling": len(losses) > 1 and losses[-1] < losses[0],
         "tokens_per_s": statistics.median(window["wps"] for window in timed),
         "loss_scales": [(int(w["num_updates"]), w["loss_scale"]) for w in windows if "loss_scale" in w],
-        "overflows": overflows, "whole_run": windows[0].get("whole_run", False),
+        "overflows": overflows,
+        "whole_run": windows[0].get("whole_run", False),
     }
 
 
@@ -210,8 +281,9 @@ def parse_generate(log_text, output_text):
     if not found:
         return None, hypotheses, scores
     sentences, tokens, seconds, per_s, tokens_per_s = (float(x.replace(",", "")) for x in found.groups())
-    timing = dict(sentences=int(sentences), tokens=int(tokens), seconds=seconds, sentences_per_s=per_s,
-                  tokens_per_s=tokens_per_s)
+    timing = dict(
+        sentences=int(sentences), tokens=int(tokens), seconds=seconds, sentences_per_s=per_s, tokens_per_s=tokens_per_s
+    )
     return timing, hypotheses, scores
 
 
@@ -220,12 +292,18 @@ def differing(hypotheses, reference):
     return sorted(i for i in set(hypotheses) | set(reference) if hypotheses.get(i) != reference.get(i))
 
 
-HOST_COST_ROW = re.compile(r"^(float32|fp16|amp) +(transformer|vaswani_transformer) +(adam|vaswani_adam) +"
-                           r"(\d+) +(\d+) +(\S+) +(\S+) +(\S+) +(\S+) +([\d.]+) +([\d.]+) +([\d.]+) +(\S+)", re.M)
+HOST_COST_ROW = re.compile(
+    r"^(float32|fp16|amp) +(transformer|vaswani_transformer) +(adam|vaswani_adam) +"
+    r"(\d+) +(\d+) +(\S+) +(\S+) +(\S+) +(\S+) +([\d.]+) +([\d.]+) +([\d.]+) +(\S+)",
+    re.M,
+)
 HOST_COST_TOKENS = re.compile(r"^host cost of an update: .*, (\d+) tokens a batch,", re.M)
-HOST_COST_CALLS = re.compile(r"^(float32|fp16|amp) +(transformer|vaswani_transformer) +(adam|vaswani_adam) +"
-                             r"([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +"
-                             r"([\d.]+)$", re.M)
+HOST_COST_CALLS = re.compile(
+    r"^(float32|fp16|amp) +(transformer|vaswani_transformer) +(adam|vaswani_adam) +"
+    r"([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +"
+    r"([\d.]+)$",
+    re.M,
+)
 
 
 def parse_host_cost(text):
@@ -233,6 +311,7 @@ def parse_host_cost(text):
     MFU and busy as shares, peak MB, the memory model's MB and their ratio, wall ms, the host's ms in forward and
     backward and in the optimizer, the device's idle ms; None
     for '-') and its host table (host ms, data wait ms, kernel-like calls, syncs); None without one."""
+
     def value(word, share=False):
         return None if word == "-" else float(word.rstrip("%")) / (100 if share else 1)
 
@@ -241,14 +320,27 @@ def parse_host_cost(text):
         return None
     updates, tokens, mfu, busy, peak, model, wall, forward_backward, optimizer, idle = device.groups()[3:]
     batch = HOST_COST_TOKENS.search(text)
-    return dict(precision=device.group(1), implementation=device.group(2), optimizer=device.group(3),
-                max_tokens=int(batch.group(1)) if batch else None,
-                updates=int(updates), tokens_per_s=float(tokens), mfu=value(mfu, True), busy=value(busy, True),
-                peak_memory_mb=value(peak), model_memory_mb=value(model),
-                model_over_peak=value(model) / value(peak) if value(model) and value(peak) else None,
-                wall_ms=float(wall), forward_backward_ms=float(forward_backward),
-                optimizer_ms=float(optimizer), idle_ms=value(idle), host_ms=float(host.group(4)),
-                wait_ms=float(host.group(5)), calls=float(host.group(10)), syncs=float(host.group(11)))
+    return dict(
+        precision=device.group(1),
+        implementation=device.group(2),
+        optimizer=device.group(3),
+        max_tokens=int(batch.group(1)) if batch else None,
+        updates=int(updates),
+        tokens_per_s=float(tokens),
+        mfu=value(mfu, True),
+        busy=value(busy, True),
+        peak_memory_mb=value(peak),
+        model_memory_mb=value(model),
+        model_over_peak=value(model) / value(peak) if value(model) and value(peak) else None,
+        wall_ms=float(wall),
+        forward_backward_ms=float(forward_backward),
+        optimizer_ms=float(optimizer),
+        idle_ms=value(idle),
+        host_ms=float(host.group(4)),
+        wait_ms=float(host.group(5)),
+        calls=float(host.group(10)),
+        syncs=float(host.group(11)),
+    )
 
 
 def targets_held(runs):
@@ -259,60 +351,84 @@ def targets_held(runs):
         if against is not None and value is not None:
             other = (runs[against].get("row") or {}).get(measure) if against < len(runs) else None
             value = None if not other else value / other
-        found.append((what, None if value is None else value >= least,
-                      "-" if value is None else f"{value:.2f}" + ("x" if against is not None else "")))
+        found.append(
+            (
+                what,
+                None if value is None else value >= least,
+                "-" if value is None else f"{value:.2f}" + ("x" if against is not None else ""),
+            )
+        )
     return found
 
 
 # ---------------------------------------------------------------------------------------------------------
 # The machine.
 
+
 def machine(device, kit):
     """Rows of the report's machine table."""
     import torch
+
     rows = {}
     if device == "cuda":
         from vaswani_plugin.tools.training_cost import peak_for  # imports fairseq: only here
+
         name = torch.cuda.get_device_name(0)
         peak = peak_for(name, True)
-        rows["GPU"] = name + (f" (dense fp16/bf16 peak {peak:g} TFLOP/s, vaswani_plugin.tools.training_cost)" if peak
-                              else " (peak FLOP/s unknown to vaswani_plugin.tools.training_cost: no MFU)")
+        rows["GPU"] = name + (
+            f" (dense fp16/bf16 peak {peak:g} TFLOP/s, vaswani_plugin.tools.training_cost)"
+            if peak
+            else " (peak FLOP/s unknown to vaswani_plugin.tools.training_cost: no MFU)"
+        )
     else:
         rows["GPU"] = "none: the CPU stand-in (--device cpu --tiny)"
     rows["driver / CUDA"] = _nvidia_smi(["nvidia-smi"], r"Driver Version: *\S+.*?CUDA Version: *\S+")
-    rows["nvidia-smi"] = _nvidia_smi(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,power.limit",
-                                      "--format=csv,noheader"], r".+")
-    rows["torch"] = torch.__version__ + (f", CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}"
-                                         if torch.version.cuda else "")
-    models = re.findall(r"^model name\s*: (.*)$", Path("/proc/cpuinfo").read_text(), re.M) \
-        if Path("/proc/cpuinfo").exists() else []
+    rows["nvidia-smi"] = _nvidia_smi(
+        ["nvidia-smi", "--query-gpu=name,driver_version,memory.total,power.limit", "--format=csv,noheader"], r".+"
+    )
+    rows["torch"] = torch.__version__ + (
+        f", CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}" if torch.version.cuda else ""
+    )
+    models = (
+        re.findall(r"^model name\s*: (.*)$", Path("/proc/cpuinfo").read_text(), re.M)
+        if Path("/proc/cpuinfo").exists()
+        else []
+    )
     rows["CPU"] = f"{models[0] if models else 'unknown'}, {os.cpu_count()} cores"
     rows["Python"] = f"{sys.version.split()[0]} ({sys.executable})"
     rows["fairseq"] = _fairseq()
     rows["vaswani_plugin"] = f"--user-dir {PLUGIN}, {_git()}"
     if kit:
         manifest = json.loads((kit / "kit.json").read_text())
-        rows["GPU kit"] = (f"{kit}: built {manifest['built']} from {manifest['commit']} for Python "
-                           f"{manifest['python']}; " + ", ".join(f"{name} {version}" for name, version
-                                                                in manifest["packages"].items()))
+        rows["GPU kit"] = (
+            f"{kit}: built {manifest['built']} from {manifest['commit']} for Python "
+            f"{manifest['python']}; " + ", ".join(f"{name} {version}" for name, version in manifest["packages"].items())
+        )
     return rows
 
 
 def cuda_rows():
     """What this machine shows of CUDA, for the report of a run that found no GPU."""
     import glob
+
     import torch
-    rows = {"torch": f"{torch.__version__} ({'CUDA ' + torch.version.cuda if torch.version.cuda else 'a CPU build'})",
-            "torch.cuda.is_available()": str(torch.cuda.is_available()),
-            "torch.cuda.device_count()": str(torch.cuda.device_count())}
+
+    rows = {
+        "torch": f"{torch.__version__} ({'CUDA ' + torch.version.cuda if torch.version.cuda else 'a CPU build'})",
+        "torch.cuda.is_available()": str(torch.cuda.is_available()),
+        "torch.cuda.device_count()": str(torch.cuda.device_count()),
+    }
     try:
         torch.cuda.init()
         rows["torch.cuda.init()"] = "no error"
     except Exception as error:  # the driver's or the build's own words
         rows["torch.cuda.init()"] = " ".join(f"{type(error).__name__}: {error}".split())
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    rows["CUDA_VISIBLE_DEVICES"] = "not set" if visible is None else f"{visible!r}" + (
-        " (empty: CUDA is shown no GPU)" if not visible.strip() else "")
+    rows["CUDA_VISIBLE_DEVICES"] = (
+        "not set"
+        if visible is None
+        else f"{visible!r}" + (" (empty: CUDA is shown no GPU)" if not visible.strip() else "")
+    )
     rows["/dev/nvidia*"] = ", ".join(sorted(glob.glob("/dev/nvidia*"))) or "none"
     rows["nvidia-smi -L"] = _nvidia_smi(["nvidia-smi", "-L"], r".+")
     rows["Python"] = f"{sys.version.split()[0]} ({sys.executable})"
@@ -333,8 +449,9 @@ def _fairseq():
 def _git():
     """The commit of the working tree, or why there is none (the device tool copies the tree without .git)."""
     try:
-        done = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True,
-                              text=True, timeout=60)
+        done = subprocess.run(
+            ["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True, text=True, timeout=60
+        )
     except (OSError, subprocess.TimeoutExpired):
         return "no git here"
     return f"git {done.stdout.strip()}" if done.returncode == 0 else "not a git checkout"
@@ -364,35 +481,101 @@ def train_argv(data, mode, runs, precision, impl, device, save_dir=None):
     if impl not in PLUGIN_ONLY:  # fairseq's transformer with fairseq's own adam: what a user gets by doing nothing
         paper = ["adam" if word == "vaswani_adam" else word for word in paper]
     criterion = paper.index("--criterion")
-    sizes = [x for side in ("encoder", "decoder") for x in (f"--{side}-embed-dim", dim, f"--{side}-ffn-embed-dim",
-                                                             ffn, f"--{side}-attention-heads", heads,
-                                                             f"--{side}-layers", layers)]
-    save = ["--save-dir", save_dir, "--no-epoch-checkpoints", "--save-interval", "1000000",
-            "--no-save-optimizer-state"] if save_dir else ["--no-save"]
-    return [str(x) for x in [
-        data, "--user-dir", PLUGIN, *PRECISIONS[precision], "--arch", impl, "--share-all-embeddings",
-        *sizes, "--dropout", "0.1",
-        *paper[:criterion], "--warmup-updates", runs.warmup, "--criterion", CRITERIA[impl], *paper[criterion + 2:],
-        "--max-tokens", mode.max_tokens, "--required-batch-size-multiple", "1", "--seed", "1",
-        "--distributed-world-size", "1",  # one GPU, however many the machine has
-        "--max-update", runs.steps, "--stop-time-hours", runs.seconds / 3600, "--disable-validation",
-        "--log-format", "json", "--log-interval", runs.log_interval, *save, *DATA_LOADING,
-        *(["--cpu"] if device == "cpu" else [])]]
+    sizes = [
+        x
+        for side in ("encoder", "decoder")
+        for x in (
+            f"--{side}-embed-dim",
+            dim,
+            f"--{side}-ffn-embed-dim",
+            ffn,
+            f"--{side}-attention-heads",
+            heads,
+            f"--{side}-layers",
+            layers,
+        )
+    ]
+    save = (
+        ["--save-dir", save_dir, "--no-epoch-checkpoints", "--save-interval", "1000000", "--no-save-optimizer-state"]
+        if save_dir
+        else ["--no-save"]
+    )
+    return [
+        str(x)
+        for x in [
+            data,
+            "--user-dir",
+            PLUGIN,
+            *PRECISIONS[precision],
+            "--arch",
+            impl,
+            "--share-all-embeddings",
+            *sizes,
+            "--dropout",
+            "0.1",
+            *paper[:criterion],
+            "--warmup-updates",
+            runs.warmup,
+            "--criterion",
+            CRITERIA[impl],
+            *paper[criterion + 2 :],
+            "--max-tokens",
+            mode.max_tokens,
+            "--required-batch-size-multiple",
+            "1",
+            "--seed",
+            "1",
+            "--distributed-world-size",
+            "1",  # one GPU, however many the machine has
+            "--max-update",
+            runs.steps,
+            "--stop-time-hours",
+            runs.seconds / 3600,
+            "--disable-validation",
+            "--log-format",
+            "json",
+            "--log-interval",
+            runs.log_interval,
+            *save,
+            *DATA_LOADING,
+            *(["--cpu"] if device == "cpu" else []),
+        ]
+    ]
 
 
 def generate_argv(data, subset, checkpoint, fp16, device, results):
     """fairseq-generate's arguments: §6.1's beam search over a split."""
-    return [str(x) for x in [
-        data, "--user-dir", PLUGIN, "--task", "vaswani_translation", "--path", checkpoint, "--gen-subset", subset,
-        *PAPER.arguments("decoding"), "--batch-size", "128",
-        "--required-batch-size-multiple", "1", "--results-path", results, *DATA_LOADING,
-        *(["--fp16"] if fp16 else []), *(["--cpu"] if device == "cpu" else [])]]
+    return [
+        str(x)
+        for x in [
+            data,
+            "--user-dir",
+            PLUGIN,
+            "--task",
+            "vaswani_translation",
+            "--path",
+            checkpoint,
+            "--gen-subset",
+            subset,
+            *PAPER.arguments("decoding"),
+            "--batch-size",
+            "128",
+            "--required-batch-size-multiple",
+            "1",
+            "--results-path",
+            results,
+            *DATA_LOADING,
+            *(["--fp16"] if fp16 else []),
+            *(["--cpu"] if device == "cpu" else []),
+        ]
+    ]
 
 
 def write_first_sentences(data, split, count, dest):
     """A data-bin in `dest` with data's dictionaries and the first `count` sentences of its binarised split (both
     languages, fairseq's mmap format), so that fairseq-generate decodes those alone."""
     from fairseq.data.indexed_dataset import MMapIndexedDataset, MMapIndexedDatasetBuilder
+
     indexes = sorted(Path(data).glob(f"{split}.*.idx"))
     if not indexes:
         raise FileNotFoundError(f"no {split}.*.idx in {data}")
@@ -413,16 +596,19 @@ def token_log_probs(model, sources, hypotheses, device, dictionary, batch=32):
     float32 on `device`: one CPU tensor per hypothesis."""
     import torch
     from fairseq.data import data_utils
+
     pad, eos, scores = dictionary.pad(), dictionary.eos(), []
     with torch.no_grad():
         for start in range(0, len(hypotheses), batch):
-            src, hyp = sources[start:start + batch], hypotheses[start:start + batch]
-            logits, _ = model(data_utils.collate_tokens(src, pad, left_pad=True).to(device),
-                              torch.tensor([len(tokens) for tokens in src], device=device),
-                              data_utils.collate_tokens(hyp, pad, eos, move_eos_to_beginning=True).to(device))
+            src, hyp = sources[start : start + batch], hypotheses[start : start + batch]
+            logits, _ = model(
+                data_utils.collate_tokens(src, pad, left_pad=True).to(device),
+                torch.tensor([len(tokens) for tokens in src], device=device),
+                data_utils.collate_tokens(hyp, pad, eos, move_eos_to_beginning=True).to(device),
+            )
             target = data_utils.collate_tokens(hyp, pad).to(device)
             lprobs = torch.log_softmax(logits.float(), dim=-1).gather(-1, target.unsqueeze(-1)).squeeze(-1).cpu()
-            scores += [lprobs[row, :len(tokens)] for row, tokens in enumerate(hyp)]
+            scores += [lprobs[row, : len(tokens)] for row, tokens in enumerate(hyp)]
     return scores
 
 
@@ -433,8 +619,10 @@ def compare_on_both_devices(data, checkpoint, cpu_output, device_output, device)
     two hypotheses can flip their order from one device to the other, so that is the tolerance of a near-tie
     (TOLERANCE_FLOOR at least). rescored: where the device's hypothesis differs, both scored on the CPU."""
     import copy
+
     from vaswani_plugin.generation.length import gnmt_length_penalty
     from vaswani_plugin.serving.loading import load_model
+
     task, model = load_model(checkpoint, data)
     model.float()
     task.load_dataset("test")
@@ -459,9 +647,12 @@ def compare_on_both_devices(data, checkpoint, cpu_output, device_output, device)
     def score(lprobs):
         return float(lprobs.sum()) / gnmt_length_penalty(len(lprobs), ALPHA)
 
-    return dict(drift=drift, tolerance=max(2 * drift, TOLERANCE_FLOOR),
-                scores={str(i): score(on_cpu[i]) for i in ids},
-                rescored={str(i): [score(on_cpu[i]), score(theirs[i])] for i in changed})
+    return dict(
+        drift=drift,
+        tolerance=max(2 * drift, TOLERANCE_FLOOR),
+        scores={str(i): score(on_cpu[i]) for i in ids},
+        rescored={str(i): [score(on_cpu[i]), score(theirs[i])] for i in changed},
+    )
 
 
 def agreement(cpu, device, comparison, cap=NEAR_TIES):
@@ -472,28 +663,38 @@ def agreement(cpu, device, comparison, cap=NEAR_TIES):
     changed = differing(device, cpu)
     near = [i for i in changed if i in gaps and gaps[i] <= comparison["tolerance"]]
     real = [i for i in changed if i not in near]
-    return dict(compared=len(set(cpu) | set(device)), identical=len(set(cpu) | set(device)) - len(changed),
-                near_ties=near, real=real, gaps=gaps, tolerance=comparison["tolerance"], drift=comparison["drift"],
-                passed=not real and len(near) <= cap, cap=cap)
+    return dict(
+        compared=len(set(cpu) | set(device)),
+        identical=len(set(cpu) | set(device)) - len(changed),
+        near_ties=near,
+        real=real,
+        gaps=gaps,
+        tolerance=comparison["tolerance"],
+        drift=comparison["drift"],
+        passed=not real and len(near) <= cap,
+        cap=cap,
+    )
 
 
 def run_job(job):
     """One fairseq command-line run in this process, its log in job["log"]; returns its result."""
     import gc
     import logging
+
     handler = logging.FileHandler(job["log"], mode="w")  # fairseq's log format, as its command-line tools set it
-    handler.setFormatter(logging.Formatter("%(asctime)s | %(levelname)s | %(name)s | %(message)s",
-                                           datefmt="%Y-%m-%d %H:%M:%S"))
+    handler.setFormatter(
+        logging.Formatter("%(asctime)s | %(levelname)s | %(name)s | %(message)s", datefmt="%Y-%m-%d %H:%M:%S")
+    )
     root, level = logging.getLogger(), logging.getLogger().level
     root.addHandler(handler)
     root.setLevel(logging.INFO)
 
+    import fairseq_cli.generate
+    import fairseq_cli.train
     import torch
     from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq.distributed import utils as distributed_utils
-    import fairseq_cli.generate
-    import fairseq_cli.train
 
     gc.collect()  # the runs before this one: their models and optimisers are garbage in reference cycles
     cuda = torch.cuda.is_available() and "--cpu" not in job["argv"]
@@ -596,8 +797,11 @@ def worker(jobs_file):
             result = {"error": job["late"]}
         elif "decodes" in job:
             _, checkpoint = decoded_checkpoint(Path(job["decodes"]["work"]), job["decodes"]["precisions"])
-            result = {"error": "not run: no precision trained"} if checkpoint is None else \
-                run_job(dict(job, argv=[str(checkpoint) if x == CHOSEN else x for x in job["argv"]]))
+            result = (
+                {"error": "not run: no precision trained"}
+                if checkpoint is None
+                else run_job(dict(job, argv=[str(checkpoint) if x == CHOSEN else x for x in job["argv"]]))
+            )
         else:
             result = run_job(job)
         Path(job["result"]).write_text(json.dumps(result))
@@ -617,11 +821,18 @@ def run_jobs(jobs, work, log, deadline=None, end="the deadline"):
                 break
             (work / "jobs.json").write_text(json.dumps(pending))
             say(f"worker: {', '.join(job['name'] for job in pending)} (log {log})")
-            status = run_until([sys.executable, __file__, "--worker", str(work / "jobs.json")],
-                               None if deadline is None else deadline - time.time(), stdout=out,
-                               stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONPATH=_pythonpath()))
-            error = f"stopped at {end}" if status is None else \
-                f"the worker died (exit status {status}) in this run; see {log}"
+            status = run_until(
+                [sys.executable, __file__, "--worker", str(work / "jobs.json")],
+                None if deadline is None else deadline - time.time(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=dict(os.environ, PYTHONPATH=_pythonpath()),
+            )
+            error = (
+                f"stopped at {end}"
+                if status is None
+                else f"the worker died (exit status {status}) in this run; see {log}"
+            )
             unfinished = [job for job in pending if not Path(job["result"]).exists()]
             if unfinished:
                 Path(unfinished[0]["result"]).write_text(json.dumps({"error": error}))
@@ -648,6 +859,7 @@ def _pythonpath():
 # ---------------------------------------------------------------------------------------------------------
 # The report.
 
+
 def _f(value, spec):
     return "-" if value is None else format(value, spec)
 
@@ -663,40 +875,51 @@ def training_rows(training, precisions, impls):
         for impl in impls:
             row = training[precision, impl]
             if "note" in row or "error" in row:
-                rows.append(f"| {precision} | {impl} | {row.get('note') or 'FAILED: ' + row['error']} |"
-                            + " |" * 6)
+                rows.append(f"| {precision} | {impl} | {row.get('note') or 'FAILED: ' + row['error']} |" + " |" * 6)
                 continue
             scales = row["loss_scales"]
             scale = f"{scales[0][1]:g} → {scales[-1][1]:g}, min {min(s for _, s in scales):g}" if scales else "-"
-            rows.append(f"| {precision} | {impl} | {row['steps']} | {row['first_loss']:.3f} → {row['last_loss']:.3f}"
-                        f" | {'yes' if row['finite'] and row['falling'] else 'NO' + one_window(row)}"
-                        f" | {row['tokens_per_s']:.0f}"
-                        f" | {_f(row['peak_memory_mb'], '.0f')} | {scale} | {row['overflows']} |")
+            rows.append(
+                f"| {precision} | {impl} | {row['steps']} | {row['first_loss']:.3f} → {row['last_loss']:.3f}"
+                f" | {'yes' if row['finite'] and row['falling'] else 'NO' + one_window(row)}"
+                f" | {row['tokens_per_s']:.0f}"
+                f" | {_f(row['peak_memory_mb'], '.0f')} | {scale} | {row['overflows']} |"
+            )
     return rows
 
 
 def training_section(title, runs, mode, training, precisions, impls):
     """A stage's training table, with the loss-scale history of the runs that have one."""
-    lines = [f"## {title}: the {mode.size} model, {runs.steps} updates of {mode.max_tokens} tokens per precision", "",
-             f"fairseq-train with --log-format json --log-interval {runs.log_interval}, stopped after {runs.steps} "
-             f"updates or {runs.seconds:g} s of training; loss (base 2, label smoothed) of the first and last log "
-             f"window; tokens/s: target tokens, the median `wps` of the windows after the first; peak memory: "
-             f"torch.cuda.max_memory_allocated over the whole run, every step's peak included (the worker reads it "
-             f"before fairseq's trainer resets it after each step; CPU stand-in: the worker's peak RSS in the run); "
-             f"loss scale: fp16 "
-             f"and amp only, first → last logged value; overflows: fairseq's overflow notes.", "",
-             "| precision | implementation | steps | loss first → last | finite and falling | tokens/s "
-             "| peak MB | loss scale | overflows |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"## {title}: the {mode.size} model, {runs.steps} updates of {mode.max_tokens} tokens per precision",
+        "",
+        f"fairseq-train with --log-format json --log-interval {runs.log_interval}, stopped after {runs.steps} "
+        f"updates or {runs.seconds:g} s of training; loss (base 2, label smoothed) of the first and last log "
+        f"window; tokens/s: target tokens, the median `wps` of the windows after the first; peak memory: "
+        f"torch.cuda.max_memory_allocated over the whole run, every step's peak included (the worker reads it "
+        f"before fairseq's trainer resets it after each step; CPU stand-in: the worker's peak RSS in the run); "
+        f"loss scale: fp16 "
+        f"and amp only, first → last logged value; overflows: fairseq's overflow notes.",
+        "",
+        "| precision | implementation | steps | loss first → last | finite and falling | tokens/s "
+        "| peak MB | loss scale | overflows |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     lines += training_rows(training, precisions, impls)
     scaled = [(p, i) for p in precisions for i in impls if training[p, i].get("loss_scales")]
     if scaled:
         lines += ["", "Loss-scale history (update: scale, one value per log window):", ""]
-        lines += [f"- {p}, {i}: " + ", ".join(f"{step}: {scale:g}" for step, scale in training[p, i]["loss_scales"])
-                  for p, i in scaled]
+        lines += [
+            f"- {p}, {i}: " + ", ".join(f"{step}: {scale:g}" for step, scale in training[p, i]["loss_scales"])
+            for p, i in scaled
+        ]
     products = [(p, i) for p in precisions for i in impls if training[p, i].get("products")]
     if products:
-        lines += ["", "The output layer's float16 products (models/output_layer_loss.py, its line in the run's log):",
-                  ""]
+        lines += [
+            "",
+            "The output layer's float16 products (models/output_layer_loss.py, its line in the run's log):",
+            "",
+        ]
         lines += [f"- {p}, {i}: {training[p, i]['products'][0]}" for p, i in products]
     return lines
 
@@ -705,45 +928,64 @@ def decoding_section(decoding, device):
     """Stage (a)'s decoding: the CPU's float32 hypotheses against the device's in float32 and fp16."""
     on = "GPU" if device == "cuda" else "stand-in device (the CPU)"
     names = {"cpu": "CPU, float32", "fp32": f"{on}, float32", "fp16": f"{on}, fp16"}
-    lines = [f"## (a) Beam-4 decoding: the {on} against the CPU", "",
-             f"fairseq-generate --beam {PAPER.BEAM} --gnmt-alpha {ALPHA} --batch-size 128 of the first "
-             f"{decoding['sentences']} test sentences (a data-bin of their own, first-sentences/), from "
-             f"{decoding['checkpoint']} checkpoint (the first precision that trained): on the CPU (--cpu), and on the "
-             f"{on} without and with --fp16; each its own timing line, on the {on} the second of two runs (the first "
-             f"loads CUDA's kernels).", "",
-             "| run | sentences | sentences/s | tokens/s | seconds |", "|---|---|---|---|---|"]
+    lines = [
+        f"## (a) Beam-4 decoding: the {on} against the CPU",
+        "",
+        f"fairseq-generate --beam {PAPER.BEAM} --gnmt-alpha {ALPHA} --batch-size 128 of the first "
+        f"{decoding['sentences']} test sentences (a data-bin of their own, first-sentences/), from "
+        f"{decoding['checkpoint']} checkpoint (the first precision that trained): on the CPU (--cpu), and on the "
+        f"{on} without and with --fp16; each its own timing line, on the {on} the second of two runs (the first "
+        f"loads CUDA's kernels).",
+        "",
+        "| run | sentences | sentences/s | tokens/s | seconds |",
+        "|---|---|---|---|---|",
+    ]
     for name, title in names.items():
         timing = decoding[name]
-        lines.append(f"| {title} | {timing['sentences']} | {timing['sentences_per_s']:.1f} | "
-                     f"{timing['tokens_per_s']:.1f} | {timing['seconds']:.1f} |" if "sentences" in timing
-                     else f"| {title} | FAILED: {timing['error']} | | | |")
+        lines.append(
+            f"| {title} | {timing['sentences']} | {timing['sentences_per_s']:.1f} | "
+            f"{timing['tokens_per_s']:.1f} | {timing['seconds']:.1f} |"
+            if "sentences" in timing
+            else f"| {title} | FAILED: {timing['error']} | | | |"
+        )
     found = decoding.get("agreement")
     if found:
         hypotheses, gaps = decoding["hypotheses"], found["gaps"]
-        lines += ["", f"{on} float32 against the CPU, of {found['compared']} sentences: {found['identical']} "
-                      f"identical, {len(found['near_ties'])} near-ties, {len(found['real'])} real differences "
-                      f"(passes with no real difference and at most {found['cap']} near-ties). Both hypotheses of a "
-                      f"sentence are scored on the CPU as the search scores them (Σ log p / lp(|Y|), α = {ALPHA}); "
-                      f"a near-tie's scores differ by at most {found['tolerance']:.2e}: twice the drift between the "
-                      f"devices, {found['drift']:.2e}, the largest difference of running sums of log p over the "
-                      f"CPU's hypotheses teacher-forced on both in float32 (at least {TOLERANCE_FLOOR:g})."]
+        lines += [
+            "",
+            f"{on} float32 against the CPU, of {found['compared']} sentences: {found['identical']} "
+            f"identical, {len(found['near_ties'])} near-ties, {len(found['real'])} real differences "
+            f"(passes with no real difference and at most {found['cap']} near-ties). Both hypotheses of a "
+            f"sentence are scored on the CPU as the search scores them (Σ log p / lp(|Y|), α = {ALPHA}); "
+            f"a near-tie's scores differ by at most {found['tolerance']:.2e}: twice the drift between the "
+            f"devices, {found['drift']:.2e}, the largest difference of running sums of log p over the "
+            f"CPU's hypotheses teacher-forced on both in float32 (at least {TOLERANCE_FLOOR:g}).",
+        ]
         for kind, ids in (("near-tie", found["near_ties"]), ("REAL DIFFERENCE", found["real"])):
             for i in ids[:10]:
-                lines += [f"- sentence {i}, {kind} (gap {_f(gaps.get(i), '.2e')}): CPU `{hypotheses['cpu'].get(i)}`; "
-                          f"{on} `{hypotheses['fp32'].get(i)}`"]
+                lines += [
+                    f"- sentence {i}, {kind} (gap {_f(gaps.get(i), '.2e')}): CPU `{hypotheses['cpu'].get(i)}`; "
+                    f"{on} `{hypotheses['fp32'].get(i)}`"
+                ]
     if "sentences" in decoding["fp32"] and "sentences" in decoding["fp16"]:
-        lines += ["", f"fp16 / float32 sentences/s: "
-                      f"{decoding['fp16']['sentences_per_s'] / decoding['fp32']['sentences_per_s']:.2f}; "
-                      f"hypotheses that differ: {len(decoding['fp16_differing'])} of {decoding['fp32']['sentences']} "
-                      f"(fp16 may differ in a few: reported, not a failure)"]
+        lines += [
+            "",
+            f"fp16 / float32 sentences/s: "
+            f"{decoding['fp16']['sentences_per_s'] / decoding['fp32']['sentences_per_s']:.2f}; "
+            f"hypotheses that differ: {len(decoding['fp16_differing'])} of {decoding['fp32']['sentences']} "
+            f"(fp16 may differ in a few: reported, not a failure)",
+        ]
     return lines
 
 
 def comparison_section(training, precisions):
     """Stage (b)'s ratios of the plugin to fairseq's transformer, precision by precision."""
-    lines = ["## (b) The plugin against fairseq's `transformer` (same data, batch size and precision)", "",
-             "| precision | plugin tokens/s | fairseq tokens/s | ratio | plugin peak MB | fairseq peak MB | ratio |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "## (b) The plugin against fairseq's `transformer` (same data, batch size and precision)",
+        "",
+        "| precision | plugin tokens/s | fairseq tokens/s | ratio | plugin peak MB | fairseq peak MB | ratio |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for precision in precisions:
         ours, theirs = training[precision, "vaswani_transformer"], training[precision, "transformer"]
         if "tokens_per_s" not in ours or "tokens_per_s" not in theirs:
@@ -751,17 +993,27 @@ def comparison_section(training, precisions):
             continue
         memory = [ours["peak_memory_mb"], theirs["peak_memory_mb"]]
         ratio = memory[0] / memory[1] if None not in memory else None
-        speeds = [f"{row['tokens_per_s']:.0f}" + (" (whole run, start-up included)" if row.get("whole_run") else "")
-                  for row in (ours, theirs)]
-        lines.append(f"| {precision} | {speeds[0]} | {speeds[1]} | "
-                     f"{ours['tokens_per_s'] / theirs['tokens_per_s']:.2f} | {_f(memory[0], '.0f')} | "
-                     f"{_f(memory[1], '.0f')} | {_f(ratio, '.2f')} |")
+        speeds = [
+            f"{row['tokens_per_s']:.0f}" + (" (whole run, start-up included)" if row.get("whole_run") else "")
+            for row in (ours, theirs)
+        ]
+        lines.append(
+            f"| {precision} | {speeds[0]} | {speeds[1]} | "
+            f"{ours['tokens_per_s'] / theirs['tokens_per_s']:.2f} | {_f(memory[0], '.0f')} | "
+            f"{_f(memory[1], '.0f')} | {_f(ratio, '.2f')} |"
+        )
     busy = {(p, i): training[p, i].get("gpu_busy") for p in precisions for i in CRITERIA}
     if any(value is not None for value in busy.values()):
-        lines += ["", "GPU busy during each run (nvidia-smi's utilisation, the median of its 250 ms samples; a step "
-                      "bound by the host leaves the GPU idle): " + "; ".join(
-                          f"{p}: plugin {_f(busy[p, 'vaswani_transformer'], '.0f')} %, fairseq "
-                          f"{_f(busy[p, 'transformer'], '.0f')} %" for p in precisions)]
+        lines += [
+            "",
+            "GPU busy during each run (nvidia-smi's utilisation, the median of its 250 ms samples; a step "
+            "bound by the host leaves the GPU idle): "
+            + "; ".join(
+                f"{p}: plugin {_f(busy[p, 'vaswani_transformer'], '.0f')} %, fairseq "
+                f"{_f(busy[p, 'transformer'], '.0f')} %"
+                for p in precisions
+            ),
+        ]
     else:
         lines += ["", "GPU busy during each run: not measured (no GPU, or no nvidia-smi, on this machine)"]
     return lines
@@ -769,34 +1021,45 @@ def comparison_section(training, precisions):
 
 def host_cost_section(runs, device):
     """Stage (b)'s speed at the sizes users train: benchmarks/host_cost.py's runs, the targets, their outputs."""
-    lines = ["## (b) Speed at the sizes users train (benchmarks/host_cost.py)", "",
-             "Each run one configuration in a process of its own, fairseq's Trainer: target tokens/s over the timed "
-             "window; MFU = 6 x parameters x tokens/s / the card's peak (training_cost.peak_for); busy = the "
-             "device's time per update (torch.profiler, kernels and copies) / the wall time of an unprofiled update; "
-             "peak memory (torch.cuda.max_memory_allocated) and the plugin's memory model's (vaswani_plugin/models/"
-             "memory.py, for the largest padded batch of the same updates: an upper bound, by which the recipes "
-             "choose the one-GPU default); an update's wall time, the host's time in forward and "
-             "backward and in the gradients and optimizer (fairseq's ranges), and the device's idle time."
-             + (" On a CPU there is no device time or MFU; its peak is counted by torch.profiler." if device == "cpu"
-                else ""), "",
-             "| run | tokens a batch | updates | tokens/s | MFU | busy | peak MB | model MB | wall ms | "
-             "fwd+bwd host ms | optimizer host ms | idle ms | data wait ms | kernel-like calls | syncs |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "## (b) Speed at the sizes users train (benchmarks/host_cost.py)",
+        "",
+        "Each run one configuration in a process of its own, fairseq's Trainer: target tokens/s over the timed "
+        "window; MFU = 6 x parameters x tokens/s / the card's peak (training_cost.peak_for); busy = the "
+        "device's time per update (torch.profiler, kernels and copies) / the wall time of an unprofiled update; "
+        "peak memory (torch.cuda.max_memory_allocated) and the plugin's memory model's (vaswani_plugin/models/"
+        "memory.py, for the largest padded batch of the same updates: an upper bound, by which the recipes "
+        "choose the one-GPU default); an update's wall time, the host's time in forward and "
+        "backward and in the gradients and optimizer (fairseq's ranges), and the device's idle time."
+        + (
+            " On a CPU there is no device time or MFU; its peak is counted by torch.profiler."
+            if device == "cpu"
+            else ""
+        ),
+        "",
+        "| run | tokens a batch | updates | tokens/s | MFU | busy | peak MB | model MB | wall ms | "
+        "fwd+bwd host ms | optimizer host ms | idle ms | data wait ms | kernel-like calls | syncs |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for run in runs:
         row = run.get("row")
         if row is None:
             lines.append(f"| {run['name']} | {run['tokens']} | FAILED: {run['error']} |")
             continue
-        lines.append(f"| {run['name']} | {row['max_tokens'] or run['tokens']} | {row['updates']} | "
-                     f"{row['tokens_per_s']:.0f} | {_percent(row['mfu'])} | {_percent(row['busy'])} | "
-                     f"{_f(row['peak_memory_mb'], '.0f')} | {_f(row['model_memory_mb'], '.0f')} | "
-                     f"{row['wall_ms']:.1f} | "
-                     f"{row['forward_backward_ms']:.1f} | "
-                     f"{row['optimizer_ms']:.1f} | {_f(row['idle_ms'], '.1f')} | {row['wait_ms']:.2f} | "
-                     f"{row['calls']:.0f} | {row['syncs']:.0f} |")
+        lines.append(
+            f"| {run['name']} | {row['max_tokens'] or run['tokens']} | {row['updates']} | "
+            f"{row['tokens_per_s']:.0f} | {_percent(row['mfu'])} | {_percent(row['busy'])} | "
+            f"{_f(row['peak_memory_mb'], '.0f')} | {_f(row['model_memory_mb'], '.0f')} | "
+            f"{row['wall_ms']:.1f} | "
+            f"{row['forward_backward_ms']:.1f} | "
+            f"{row['optimizer_ms']:.1f} | {_f(row['idle_ms'], '.1f')} | {row['wait_ms']:.2f} | "
+            f"{row['calls']:.0f} | {row['syncs']:.0f} |"
+        )
     lines += ["", "Issue 50's targets on one GPU:", ""]
-    lines += [f"- {'held' if held else 'not held' if held is not None else 'not measured'}: {what} ({figures})"
-              for what, held, figures in targets_held(runs)]
+    lines += [
+        f"- {'held' if held else 'not held' if held is not None else 'not measured'}: {what} ({figures})"
+        for what, held, figures in targets_held(runs)
+    ]
     lines += ["", "One card makes no gradient all-reduce: scaling to 8 GPUs stays unmeasured."]
     for run in runs:
         lines += ["", f"{run['name']}: `{run['command']}`", "", "```", run.get("output", "").rstrip(), "```"]
@@ -810,14 +1073,25 @@ def checks_section(title, checks):
 def render_report(facts):
     """The markdown report from the facts main() gathered: stage (a), and stage (b) once it has run."""
     mode, shown, a, b = facts["mode"], facts["precisions"], facts["a"], facts.get("b")
-    stages = "; ".join(f"stage ({name}) {part['minutes']:.1f}, ended at minute {part['ended']:.1f} of at most "
-                       f"{deadline}" for name, part, deadline in zip("ab", (a, b), mode.deadlines) if part)
-    lines = ["# GPU acceptance of vaswani_plugin", "",
-             f"- date: {facts['date']}", f"- command: `{facts['command']}`",
-             f"- data: {facts['data']}",
-             f"- wall time: {facts['wall_minutes']:.1f} minutes from the command's start (the install and the data: "
-             f"{facts['data_ready']:.1f}; {stages})", "",
-             "## Machine", "", "| | |", "|---|---|"]
+    stages = "; ".join(
+        f"stage ({name}) {part['minutes']:.1f}, ended at minute {part['ended']:.1f} of at most {deadline}"
+        for name, part, deadline in zip("ab", (a, b), mode.deadlines)
+        if part
+    )
+    lines = [
+        "# GPU acceptance of vaswani_plugin",
+        "",
+        f"- date: {facts['date']}",
+        f"- command: `{facts['command']}`",
+        f"- data: {facts['data']}",
+        f"- wall time: {facts['wall_minutes']:.1f} minutes from the command's start (the install and the data: "
+        f"{facts['data_ready']:.1f}; {stages})",
+        "",
+        "## Machine",
+        "",
+        "| | |",
+        "|---|---|",
+    ]
     lines += [f"| {key} | {value} |" for key, value in facts["machine"].items()]
     lines += [""] + training_section("(a) Training", mode.check, mode, a["training"], shown, PLUGIN_ONLY)
     lines += [""] + decoding_section(a["decoding"], facts["device"])
@@ -828,19 +1102,33 @@ def render_report(facts):
         lines += [""] + host_cost_section(b["speed"], facts["device"])
         lines += [""] + checks_section("(b) Checks", b["checks"])
     else:
-        lines += ["", "## (b) Speed", "", "Not written yet: stage (b) is running, or the run was cut short before it "
-                  "ended."]
-    lines += ["", "## Runs", "", f"Each a fairseq command line, run in the worker (logs in {facts['work']}/logs), "
-              "and its seconds:", ""]
+        lines += [
+            "",
+            "## (b) Speed",
+            "",
+            "Not written yet: stage (b) is running, or the run was cut short before it ended.",
+        ]
+    lines += [
+        "",
+        "## Runs",
+        "",
+        f"Each a fairseq command line, run in the worker (logs in {facts['work']}/logs), and its seconds:",
+        "",
+    ]
     lines += [f"- {_f(result.get('seconds'), '.1f')} s: `{command}`" for command, result in facts["commands"]]
     return "\n".join(lines) + "\n"
 
 
 def render_not_run_report(why, command, text, rows=None):
     """The report of a run that measured nothing: why, in a title, a paragraph and a table of `rows`."""
-    lines = [f"# GPU acceptance of vaswani_plugin: NOT RUN, {why}", "",
-             f"- date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}", f"- command: `{command}`", "",
-             text]
+    lines = [
+        f"# GPU acceptance of vaswani_plugin: NOT RUN, {why}",
+        "",
+        f"- date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
+        f"- command: `{command}`",
+        "",
+        text,
+    ]
     if rows:
         lines += ["", "| | |", "|---|---|"] + [f"| {key} | {value} |" for key, value in rows.items()]
     return "\n".join(lines) + "\n"
@@ -868,10 +1156,19 @@ def write_report(facts, report, logs):
 # ---------------------------------------------------------------------------------------------------------
 # The two stages.
 
+
 def stage_jobs(work, specs):
     """Jobs from (name, tool, argv): their logs and results under work."""
-    return [dict(name=name, tool=tool, argv=argv, log=str(work / "logs" / f"{name}.log"),
-                 result=str(work / "results" / f"{name}.json")) for name, tool, argv in specs]
+    return [
+        dict(
+            name=name,
+            tool=tool,
+            argv=argv,
+            log=str(work / "logs" / f"{name}.log"),
+            result=str(work / "results" / f"{name}.json"),
+        )
+        for name, tool, argv in specs
+    ]
 
 
 def described(job):
@@ -881,8 +1178,10 @@ def described(job):
         return f"the first {count} sentences of {split} in {data}, written to {dest}"
     if job["tool"] == "compare":
         data, checkpoint, cpu, device_output, device = job["argv"]
-        return (f"{cpu} and {device_output} scored by {checkpoint}, teacher-forced on the CPU and on {device} "
-                "(compare_on_both_devices)")
+        return (
+            f"{cpu} and {device_output} scored by {checkpoint}, teacher-forced on the CPU and on {device} "
+            "(compare_on_both_devices)"
+        )
     return f"fairseq-{job['tool']} {shlex.join(job['argv'])}"
 
 
@@ -913,8 +1212,12 @@ def decoded_precision(training, precisions, checkpoints):
     decodes its checkpoint; None if none did."""
     for precision in precisions:
         row = training[precision, PLUGIN_ONLY[0]]
-        if "error" not in row and row.get("finite") and row.get("falling") and \
-                (checkpoints / precision / "checkpoint_last.pt").is_file():
+        if (
+            "error" not in row
+            and row.get("finite")
+            and row.get("falling")
+            and (checkpoints / precision / "checkpoint_last.pt").is_file()
+        ):
             return precision
     return None
 
@@ -926,19 +1229,39 @@ def stage_a(context):
     deadline, end = context["ends"][0]
     started, first, checkpoints = time.time(), work / "first-sentences", work / "checkpoints"
     specs = [("first-sentences", "subset", [str(data), "test", str(mode.sentences), str(first)])]
-    specs += [(f"train-a-{p}", "train", train_argv(data, mode, mode.check, p, PLUGIN_ONLY[0], device, checkpoints / p))
-              for p in precisions]
+    specs += [
+        (f"train-a-{p}", "train", train_argv(data, mode, mode.check, p, PLUGIN_ONLY[0], device, checkpoints / p))
+        for p in precisions
+    ]
     # The decoding jobs run in the same worker (CUDA starts once), on the checkpoint it chooses after training.
     # Each run on the device follows an untimed one of the same decoding: CUDA loads a kernel at its first use,
     # which took 5 of the H100's 5.4 s for its first fp16 decoding of 100 sentences.
     outputs = {name: work / f"generate-{name}" for name in DECODES}
-    decodes = [(f"{run}-{name}", "generate", generate_argv(first, "test", CHOSEN, fp16, "cpu" if cpu else device,
-                                                           work / f"{run}-{name}"))
-               for name, (cpu, fp16) in DECODES.items() for run in ["warm-up"] * (not cpu) + ["generate"]]
-    decodes.append(("compare", "compare", [str(first), CHOSEN, str(outputs["cpu"] / "generate-test.txt"),
-                                           str(outputs["fp32"] / "generate-test.txt"), device]))
-    jobs = stage_jobs(work, specs) + [dict(job, decodes=dict(work=str(work), precisions=precisions))
-                                      for job in stage_jobs(work, decodes)]
+    decodes = [
+        (
+            f"{run}-{name}",
+            "generate",
+            generate_argv(first, "test", CHOSEN, fp16, "cpu" if cpu else device, work / f"{run}-{name}"),
+        )
+        for name, (cpu, fp16) in DECODES.items()
+        for run in ["warm-up"] * (not cpu) + ["generate"]
+    ]
+    decodes.append(
+        (
+            "compare",
+            "compare",
+            [
+                str(first),
+                CHOSEN,
+                str(outputs["cpu"] / "generate-test.txt"),
+                str(outputs["fp32"] / "generate-test.txt"),
+                device,
+            ],
+        )
+    )
+    jobs = stage_jobs(work, specs) + [
+        dict(job, decodes=dict(work=str(work), precisions=precisions)) for job in stage_jobs(work, decodes)
+    ]
     results = run_jobs(jobs, work, work / "worker-a.log", deadline, end)
     training = {(p, i): {"note": "needs a GPU"} for p in context["shown"] for i in CRITERIA}
     for precision in precisions:
@@ -947,34 +1270,54 @@ def stage_a(context):
     for job in jobs:  # the report's list of runs: as they ran
         job["argv"] = [str(checkpoint) if x == CHOSEN and checkpoint else x for x in job["argv"]]
 
-    decoding = {"checkpoint": f"the {chosen} run's" if chosen else "none (no precision trained)",
-                "sentences": mode.sentences, "hypotheses": {}}
+    decoding = {
+        "checkpoint": f"the {chosen} run's" if chosen else "none (no precision trained)",
+        "sentences": mode.sentences,
+        "hypotheses": {},
+    }
     for name in DECODES:
         output = outputs[name] / "generate-test.txt"
         log = work / "logs" / f"generate-{name}.log"
         timing, decoding["hypotheses"][name], _ = parse_generate(
-            log.read_text() if log.exists() else "", output.read_text() if output.exists() else "")
+            log.read_text() if log.exists() else "", output.read_text() if output.exists() else ""
+        )
         decoding[name] = timing or {"error": results[f"generate-{name}"].get("error", "no timing line in its log")}
     hypotheses = decoding["hypotheses"]
     decoding["fp16_differing"] = differing(hypotheses["fp16"], hypotheses["fp32"])
     checks = training_checks(training, precisions, PLUGIN_ONLY)
     if "error" in results["first-sentences"]:
-        checks.append((f"the first {mode.sentences} test sentences written ({results['first-sentences']['error']})",
-                       False))
+        checks.append(
+            (f"the first {mode.sentences} test sentences written ({results['first-sentences']['error']})", False)
+        )
     checks += [(f"beam-4 decoding ran: {name}", "sentences" in decoding[name]) for name in DECODES]
     on = "GPU" if device == "cuda" else "stand-in device"
     if "error" in results["compare"]:
-        checks.append((f"beam 4 in float32: the {on}'s hypotheses compared with the CPU's "
-                       f"({results['compare']['error']})", False))
+        checks.append(
+            (f"beam 4 in float32: the {on}'s hypotheses compared with the CPU's ({results['compare']['error']})", False)
+        )
     else:
         found = decoding["agreement"] = agreement(hypotheses["cpu"], hypotheses["fp32"], results["compare"])
-        checks += [(f"beam 4 in float32: no real difference between the {on}'s hypotheses and the CPU's "
-                    f"({found['identical']} identical, {len(found['near_ties'])} near-ties, {len(found['real'])} "
-                    f"real differences of {found['compared']})", found["compared"] > 0 and not found["real"]),
-                   (f"beam 4 in float32: at most {found['cap']} near-ties ({len(found['near_ties'])})",
-                    len(found["near_ties"]) <= found["cap"])]
-    return dict(training=training, decoding=decoding, checks=checks, jobs=jobs, results=results,
-                minutes=(time.time() - started) / 60, ended=context["minute"]())
+        checks += [
+            (
+                f"beam 4 in float32: no real difference between the {on}'s hypotheses and the CPU's "
+                f"({found['identical']} identical, {len(found['near_ties'])} near-ties, {len(found['real'])} "
+                f"real differences of {found['compared']})",
+                found["compared"] > 0 and not found["real"],
+            ),
+            (
+                f"beam 4 in float32: at most {found['cap']} near-ties ({len(found['near_ties'])})",
+                len(found["near_ties"]) <= found["cap"],
+            ),
+        ]
+    return dict(
+        training=training,
+        decoding=decoding,
+        checks=checks,
+        jobs=jobs,
+        results=results,
+        minutes=(time.time() - started) / 60,
+        ended=context["minute"](),
+    )
 
 
 def stage_b(context):
@@ -982,8 +1325,14 @@ def stage_b(context):
     work, data, mode, device, precisions = (context[k] for k in ("work", "data", "mode", "device", "precisions"))
     deadline, end = context["ends"][1]
     started = time.time()
-    jobs = stage_jobs(work, [(f"train-b-{p}-{impl}", "train", train_argv(data, mode, mode.speed, p, impl, device))
-                             for p in precisions for impl in CRITERIA])
+    jobs = stage_jobs(
+        work,
+        [
+            (f"train-b-{p}-{impl}", "train", train_argv(data, mode, mode.speed, p, impl, device))
+            for p in precisions
+            for impl in CRITERIA
+        ],
+    )
     with GpuBusy(work / "gpu_busy.csv", device) as busy:
         results = run_jobs(jobs, work, work / "worker-b.log", deadline, end)
     samples = busy.samples()
@@ -994,10 +1343,19 @@ def stage_b(context):
             row["gpu_busy"] = None if samples is None else busy_during(samples, row.get("started"), row.get("ended"))
     speed = run_speed(mode, work, deadline, end)
     checks = training_checks(training, precisions, CRITERIA)
-    checks += [(f"speed run: {run['name']}" + (f" ({run['error']})" if "error" in run else ""), "error" not in run)
-               for run in speed]
-    return dict(training=training, speed=speed, checks=checks, jobs=jobs, results=results,
-                minutes=(time.time() - started) / 60, ended=context["minute"]())
+    checks += [
+        (f"speed run: {run['name']}" + (f" ({run['error']})" if "error" in run else ""), "error" not in run)
+        for run in speed
+    ]
+    return dict(
+        training=training,
+        speed=speed,
+        checks=checks,
+        jobs=jobs,
+        results=results,
+        minutes=(time.time() - started) / 60,
+        ended=context["minute"](),
+    )
 
 
 def one_window(row):
@@ -1019,34 +1377,67 @@ def training_checks(training, precisions, impls):
             if "error" in row:
                 checks.append((f"{precision} {impl} trained ({row['error']})", False))
             elif impl == "transformer":
-                checks.append((f"{precision} {impl} (the baseline): trained {row['steps']} steps, loss finite"
-                               + one_window(row), row["finite"]))
+                checks.append(
+                    (
+                        f"{precision} {impl} (the baseline): trained {row['steps']} steps, loss finite"
+                        + one_window(row),
+                        row["finite"],
+                    )
+                )
             else:
-                checks.append((f"{precision} {impl}: trained {row['steps']} steps, loss finite and falling"
-                               + one_window(row), row["finite"] and row["falling"]))
+                checks.append(
+                    (
+                        f"{precision} {impl}: trained {row['steps']} steps, loss finite and falling" + one_window(row),
+                        row["finite"] and row["falling"],
+                    )
+                )
     return checks
 
 
 # ---------------------------------------------------------------------------------------------------------
 
+
 def parse_args(argv):
-    parser = argparse.ArgumentParser(prog="gpu_acceptance", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--work-dir", type=Path, default=os.environ.get("WORK_DIR") or None,
-                        help="data, logs, checkpoints and the report gpu_acceptance_report.md (default: $WORK_DIR; "
-                             "without it ./work/gpu_acceptance, the report in benchmarks/)")
-    parser.add_argument("--report-dir", type=Path,
-                        help="where the report goes instead, with gpu_acceptance_logs.tar.gz (the logs so far), "
-                             "both rewritten as each stage ends (the GPU kit's command: $OUT)")
-    parser.add_argument("--raw-dir", type=Path, default=os.environ.get("RAW_DIR") or None,
-                        help="Multi30k's six .gz files, offline (default: $RAW_DIR, else ../shared/data/multi30k or "
-                             "shared/data/multi30k from the repo if there, else downloaded)")
-    parser.add_argument("--data", type=Path, help="a fairseq data-bin with train and test (a joined dictionary) "
-                                                  "instead of preparing Multi30k")
-    parser.add_argument("--kit", type=Path, help="the GPU kit this Python's packages came from: its kit.json "
-                                                 "(versions, the commit it was built from) goes into the report")
-    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
-                        help="cuda (default): the first GPU; cpu: the stand-in, with --tiny")
+    parser = argparse.ArgumentParser(
+        prog="gpu_acceptance", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        default=os.environ.get("WORK_DIR") or None,
+        help="data, logs, checkpoints and the report gpu_acceptance_report.md (default: $WORK_DIR; "
+        "without it ./work/gpu_acceptance, the report in benchmarks/)",
+    )
+    parser.add_argument(
+        "--report-dir",
+        type=Path,
+        help="where the report goes instead, with gpu_acceptance_logs.tar.gz (the logs so far), "
+        "both rewritten as each stage ends (the GPU kit's command: $OUT)",
+    )
+    parser.add_argument(
+        "--raw-dir",
+        type=Path,
+        default=os.environ.get("RAW_DIR") or None,
+        help="Multi30k's six .gz files, offline (default: $RAW_DIR, else ../shared/data/multi30k or "
+        "shared/data/multi30k from the repo if there, else downloaded)",
+    )
+    parser.add_argument(
+        "--data",
+        type=Path,
+        help="a fairseq data-bin with train and test (a joined dictionary) instead of preparing Multi30k",
+    )
+    parser.add_argument(
+        "--kit",
+        type=Path,
+        help="the GPU kit this Python's packages came from: its kit.json "
+        "(versions, the commit it was built from) goes into the report",
+    )
+    parser.add_argument(
+        "--device",
+        choices=["cuda", "cpu"],
+        default="cuda",
+        help="cuda (default): the first GPU; cpu: the stand-in, with --tiny",
+    )
     parser.add_argument("--tiny", action="store_true", help="a tiny model, few steps: the pipeline in seconds")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -1077,19 +1468,32 @@ def main(argv=None):
     report_dir = (args.report_dir or (work if args.work_dir else REPO / "benchmarks")).resolve()
     report, logs = report_dir / REPORT, report_dir / LOGS if args.report_dir else None
     command = (f"{STAND_IN}=1 " if os.environ.get(STAND_IN) == "1" else "") + shlex.join(
-        ["python", "benchmarks/gpu_acceptance.py", *(argv or sys.argv[1:])])
+        ["python", "benchmarks/gpu_acceptance.py", *(argv or sys.argv[1:])]
+    )
     import torch
+
     if args.device == "cuda" and not torch.cuda.is_available():
         rows = cuda_rows()
         report_dir.mkdir(parents=True, exist_ok=True)
-        write_text_atomically(report, render_not_run_report(
-            "no GPU visible", command, "torch.cuda.is_available() is False: nothing was prepared, trained or "
-            "measured. What this machine showed of CUDA:", rows))
-        die(f"no GPU visible (torch.cuda.is_available() is False; torch.cuda.init(): {rows['torch.cuda.init()']}); "
-            f"report written to {report}")
+        write_text_atomically(
+            report,
+            render_not_run_report(
+                "no GPU visible",
+                command,
+                "torch.cuda.is_available() is False: nothing was prepared, trained or "
+                "measured. What this machine showed of CUDA:",
+                rows,
+            ),
+        )
+        die(
+            f"no GPU visible (torch.cuda.is_available() is False; torch.cuda.init(): {rows['torch.cuda.init()']}); "
+            f"report written to {report}"
+        )
     if importlib.util.find_spec("fairseq") is None:
-        die(f"fairseq is not importable by {sys.executable}: install the plugin with fairseq (README \"Set-up\"), "
-            "or the GPU kit's wheels (benchmarks/gpu_kit.sh); set PYTHON to the environment that has it")
+        die(
+            f'fairseq is not importable by {sys.executable}: install the plugin with fairseq (README "Set-up"), '
+            "or the GPU kit's wheels (benchmarks/gpu_kit.sh); set PYTHON to the environment that has it"
+        )
     if args.data and not all(any(args.data.glob(f"{split}.*.bin")) for split in ("train", "test")):
         die(f"--data {args.data}: no binarised train and test splits there (fairseq-preprocess output)")
     started = args.started
@@ -1098,15 +1502,28 @@ def main(argv=None):
         return (time.time() - started) / 60
 
     # Each stage's runs end MARGIN_S before its deadline, which leaves the time to write the report and the logs.
-    ends = [(started + 60 * minutes - MARGIN_S, f"stage ({stage})'s end, {MARGIN_S} s before minute {minutes} of "
-             "the command") for stage, minutes in zip("ab", mode.deadlines)]
-    say(f"work in {work}; the report will be {report}" + (f", the logs {logs}" if logs else "")
-        + f"; minute {minute():.1f} of the command")
+    ends = [
+        (
+            started + 60 * minutes - MARGIN_S,
+            f"stage ({stage})'s end, {MARGIN_S} s before minute {minutes} of the command",
+        )
+        for stage, minutes in zip("ab", mode.deadlines)
+    ]
+    say(
+        f"work in {work}; the report will be {report}"
+        + (f", the logs {logs}" if logs else "")
+        + f"; minute {minute():.1f} of the command"
+    )
     precisions = ["fp16", "amp", "bf16-autocast"] if args.device == "cuda" else ["fp32", "bf16-autocast"]
     shown = ["fp16", "amp", "bf16-autocast"] + (["fp32"] if "fp32" in precisions else [])  # GPU rows always
-    for stale in ("logs", "results", "checkpoints", "first-sentences",
-                  *(f"{run}-{name}" for name in DECODES for run in ("warm-up", "generate")),
-                  *(f"host_cost-{index}.txt" for index in range(len(SPEED_RUNS)))):
+    for stale in (
+        "logs",
+        "results",
+        "checkpoints",
+        "first-sentences",
+        *(f"{run}-{name}" for name in DECODES for run in ("warm-up", "generate")),
+        *(f"host_cost-{index}.txt" for index in range(len(SPEED_RUNS))),
+    ):
         if (work / stale).is_dir():
             shutil.rmtree(work / stale)
         elif (work / stale).exists():
@@ -1116,33 +1533,66 @@ def main(argv=None):
     report_dir.mkdir(parents=True, exist_ok=True)
 
     try:
-        data = args.data.resolve() if args.data else prepare_multi30k(
-            work, args.raw_dir and args.raw_dir.resolve(), mode.prepare_args, *ends[0])
+        data = (
+            args.data.resolve()
+            if args.data
+            else prepare_multi30k(work, args.raw_dir and args.raw_dir.resolve(), mode.prepare_args, *ends[0])
+        )
     except NotPrepared as error:
         log = (work / "prepare.log").read_text() if (work / "prepare.log").exists() else ""
-        write_text_atomically(report, render_not_run_report("Multi30k not prepared", command, "\n".join(
-            [f"{error}. The last lines of {work / 'prepare.log'}:", "", "```", *log.splitlines()[-20:], "```"])))
+        write_text_atomically(
+            report,
+            render_not_run_report(
+                "Multi30k not prepared",
+                command,
+                "\n".join(
+                    [f"{error}. The last lines of {work / 'prepare.log'}:", "", "```", *log.splitlines()[-20:], "```"]
+                ),
+            ),
+        )
         die(f"{error}; report written to {report}")
-    facts = dict(mode=mode, precisions=shown, device=args.device, machine=machine(args.device, args.kit), work=work,
-                 data=data, date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), command=command,
-                 data_ready=minute())
-    context = dict(work=work, data=data, mode=mode, device=args.device, precisions=precisions, shown=shown,
-                   ends=ends, minute=minute)
+    facts = dict(
+        mode=mode,
+        precisions=shown,
+        device=args.device,
+        machine=machine(args.device, args.kit),
+        work=work,
+        data=data,
+        date=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        command=command,
+        data_ready=minute(),
+    )
+    context = dict(
+        work=work,
+        data=data,
+        mode=mode,
+        device=args.device,
+        precisions=precisions,
+        shown=shown,
+        ends=ends,
+        minute=minute,
+    )
     checks = []
     for stage, run in (("a", stage_a), ("b", stage_b)):
         say(f"stage ({stage}): from minute {minute():.1f} until {ends['ab'.index(stage)][1]}")
         facts[stage] = run(context)
         checks += facts[stage]["checks"]
         done = [facts[s] for s in "ab" if s in facts]
-        facts.update(wall_minutes=minute(), commands=[
-            (described(job), part["results"][job["name"]]) for part in done for job in part["jobs"]])
+        facts.update(
+            wall_minutes=minute(),
+            commands=[(described(job), part["results"][job["name"]]) for part in done for job in part["jobs"]],
+        )
         write_report(facts, report, logs)
-        say(f"stage ({stage}) done in {facts[stage]['minutes']:.1f} minutes, at minute {minute():.1f} of the "
-            f"command; written to {report}")
+        say(
+            f"stage ({stage}) done in {facts[stage]['minutes']:.1f} minutes, at minute {minute():.1f} of the "
+            f"command; written to {report}"
+        )
     failed = [what for what, ok in checks if not ok]
     print(f"gpu_acceptance: report written to {report}")
-    print(f"gpu_acceptance: {len(checks) - len(failed)} of {len(checks)} checks passed"
-          + "".join(f"\n  FAIL: {what}" for what in failed))
+    print(
+        f"gpu_acceptance: {len(checks) - len(failed)} of {len(checks)} checks passed"
+        + "".join(f"\n  FAIL: {what}" for what in failed)
+    )
     return 1 if failed else 0
 
 
@@ -1154,16 +1604,29 @@ def prepare_multi30k(work, raw_dir, options, deadline, end):
     """Multi30k as the quickstart prepares it (the tiny mode: a part of it, fewer BPE merges), stopped at `deadline`
     (stage (a)'s `end`: no stage could run after it); the data-bin's path."""
     raw_dir = raw_dir or next(
-        (path for path in (REPO.parent / "shared/data/multi30k", REPO / "shared/data/multi30k") if path.is_dir()),
-        None)
-    command = [sys.executable, "-m", "prepare.multi30k", "--work-dir", str(work / "data"), *options,
-               *(["--raw-dir", str(raw_dir)] if raw_dir else [])]
+        (path for path in (REPO.parent / "shared/data/multi30k", REPO / "shared/data/multi30k") if path.is_dir()), None
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "prepare.multi30k",
+        "--work-dir",
+        str(work / "data"),
+        *options,
+        *(["--raw-dir", str(raw_dir)] if raw_dir else []),
+    ]
     say(f"preparing Multi30k: {shlex.join(command[1:])} (log {work / 'prepare.log'})")
     if time.time() >= deadline:
         raise NotPrepared(f"Multi30k not prepared: past {end}")
     with open(work / "prepare.log", "w") as log:
-        status = run_until(command, deadline - time.time(), cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                           env=dict(os.environ, PYTHONPATH=_pythonpath()))
+        status = run_until(
+            command,
+            deadline - time.time(),
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ, PYTHONPATH=_pythonpath()),
+        )
     if status is None:
         raise NotPrepared(f"preparing Multi30k was stopped at {end}")
     if status != 0:
@@ -1179,8 +1642,15 @@ def run_speed(mode, work, deadline, end):
         share = (deadline - time.time()) / (len(SPEED_RUNS) - index)
         tokens = mode.host_cost_tokens[which]
         seconds = min(mode.host_cost_seconds, share - SPEED_RUN_OVERHEAD_S) if mode.host_cost_seconds else 0
-        command = ["benchmarks/host_cost.py", *mode.host_cost_args, "--max-tokens", str(tokens), "--optimizers",
-                   RECIPES_OPTIMIZER, *options] + (["--seconds", f"{seconds:.0f}"] if seconds else [])
+        command = [
+            "benchmarks/host_cost.py",
+            *mode.host_cost_args,
+            "--max-tokens",
+            str(tokens),
+            "--optimizers",
+            RECIPES_OPTIMIZER,
+            *options,
+        ] + (["--seconds", f"{seconds:.0f}"] if seconds else [])
         run = dict(name=name, tokens=tokens or "the memory model's", command=f"python {shlex.join(command)}", output="")
         runs.append(run)
         if share <= 0 or (mode.host_cost_seconds and seconds < 10):
@@ -1189,8 +1659,14 @@ def run_speed(mode, work, deadline, end):
         say(f"{run['command']} (at most {share:.0f} s)")
         log = work / f"host_cost-{index}.txt"
         with open(log, "w") as out:
-            status = run_until([sys.executable, *command], share, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                               env=dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=_pythonpath()))
+            status = run_until(
+                [sys.executable, *command],
+                share,
+                cwd=REPO,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=_pythonpath()),
+            )
         run["output"] = log.read_text()
         row = parse_host_cost(run["output"])
         if status is None:

@@ -34,7 +34,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,7 +43,8 @@ from prepare import PrepareError, download  # noqa: E402
 
 # The Python packages of the GPU machines' image ('cuda'), as KINDS.md of the device tool lists them ("Python
 # packages already there", read on a machine on 2026-11-17; Python 3.12.3, torch 2.11.0, numpy 2.5.2).
-IMAGE_PACKAGES = frozenset("""
+IMAGE_PACKAGES = frozenset(
+    """
 absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch build certifi
 charset-normalizer chex click cloudpickle cmake colorama contourpy coverage cuda-bindings cuda-core cuda-pathfinder
 cuda-toolkit cupy-cuda13x cycler cython diffrax e3nn einops equinox etils execnet filelock flatbuffers flax fonttools
@@ -63,12 +64,20 @@ statsmodels sympy tabulate tensorboard tensorboard-data-server tensorstore threa
 tokenizers toolz torch torchaudio torchdiffeq torch-geometric torchmetrics torchvision tqdm transformers treescope
 triton typer typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wrapt xarray xxhash yarl
 zipp
-""".split())
+""".split()
+)
 # What the image lacks of what a training, generation and preparation run imports (tests/test_gpu_kit.py checks
 # that this is all): fairseq, its configuration (hydra, omegaconf, antlr4), bitarray (fairseq.data imports it),
 # prepare.multi30k's Moses tokeniser and BPE.
-KIT_PACKAGES = ("ve-fairseq", "hydra-core", "omegaconf", "antlr4-python3-runtime", "bitarray", "sacremoses",
-                "subword-nmt")
+KIT_PACKAGES = (
+    "ve-fairseq",
+    "hydra-core",
+    "omegaconf",
+    "antlr4-python3-runtime",
+    "bitarray",
+    "sacremoses",
+    "subword-nmt",
+)
 SOURCE_ONLY = ("antlr4-python3-runtime",)  # no wheel on PyPI: built here (pure Python)
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 PLUGIN_SOURCES = ("setup.py", "README.md", "vaswani_plugin")  # what building the plugin's wheel reads
@@ -95,8 +104,10 @@ def installed_versions(names):
         try:
             versions[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
-            raise KitError(f"{name} is not installed in {sys.executable}: run with the Python of the README's "
-                           "set-up (PYTHON=.venv/bin/python)")
+            raise KitError(
+                f"{name} is not installed in {sys.executable}: run with the Python of the README's "
+                "set-up (PYTHON=.venv/bin/python)"
+            )
     return versions
 
 
@@ -114,8 +125,20 @@ def fetch_wheels(kit, versions, python_version):
     binary = [f"{name}=={version}" for name, version in versions.items() if name not in SOURCE_ONLY]
     platforms = [x for platform in PLATFORMS for x in ("--platform", platform)]
     say(f"pip download (CPython {python_version}, manylinux x86_64): {' '.join(binary)}")
-    pip("download", "-q", "--no-deps", "--only-binary=:all:", "--python-version", python_version,
-        "--implementation", "cp", *platforms, "-d", kit, *binary)
+    pip(
+        "download",
+        "-q",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--python-version",
+        python_version,
+        "--implementation",
+        "cp",
+        *platforms,
+        "-d",
+        kit,
+        *binary,
+    )
     with tempfile.TemporaryDirectory() as scratch:
         source = Path(scratch) / "vaswani_plugin"  # a copy: setuptools' build/ in the tree may hold deleted files
         source.mkdir()
@@ -166,10 +189,13 @@ def check_wheels(kit, python_version):
     tag = "cp" + python_version.replace(".", "")
     seen = {}
     for wheel in sorted(kit.glob("*.whl")):
-        name, _, *rest = wheel.name[:-len(".whl")].split("-")
+        name, _, *rest = wheel.name[: -len(".whl")].split("-")
         python, abi, platform = rest[-3:]
-        if python not in (tag, "py3", "py2.py3") or abi not in (tag, "abi3", "none") or not all(
-                p == "any" or re.fullmatch(r"manylinux\w*_x86_64", p) for p in platform.split(".")):
+        if (
+            python not in (tag, "py3", "py2.py3")
+            or abi not in (tag, "abi3", "none")
+            or not all(p == "any" or re.fullmatch(r"manylinux\w*_x86_64", p) for p in platform.split("."))
+        ):
             raise KitError(f"{wheel.name} is not a wheel for CPython {python_version} on manylinux x86_64")
         if normalize(name) in seen:
             raise KitError(f"two wheels of {name}: {seen[normalize(name)]} and {wheel.name}")
@@ -180,8 +206,7 @@ def check_wheels(kit, python_version):
 
 
 def commit():
-    done = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True,
-                          text=True)
+    done = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True, text=True)
     return f"git {done.stdout.strip()}" if done.returncode == 0 else "not a git checkout"
 
 
@@ -199,10 +224,12 @@ def command(kit):
     """The command that installs the kit and runs the acceptance, from the repository root of the GPU machine."""
     where = os.path.relpath(kit, REPO) if kit.is_relative_to(REPO) else str(kit)
     quoted = shlex.quote(where)
-    return (f'export GPU_ACCEPTANCE_STARTED=$(date +%s) && python3 -m pip install -q --no-index --no-deps --no-compile '
-            f'--upgrade --target "${{TMPDIR:-/tmp}}/gpu_kit" {quoted}/*.whl && PYTHONPATH="${{TMPDIR:-/tmp}}/gpu_kit" '
-            f'python3 benchmarks/gpu_acceptance.py --kit {quoted} --raw-dir {quoted}/multi30k --work-dir '
-            f'"${{TMPDIR:-/tmp}}/gpu_acceptance" --report-dir "${{OUT:-{where}}}"')
+    return (
+        f"export GPU_ACCEPTANCE_STARTED=$(date +%s) && python3 -m pip install -q --no-index --no-deps --no-compile "
+        f'--upgrade --target "${{TMPDIR:-/tmp}}/gpu_kit" {quoted}/*.whl && PYTHONPATH="${{TMPDIR:-/tmp}}/gpu_kit" '
+        f"python3 benchmarks/gpu_acceptance.py --kit {quoted} --raw-dir {quoted}/multi30k --work-dir "
+        f'"${{TMPDIR:-/tmp}}/gpu_acceptance" --report-dir "${{OUT:-{where}}}"'
+    )
 
 
 def build(kit, python_version, raw_dir):
@@ -210,8 +237,10 @@ def build(kit, python_version, raw_dir):
     if kit.exists() and any(kit.iterdir()) and not (kit / "kit.json").is_file():
         raise KitError(f"{kit} is neither empty nor a kit (no kit.json): name another folder")
     if kit.is_relative_to(REPO) and not git_ignored(kit):
-        raise KitError(f"{kit} is not git-ignored: the kit holds Multi30k, whose licence forbids committing it "
-                       "(use .gpu_kit/, or ignore the folder)")
+        raise KitError(
+            f"{kit} is not git-ignored: the kit holds Multi30k, whose licence forbids committing it "
+            "(use .gpu_kit/, or ignore the folder)"
+        )
     shutil.rmtree(kit, ignore_errors=True)
     kit.mkdir(parents=True)
     (kit / "kit.json").write_text(json.dumps({"complete": False}))  # marks the folder as a kit to replace
@@ -219,9 +248,19 @@ def build(kit, python_version, raw_dir):
     fetch_wheels(kit, versions, python_version)
     fetch_multi30k(kit, raw_dir)
     check_wheels(kit, python_version)
-    (kit / "kit.json").write_text(json.dumps(dict(
-        complete=True, python=python_version, packages=versions,
-        built=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), commit=commit()), indent=1) + "\n")
+    (kit / "kit.json").write_text(
+        json.dumps(
+            dict(
+                complete=True,
+                python=python_version,
+                packages=versions,
+                built=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+                commit=commit(),
+            ),
+            indent=1,
+        )
+        + "\n"
+    )
     size = check_size(kit)
     for path in sorted(p for p in kit.rglob("*") if p.is_file()):
         say(f"  {path.stat().st_size / 2**20:7.2f} MiB  {path.relative_to(kit)}")
@@ -230,21 +269,32 @@ def build(kit, python_version, raw_dir):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="gpu_kit", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("dir", nargs="?", type=Path, default=REPO / ".gpu_kit",
-                        help="the kit folder (default .gpu_kit/ at the repository root, git-ignored)")
-    parser.add_argument("--python-version", default="3.12",
-                        help="the CPython the wheels are for: the GPU image's 3.12 (default)")
-    parser.add_argument("--raw-dir", type=Path,
-                        help="Multi30k's {train,val,test_2016_flickr}.{en,de}.gz (default ../shared/data/multi30k "
-                             "if there, else downloaded)")
+    parser = argparse.ArgumentParser(
+        prog="gpu_kit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "dir",
+        nargs="?",
+        type=Path,
+        default=REPO / ".gpu_kit",
+        help="the kit folder (default .gpu_kit/ at the repository root, git-ignored)",
+    )
+    parser.add_argument(
+        "--python-version", default="3.12", help="the CPython the wheels are for: the GPU image's 3.12 (default)"
+    )
+    parser.add_argument(
+        "--raw-dir",
+        type=Path,
+        help="Multi30k's {train,val,test_2016_flickr}.{en,de}.gz (default ../shared/data/multi30k "
+        "if there, else downloaded)",
+    )
     args = parser.parse_args(argv)
     if not re.fullmatch(r"3\.\d+", args.python_version):
         parser.error(f"--python-version {args.python_version}: a CPython version such as 3.12")
     kit = args.dir.resolve()
-    raw_dir = args.raw_dir or next((path for path in (REPO.parent / "shared/data/multi30k",
-                                                      REPO / "shared/data/multi30k") if path.is_dir()), None)
+    raw_dir = args.raw_dir or next(
+        (path for path in (REPO.parent / "shared/data/multi30k", REPO / "shared/data/multi30k") if path.is_dir()), None
+    )
     try:
         build(kit, args.python_version, raw_dir)
     except KitError as error:

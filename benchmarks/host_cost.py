@@ -48,19 +48,88 @@ PAPER_SIZES = plugin_leaf("paper").MODELS  # the paper's models (vaswani_plugin/
 MEMORY = plugin_leaf("models.memory")  # the memory model the recipes choose a GPU's batch by
 
 # Calls that make the host wait for a GPU's results (torch's CUDA sync debug mode flags the same kernels).
-SYNCING = {"__bool__", "item", "tolist", "__int__", "__float__", "__index__", "nonzero", "masked_select", "unique",
-           "cpu", "numpy", "equal", "allclose", "repeat_interleave", "is_nonzero"}
+SYNCING = {
+    "__bool__",
+    "item",
+    "tolist",
+    "__int__",
+    "__float__",
+    "__index__",
+    "nonzero",
+    "masked_select",
+    "unique",
+    "cpu",
+    "numpy",
+    "equal",
+    "allclose",
+    "repeat_interleave",
+    "is_nonzero",
+}
 # Leaf aten calls that launch no kernel: views, shape and metadata queries, allocations, no-op conversions.
-METADATA_OPS = {"view", "_unsafe_view", "_reshape_alias", "as_strided", "expand", "expand_as", "t", "transpose",
-                "permute", "unsqueeze", "squeeze", "select", "slice", "narrow", "detach", "alias", "lift_fresh",
-                "unbind", "split", "split_with_sizes", "chunk", "view_as", "empty", "empty_like", "empty_strided",
-                "resize_", "set_", "result_type", "to", "contiguous", "reshape", "size", "stride", "numel", "dim",
-                "is_floating_point", "is_complex", "_has_compatible_shallow_copy_type", "is_same_size", "lift",
-                "_shape_as_tensor", "resolve_conj", "resolve_neg", "conj", "_neg_view", "_conj", "movedim",
-                "flatten", "unflatten", "type_as", "promote_types", "new_empty", "dropout"}
+METADATA_OPS = {
+    "view",
+    "_unsafe_view",
+    "_reshape_alias",
+    "as_strided",
+    "expand",
+    "expand_as",
+    "t",
+    "transpose",
+    "permute",
+    "unsqueeze",
+    "squeeze",
+    "select",
+    "slice",
+    "narrow",
+    "detach",
+    "alias",
+    "lift_fresh",
+    "unbind",
+    "split",
+    "split_with_sizes",
+    "chunk",
+    "view_as",
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "resize_",
+    "set_",
+    "result_type",
+    "to",
+    "contiguous",
+    "reshape",
+    "size",
+    "stride",
+    "numel",
+    "dim",
+    "is_floating_point",
+    "is_complex",
+    "_has_compatible_shallow_copy_type",
+    "is_same_size",
+    "lift",
+    "_shape_as_tensor",
+    "resolve_conj",
+    "resolve_neg",
+    "conj",
+    "_neg_view",
+    "_conj",
+    "movedim",
+    "flatten",
+    "unflatten",
+    "type_as",
+    "promote_types",
+    "new_empty",
+    "dropout",
+}
 # fairseq's record_function ranges inside Trainer.train_step, gathered into the columns printed.
-PHASES = {"forward": "fwd+bwd", "backward": "fwd+bwd", "reduce-grads": "grads", "multiply-grads": "grads",
-          "clip-grads": "grads", "optimizer": "optimizer"}
+PHASES = {
+    "forward": "fwd+bwd",
+    "backward": "fwd+bwd",
+    "reduce-grads": "grads",
+    "multiply-grads": "grads",
+    "clip-grads": "grads",
+    "optimizer": "optimizer",
+}
 COLUMNS = ("fwd+bwd", "grads", "optimizer", "other")
 IMPLEMENTATIONS = {  # name: (--arch, --criterion, --task)
     "transformer": ("transformer", "label_smoothed_cross_entropy", "translation"),
@@ -81,9 +150,14 @@ class HostSyncs:
         class Mode(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
                 name = getattr(func, "__name__", "")
-                boolean_index = name in ("__getitem__", "__setitem__") and len(args) > 1 and any(
-                    getattr(index, "dtype", None) is not None and str(index.dtype) == "torch.bool"
-                    for index in (args[1] if isinstance(args[1], tuple) else (args[1],)))
+                boolean_index = (
+                    name in ("__getitem__", "__setitem__")
+                    and len(args) > 1
+                    and any(
+                        getattr(index, "dtype", None) is not None and str(index.dtype) == "torch.bool"
+                        for index in (args[1] if isinstance(args[1], tuple) else (args[1],))
+                    )
+                )
                 if name in SYNCING or boolean_index:
                     syncs.calls[(name, caller())] += 1
                 return func(*args, **(kwargs or {}))
@@ -178,7 +252,7 @@ class Slices:
         return len(self.starts) - 1
 
     def __getitem__(self, index):
-        return self.words[self.starts[index]:self.starts[index + 1]]
+        return self.words[self.starts[index] : self.starts[index + 1]]
 
 
 def synthetic_dataset(task, sentences: int, seed: int):
@@ -186,20 +260,30 @@ def synthetic_dataset(task, sentences: int, seed: int):
     over the task's dictionaries."""
     import torch
     from fairseq.data import LanguagePairDataset
+
     generator = torch.Generator().manual_seed(seed)
     vocabulary = task.source_dictionary
     lengths = torch.randint(4, 61, (sentences,), generator=generator)
     target_lengths = (lengths * (0.8 + 0.4 * torch.rand(sentences, generator=generator))).round().long().clamp(min=2)
     pairs = []
     for counts in (lengths, target_lengths):  # each sentence a slice of one tensor, its last word end-of-sentence
-        words = torch.randint(vocabulary.nspecial, len(vocabulary), (int(counts.sum()) + sentences,),
-                              generator=generator)
+        words = torch.randint(
+            vocabulary.nspecial, len(vocabulary), (int(counts.sum()) + sentences,), generator=generator
+        )
         ends = torch.cumsum(counts + 1, 0)
         words[ends - 1] = vocabulary.eos()
         pairs.append(Slices(words, [0] + ends.tolist()))
     sizes = [(counts + 1).numpy() for counts in (lengths, target_lengths)]
-    return LanguagePairDataset(pairs[0], sizes[0], vocabulary, pairs[1], sizes[1], task.target_dictionary,
-                               left_pad_source=True, left_pad_target=False)
+    return LanguagePairDataset(
+        pairs[0],
+        sizes[0],
+        vocabulary,
+        pairs[1],
+        sizes[1],
+        task.target_dictionary,
+        left_pad_source=True,
+        left_pad_target=False,
+    )
 
 
 CONFIGS = {}  # (implementation, optimizer): fairseq's configuration in float32
@@ -208,18 +292,74 @@ CONFIGS = {}  # (implementation, optimizer): fairseq's configuration in float32
 def arguments(spec, data_dir, implementation, optimizer):
     arch, criterion, task = IMPLEMENTATIONS[implementation]
     ffn = spec.ffn or 4 * spec.dim
-    sizes = ["--encoder-layers", spec.layers, "--decoder-layers", spec.layers, "--encoder-embed-dim", spec.dim,
-             "--decoder-embed-dim", spec.dim, "--encoder-ffn-embed-dim", ffn, "--decoder-ffn-embed-dim", ffn,
-             "--encoder-attention-heads", spec.heads, "--decoder-attention-heads", spec.heads]
-    words = [data_dir, "--user-dir", REPO / "vaswani_plugin", "--task", task, "--source-lang", "src",
-             "--target-lang", "tgt",
-             "--arch", arch,
-             "--share-all-embeddings", *sizes, "--dropout", "0.1", "--criterion", criterion, "--label-smoothing",
-             "0.1", "--optimizer", optimizer, "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-9", "--lr", "5e-4",
-             "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "100", "--max-tokens", spec.max_tokens,
-             "--required-batch-size-multiple", "1", "--num-workers", spec.num_workers, "--seed", "1",
-             "--save-dir", data_dir / "checkpoints", "--no-save", "--disable-validation",
-             "--log-format", "none", "--no-progress-bar", "--distributed-world-size", "1"]
+    sizes = [
+        "--encoder-layers",
+        spec.layers,
+        "--decoder-layers",
+        spec.layers,
+        "--encoder-embed-dim",
+        spec.dim,
+        "--decoder-embed-dim",
+        spec.dim,
+        "--encoder-ffn-embed-dim",
+        ffn,
+        "--decoder-ffn-embed-dim",
+        ffn,
+        "--encoder-attention-heads",
+        spec.heads,
+        "--decoder-attention-heads",
+        spec.heads,
+    ]
+    words = [
+        data_dir,
+        "--user-dir",
+        REPO / "vaswani_plugin",
+        "--task",
+        task,
+        "--source-lang",
+        "src",
+        "--target-lang",
+        "tgt",
+        "--arch",
+        arch,
+        "--share-all-embeddings",
+        *sizes,
+        "--dropout",
+        "0.1",
+        "--criterion",
+        criterion,
+        "--label-smoothing",
+        "0.1",
+        "--optimizer",
+        optimizer,
+        "--adam-betas",
+        "(0.9,0.98)",
+        "--adam-eps",
+        "1e-9",
+        "--lr",
+        "5e-4",
+        "--lr-scheduler",
+        "inverse_sqrt",
+        "--warmup-updates",
+        "100",
+        "--max-tokens",
+        spec.max_tokens,
+        "--required-batch-size-multiple",
+        "1",
+        "--num-workers",
+        spec.num_workers,
+        "--seed",
+        "1",
+        "--save-dir",
+        data_dir / "checkpoints",
+        "--no-save",
+        "--disable-validation",
+        "--log-format",
+        "none",
+        "--no-progress-bar",
+        "--distributed-world-size",
+        "1",
+    ]
     words += ["--cpu"] if spec.device == "cpu" else []
     return [str(word) for word in words]
 
@@ -237,8 +377,9 @@ def measure(spec, data_dir, precision, implementation, optimizer) -> dict:
     key = (implementation, optimizer)
     if key not in CONFIGS:  # hydra's compose takes 1.5 s: once per model and optimizer, the precision set after
         parser = options.get_training_parser()
-        CONFIGS[key] = convert_namespace_to_omegaconf(options.parse_args_and_arch(
-            parser, arguments(spec, data_dir, implementation, optimizer)))
+        CONFIGS[key] = convert_namespace_to_omegaconf(
+            options.parse_args_and_arch(parser, arguments(spec, data_dir, implementation, optimizer))
+        )
     cfg = copy.deepcopy(CONFIGS[key])
     cfg.common.fp16, cfg.common.amp = precision == "fp16", precision == "amp"
     if precision == "bf16":  # the plugin's task alone
@@ -277,8 +418,10 @@ def measure(spec, data_dir, precision, implementation, optimizer) -> dict:
         for sample in samples:
             if sample:
                 state["tokens"] += sample["ntokens"]
-                seen[:] = (max(seen[0], sample["net_input"]["src_tokens"].numel()),
-                           max(seen[1], sample["net_input"]["prev_output_tokens"].numel()))
+                seen[:] = (
+                    max(seen[0], sample["net_input"]["src_tokens"].numel()),
+                    max(seen[1], sample["net_input"]["prev_output_tokens"].numel()),
+                )
 
     for _ in range(spec.warmup):
         update()
@@ -293,15 +436,28 @@ def measure(spec, data_dir, precision, implementation, optimizer) -> dict:
             update()
         synchronize()
         wall = time.perf_counter() - begin
-    result = dict(updates=len(steps), epochs_ended=state["epochs"], host_ms=1000 * statistics.median(steps),
-                  wait_ms=1000 * statistics.mean(waits), wall_ms=1000 * wall / len(steps),
-                  tokens_per_s=state["tokens"] / wall, parameters=parameters, mfu=None, peak_mb=None, device_ms=None)
+    result = dict(
+        updates=len(steps),
+        epochs_ended=state["epochs"],
+        host_ms=1000 * statistics.median(steps),
+        wait_ms=1000 * statistics.mean(waits),
+        wall_ms=1000 * wall / len(steps),
+        tokens_per_s=state["tokens"] / wall,
+        parameters=parameters,
+        mfu=None,
+        peak_mb=None,
+        device_ms=None,
+    )
     if cuda:
         from vaswani_plugin.tools.training_cost import peak_for
+
         peak = peak_for(torch.cuda.get_device_name(0), precision in ("fp16", "amp", "bf16"))
         result["peak_mb"] = peak.megabytes
-        result["mfu"] = None if peak is None else MFU_FLOPS_PER_PARAMETER_TOKEN * parameters * \
-            result["tokens_per_s"] / (peak * 1e12)
+        result["mfu"] = (
+            None
+            if peak is None
+            else MFU_FLOPS_PER_PARAMETER_TOKEN * parameters * result["tokens_per_s"] / (peak * 1e12)
+        )
     syncs = HostSyncs()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     if not cuda:  # the profiler records no free of a block allocated before it started: the gradients go first,
@@ -321,10 +477,13 @@ def measure(spec, data_dir, precision, implementation, optimizer) -> dict:
             ranges[PHASES[event.name]] += event.cpu_time_total / 1000 / spec.profiled
     if cuda:  # the device's own time per update, against the unprofiled update's wall time
         result["device_ms"] = device_busy_us(profiled.events()) / 1000 / spec.profiled
-    return dict(result, calls={column: calls[column] / spec.profiled for column in COLUMNS},
-                operators={key: count / spec.profiled for key, count in calls.items() if isinstance(key, tuple)},
-                syncs={site: count / spec.profiled for site, count in syncs.calls.items()},
-                host_ranges={column: ranges[column] for column in ("fwd+bwd", "grads", "optimizer")})
+    return dict(
+        result,
+        calls={column: calls[column] / spec.profiled for column in COLUMNS},
+        operators={key: count / spec.profiled for key, count in calls.items() if isinstance(key, tuple)},
+        syncs={site: count / spec.profiled for site, count in syncs.calls.items()},
+        host_ranges={column: ranges[column] for column in ("fwd+bwd", "grads", "optimizer")},
+    )
 
 
 class PeakMemory:
@@ -362,8 +521,12 @@ def device_busy_us(events) -> float:
     annotations, fairseq's and host_cost's ranges mirrored onto the device, which span the kernels they hold
     (summed with them, the first H200 run's busy share read 150 %)."""
     from torch.autograd import DeviceType
-    spans = sorted((event.time_range.start, event.time_range.end) for event in events
-                   if event.device_type != DeviceType.CPU and not event.is_user_annotation)
+
+    spans = sorted(
+        (event.time_range.start, event.time_range.end)
+        for event in events
+        if event.device_type != DeviceType.CPU and not event.is_user_annotation
+    )
     busy, reached = 0.0, float("-inf")
     for start, end in spans:
         busy += max(0.0, end - max(start, reached))
@@ -378,6 +541,7 @@ def live_bytes() -> int:
     import gc
 
     import torch
+
     storages = {}
     for thing in gc.get_objects():
         if isinstance(thing, torch.Tensor) and thing.device.type == "cpu" and thing.is_floating_point():
@@ -388,8 +552,11 @@ def live_bytes() -> int:
 
 def allocated_peak(profiled) -> int:
     """The most bytes allocated at once, counted from the profile's start: its memory events in time order."""
-    events = sorted((event.start_ns(), event.nbytes()) for event in profiled.profiler.kineto_results.events()
-                    if event.name() == "[memory]")
+    events = sorted(
+        (event.start_ns(), event.nbytes())
+        for event in profiled.profiler.kineto_results.events()
+        if event.name() == "[memory]"
+    )
     total = peak = 0
     for _, size in events:
         total += size
@@ -406,7 +573,9 @@ def one_gpu_default(spec, data_dir) -> int:
     """The batch the recipes give one GPU of this kind when MAX_TOKENS_PER_GPU is unset: the paper's step in as few
     batches as the memory model lets the GPU hold (vaswani_plugin/tools/gpu_batch.py), split evenly."""
     from fairseq.data import Dictionary
+
     from vaswani_plugin.tools.gpu_batch import largest_on_gpus
+
     sizes = sizes_for(spec, len(Dictionary.load(str(data_dir / "dict.tgt.txt"))))
     largest, why = largest_on_gpus(sizes, spec.precisions[0])
     tokens = MEMORY.step_split(plugin_leaf("paper").TOKENS_PER_STEP, 1, largest)[1]
@@ -419,11 +588,12 @@ def model_megabytes(spec, task, precision, implementation, seen):
     model and for amp on a CPU (float32 arithmetic under another optimizer)."""
     if implementation != "vaswani_transformer" or (precision == "amp" and spec.device == "cpu"):
         return None
-    from vaswani_plugin.models.output_layer_loss import chunk_logits_for
     import torch
+
+    from vaswani_plugin.models.output_layer_loss import chunk_logits_for
+
     chunk = chunk_logits_for(torch.device(spec.device))
-    return MEMORY.peak_bytes(sizes_for(spec, len(task.target_dictionary)), precision, *seen, chunk,
-                             spec.device) / 2**20
+    return MEMORY.peak_bytes(sizes_for(spec, len(task.target_dictionary)), precision, *seen, chunk, spec.device) / 2**20
 
 
 def configurations(spec):
@@ -448,26 +618,35 @@ def sync_total(result, who=None) -> float:
 
 
 def report(results, spec):
-    header = (f"{'precision':<9} {'implementation':<20} {'optimizer':<12} {'host ms':>8} {'wait ms':>8} "
-              + " ".join(f"{column:>9}" for column in COLUMNS) + f" {'calls':>7} {'syncs':>6} {'plugin':>6}")
+    header = (
+        f"{'precision':<9} {'implementation':<20} {'optimizer':<12} {'host ms':>8} {'wait ms':>8} "
+        + " ".join(f"{column:>9}" for column in COLUMNS)
+        + f" {'calls':>7} {'syncs':>6} {'plugin':>6}"
+    )
     print(header)
     for (precision, implementation, optimizer), result in results.items():
         calls = result["calls"]
-        print(f"{precision:<9} {implementation:<20} {optimizer:<12} {result['host_ms']:8.1f} {result['wait_ms']:8.2f} "
-              + " ".join(f"{calls[column]:9.0f}" for column in COLUMNS)
-              + f" {sum(calls.values()):7.0f} {sync_total(result):6.1f} {sync_total(result, 'plugin'):6.1f}")
-    print(f"{'precision':<9} {'implementation':<20} {'optimizer':<12} {'updates':>7} {'tok/s':>9} {'MFU':>6} "
-          f"{'busy':>6} {'peak MB':>8} {'model MB':>8} {'wall ms':>8} {'fwd+bwd':>8} {'optim':>7} {'idle ms':>8}")
+        print(
+            f"{precision:<9} {implementation:<20} {optimizer:<12} {result['host_ms']:8.1f} {result['wait_ms']:8.2f} "
+            + " ".join(f"{calls[column]:9.0f}" for column in COLUMNS)
+            + f" {sum(calls.values()):7.0f} {sync_total(result):6.1f} {sync_total(result, 'plugin'):6.1f}"
+        )
+    print(
+        f"{'precision':<9} {'implementation':<20} {'optimizer':<12} {'updates':>7} {'tok/s':>9} {'MFU':>6} "
+        f"{'busy':>6} {'peak MB':>8} {'model MB':>8} {'wall ms':>8} {'fwd+bwd':>8} {'optim':>7} {'idle ms':>8}"
+    )
     for (precision, implementation, optimizer), result in results.items():
         device, wall = result["device_ms"], result["wall_ms"]
         host = result["host_ranges"]
-        print(f"{precision:<9} {implementation:<20} {optimizer:<12} {result['updates']:7d} "
-              f"{result['tokens_per_s']:9.0f} {percent(result['mfu']):>6} "
-              f"{percent(None if device is None else device / wall):>6} {figure(result['peak_mb'], '8.1f'):>8} "
-              f"{figure(result['model_mb'], '8.1f'):>8} "
-              f"{wall:8.1f} {host['fwd+bwd']:8.1f} {host['grads'] + host['optimizer']:7.1f} "
-              f"{figure(None if device is None else wall - device, '8.1f'):>8}"
-              + (f"  ({result['epochs_ended']} epoch end(s) in the timed window)" if result["epochs_ended"] else ""))
+        print(
+            f"{precision:<9} {implementation:<20} {optimizer:<12} {result['updates']:7d} "
+            f"{result['tokens_per_s']:9.0f} {percent(result['mfu']):>6} "
+            f"{percent(None if device is None else device / wall):>6} {figure(result['peak_mb'], '8.1f'):>8} "
+            f"{figure(result['model_mb'], '8.1f'):>8} "
+            f"{wall:8.1f} {host['fwd+bwd']:8.1f} {host['grads'] + host['optimizer']:7.1f} "
+            f"{figure(None if device is None else wall - device, '8.1f'):>8}"
+            + (f"  ({result['epochs_ended']} epoch end(s) in the timed window)" if result["epochs_ended"] else "")
+        )
     for precision in spec.precisions:
         reference = results.get((precision, *REFERENCE))
         ours = results.get((precision, "vaswani_transformer", spec.recipes_optimizer))
@@ -475,20 +654,26 @@ def report(results, spec):
             continue
         total = sum(ours["calls"].values()) / sum(reference["calls"].values())
         forward_backward = ours["calls"]["fwd+bwd"] / reference["calls"]["fwd+bwd"]
-        print(f"ratio {precision} vaswani_transformer+{spec.recipes_optimizer} / transformer+adam: "
-              f"kernel-like calls {total:.2f}, in forward and backward {forward_backward:.2f}, "
-              f"host ms {ours['host_ms'] / reference['host_ms']:.2f}; the plugin's own syncs "
-              f"{sync_total(ours, 'plugin'):.0f}")
+        print(
+            f"ratio {precision} vaswani_transformer+{spec.recipes_optimizer} / transformer+adam: "
+            f"kernel-like calls {total:.2f}, in forward and backward {forward_backward:.2f}, "
+            f"host ms {ours['host_ms'] / reference['host_ms']:.2f}; the plugin's own syncs "
+            f"{sync_total(ours, 'plugin'):.0f}"
+        )
     for (precision, implementation, optimizer), result in results.items():
         if result["model_mb"] is not None and result["peak_mb"]:
-            print(f"memory model {precision} {implementation} {optimizer}: {result['model_mb']:.2f} MB for the "
-                  f"measured peak's {result['peak_mb']:.2f} MB, ratio {result['model_mb'] / result['peak_mb']:.2f}")
+            print(
+                f"memory model {precision} {implementation} {optimizer}: {result['model_mb']:.2f} MB for the "
+                f"measured peak's {result['peak_mb']:.2f} MB, ratio {result['model_mb'] / result['peak_mb']:.2f}"
+            )
     if spec.operators:
         print(f"the {spec.operators} most frequent kernel-like calls per update:")
         for (precision, implementation, optimizer), result in results.items():
-            common = sorted(result["operators"].items(), key=lambda item: -item[1])[:spec.operators]
-            print(f"  {precision} {implementation} {optimizer}: "
-                  + ", ".join(f"{name} ({phase}) {count:g}" for (phase, name), count in common))
+            common = sorted(result["operators"].items(), key=lambda item: -item[1])[: spec.operators]
+            print(
+                f"  {precision} {implementation} {optimizer}: "
+                + ", ".join(f"{name} ({phase}) {count:g}" for (phase, name), count in common)
+            )
     print("syncs per update, by the frame that made them:")
     for (precision, implementation, optimizer), result in results.items():
         for (name, site), count in sorted(result["syncs"].items(), key=lambda item: item[0][1]):
@@ -497,18 +682,29 @@ def report(results, spec):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
-                        help="cuda: also tokens/s, MFU, the GPU's busy share, peak memory, where an update's time goes")
-    parser.add_argument("--size", choices=sorted(PAPER_SIZES),
-                        help="a model of vaswani_plugin/paper.py (sets --layers, --dim, --ffn, --heads)")
+    parser.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        default="cpu",
+        help="cuda: also tokens/s, MFU, the GPU's busy share, peak memory, where an update's time goes",
+    )
+    parser.add_argument(
+        "--size",
+        choices=sorted(PAPER_SIZES),
+        help="a model of vaswani_plugin/paper.py (sets --layers, --dim, --ffn, --heads)",
+    )
     parser.add_argument("--layers", type=int, default=6, help="N, encoder and decoder (default 6, the paper's)")
     parser.add_argument("--dim", type=int, default=64, help="d_model (default 64)")
     parser.add_argument("--ffn", type=int, help="d_ff (default 4 d_model)")
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--symbols", type=int, default=1000, help="vocabulary size (joined dictionary)")
-    parser.add_argument("--max-tokens", type=int, default=1024,
-                        help="tokens a batch; 0 with --device cuda and one precision: the recipes' one-GPU default "
-                             "(the paper's step, in as few batches as the memory model lets the GPU hold)")
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=1024,
+        help="tokens a batch; 0 with --device cuda and one precision: the recipes' one-GPU default "
+        "(the paper's step, in as few batches as the memory model lets the GPU hold)",
+    )
     parser.add_argument("--sentences", type=int, default=2000, help="synthetic training sentence pairs")
     parser.add_argument("--warmup", type=int, default=5, help="updates before timing")
     parser.add_argument("--updates", type=int, default=20, help="timed updates (the median is printed)")
@@ -516,29 +712,56 @@ def main(argv=None):
     parser.add_argument("--profiled", type=int, default=3, help="updates under torch.profiler, for the counts")
     parser.add_argument("--num-workers", type=int, default=1, help="fairseq's --num-workers (its default 1)")
     parser.add_argument("--threads", type=int, default=1, help="torch's intra-op threads")
-    parser.add_argument("--precisions", nargs="+", default=["float32", "fp16", "amp"],
-                        choices=["float32", "fp16", "amp", "bf16"],
-                        help="bf16: the plugin's --bf16-autocast on (the plugin alone)")
+    parser.add_argument(
+        "--precisions",
+        nargs="+",
+        default=["float32", "fp16", "amp"],
+        choices=["float32", "fp16", "amp", "bf16"],
+        help="bf16: the plugin's --bf16-autocast on (the plugin alone)",
+    )
     parser.add_argument("--implementations", nargs="+", default=list(IMPLEMENTATIONS), choices=list(IMPLEMENTATIONS))
-    parser.add_argument("--no-cudnn-sdpa", action="store_true",
-                        help="turn cuDNN's fused attention off for the whole run (fairseq's transformer as patched)")
-    parser.add_argument("--optimizers", nargs="+", default=["adam", "vaswani_adam"], choices=["adam", "vaswani_adam"],
-                        help="the plugin's model is measured with each; fairseq's transformer with adam alone")
+    parser.add_argument(
+        "--no-cudnn-sdpa",
+        action="store_true",
+        help="turn cuDNN's fused attention off for the whole run (fairseq's transformer as patched)",
+    )
+    parser.add_argument(
+        "--optimizers",
+        nargs="+",
+        default=["adam", "vaswani_adam"],
+        choices=["adam", "vaswani_adam"],
+        help="the plugin's model is measured with each; fairseq's transformer with adam alone",
+    )
     parser.add_argument("--recipes-optimizer", default="vaswani_adam", help="the optimizer the ratios take")
-    parser.add_argument("--operators", type=int, default=0, metavar="N",
-                        help="also print each configuration's N most frequent kernel-like calls")
-    parser.add_argument("--smoke", action="store_true",
-                        help="1+1 layers at d_model 32, 2 updates after 1, 1 profiled; the plugin with the recipes' "
-                             "optimizer only")
+    parser.add_argument(
+        "--operators",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also print each configuration's N most frequent kernel-like calls",
+    )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="1+1 layers at d_model 32, 2 updates after 1, 1 profiled; the plugin with the recipes' optimizer only",
+    )
     spec = parser.parse_args(argv)
     if spec.smoke:
-        spec.layers, spec.dim, spec.symbols, spec.sentences, spec.warmup, spec.updates, spec.profiled = \
-            1, 32, 100, 64, 1, 2, 1
+        spec.layers, spec.dim, spec.symbols, spec.sentences, spec.warmup, spec.updates, spec.profiled = (
+            1,
+            32,
+            100,
+            64,
+            1,
+            2,
+            1,
+        )
         spec.max_tokens, spec.num_workers, spec.optimizers = 256, 0, [spec.recipes_optimizer]
     if spec.size:
         size = PAPER_SIZES[spec.size]
         spec.layers, spec.dim, spec.ffn, spec.heads = size["layers"], size["d_model"], size["d_ff"], size["heads"]
     import torch
+
     torch.set_num_threads(spec.threads)
     if spec.no_cudnn_sdpa:
         torch.backends.cuda.enable_cudnn_sdp(False)
@@ -550,11 +773,22 @@ def main(argv=None):
         sys.path.insert(0, str(REPO / "tests"))
         import fp16_on_cpu  # noqa: F401  (fairseq's float16 optimizers on a CPU: patched in this process)
     import warnings
+
     warnings.filterwarnings("ignore", message=".*GradScaler.*")  # amp on a CPU: disabled, as the docstring says
     warnings.filterwarnings("ignore", module="hydra")  # fairseq's use of hydra: deprecation notices
     warnings.filterwarnings("ignore", message=".*validated against ConfigStore.*")
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    cpu = (
+        next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            platform.processor(),
+        )
+        if Path("/proc/cpuinfo").exists()
+        else ""
+    )
     timed = f"{spec.seconds:g} s of updates" if spec.seconds else f"{spec.updates} updates"
     folder = tempfile.TemporaryDirectory()
     data_dir = Path(folder.name)
@@ -562,10 +796,13 @@ def main(argv=None):
         write_dictionary(data_dir / f"dict.{side}.txt", spec.symbols)
     if spec.max_tokens == 0:
         spec.max_tokens = one_gpu_default(spec, data_dir)
-    print(f"host cost of an update: fairseq's Trainer, {spec.layers}+{spec.layers} layers, d_model {spec.dim}, "
-          f"d_ff {spec.ffn or 4 * spec.dim}, {spec.max_tokens} tokens a batch, {timed} after {spec.warmup} (median), "
-          f"{spec.profiled} profiled; CPU {cpu}, {spec.threads} thread(s), torch {torch.__version__}; the plugin from "
-          f"{REPO / 'vaswani_plugin'}", flush=True)
+    print(
+        f"host cost of an update: fairseq's Trainer, {spec.layers}+{spec.layers} layers, d_model {spec.dim}, "
+        f"d_ff {spec.ffn or 4 * spec.dim}, {spec.max_tokens} tokens a batch, {timed} after {spec.warmup} (median), "
+        f"{spec.profiled} profiled; CPU {cpu}, {spec.threads} thread(s), torch {torch.__version__}; the plugin from "
+        f"{REPO / 'vaswani_plugin'}",
+        flush=True,
+    )
     results = {}
     with folder:
         for configuration in configurations(spec):

@@ -38,15 +38,25 @@ def batches(task, count, batch_size):
     task.load_dataset("test")
     dataset = task.dataset("test")
     indices = [i for i in dataset.ordered_indices() if i < count]
-    return [dataset.collater([dataset[i] for i in indices[start:start + batch_size]])
-            for start in range(0, len(indices), batch_size)]
+    return [
+        dataset.collater([dataset[i] for i in indices[start : start + batch_size]])
+        for start in range(0, len(indices), batch_size)
+    ]
 
 
 def plugin_decode(model, task, samples, alpha):
     import torch
+
     from vaswani_plugin.generation.beam_search import BeamSearchGenerator
-    generator = BeamSearchGenerator([model], task.target_dictionary, beam_size=PAPER.BEAM, max_len_a=PAPER.MAX_LEN_A,
-                                    max_len_b=PAPER.MAX_LEN_B, gnmt_alpha=alpha)
+
+    generator = BeamSearchGenerator(
+        [model],
+        task.target_dictionary,
+        beam_size=PAPER.BEAM,
+        max_len_a=PAPER.MAX_LEN_A,
+        max_len_b=PAPER.MAX_LEN_B,
+        gnmt_alpha=alpha,
+    )
     out = {}
     with torch.no_grad():
         for sample in samples:
@@ -59,27 +69,30 @@ def right_padded(net_input, pad):
     """A fairseq batch's sources (padded on the left) padded on the right, as transformers' tokenizers pad them;
     and the longest source's length (</s> included)."""
     import torch
+
     left, lengths = net_input["src_tokens"], net_input["src_lengths"]
     right = torch.full_like(left, pad)
     for row, n in enumerate(lengths.tolist()):
-        right[row, :n] = left[row, left.size(1) - n:]
+        right[row, :n] = left[row, left.size(1) - n :]
     return right, int(lengths.max())
 
 
 def until_eos(output, eos):
     """generate's rows as fairseq's hypotheses: after the start token, up to and with </s> (padding dropped)."""
     rows = [row[1:] for row in output.tolist()]
-    return [row[:row.index(eos) + 1] if eos in row else row for row in rows]
+    return [row[: row.index(eos) + 1] if eos in row else row for row in rows]
 
 
 def marian_decode(marian, samples, pad, eos, **options):
     import torch
+
     out = {}
     with torch.no_grad():
         for sample in samples:
             ids, longest = right_padded(sample["net_input"], pad)
-            output = marian.generate(input_ids=ids, attention_mask=ids.ne(pad),
-                                     max_new_tokens=longest + PAPER.MAX_LEN_B + 1, **options)
+            output = marian.generate(
+                input_ids=ids, attention_mask=ids.ne(pad), max_new_tokens=longest + PAPER.MAX_LEN_B + 1, **options
+            )
             out.update(zip(sample["id"].tolist(), until_eos(output, eos)))
     return out
 
@@ -89,12 +102,14 @@ def translate_raw(directory, lines, batch_size=128, **options):
     removed it): AutoTokenizer, AutoModelForSeq2SeqLM's generate, batch_decode without special tokens; at most
     the batch's longest input + 50 tokens before </s> (§6.1) unless max_new_tokens is given."""
     import torch
+
     from vaswani_plugin.serving.export_huggingface import transformers
+
     tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
     model = transformers.AutoModelForSeq2SeqLM.from_pretrained(directory).eval()
     out = []
     for start in range(0, len(lines), batch_size):
-        batch = tokenizer(lines[start:start + batch_size], return_tensors="pt", padding=True)
+        batch = tokenizer(lines[start : start + batch_size], return_tensors="pt", padding=True)
         with torch.no_grad():
             limit = {"max_new_tokens": batch["input_ids"].size(1) + PAPER.MAX_LEN_B + 1, **options}
             out += tokenizer.batch_decode(model.generate(**batch, **limit), skip_special_tokens=True)
@@ -108,8 +123,11 @@ def timed(function, *args, **kwargs):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="benchmarks/huggingface_speed.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="benchmarks/huggingface_speed.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--checkpoint", required=True, help="a vaswani_transformer checkpoint")
     parser.add_argument("--data", required=True, help="its data-bin, with the test split")
     parser.add_argument("--bpe-codes", required=True, help="the subword-nmt codes the data-bin was made with")
@@ -123,6 +141,7 @@ def main(argv=None):
 
     import sacrebleu
     import torch
+
     from vaswani_plugin.serving import export_huggingface
     from vaswani_plugin.serving.loading import load_model
     from vaswani_plugin.serving.text import TextPipeline
@@ -137,34 +156,56 @@ def main(argv=None):
     text = TextPipeline(source_lang, target_lang, bpe_codes=args.bpe_codes)
 
     def detokenised(hypotheses):
-        return [text.decode(dictionary.string(torch.tensor(hypotheses[i][:-1] if hypotheses[i][-1:] == [
-            dictionary.eos()] else hypotheses[i])).split()) for i in range(len(sources))]
+        return [
+            text.decode(
+                dictionary.string(
+                    torch.tensor(hypotheses[i][:-1] if hypotheses[i][-1:] == [dictionary.eos()] else hypotheses[i])
+                ).split()
+            )
+            for i in range(len(sources))
+        ]
 
     def bleu(lines):
         return sacrebleu.corpus_bleu(lines, [references]).score
 
     with tempfile.TemporaryDirectory() as directory:
-        export_huggingface.export(model, task.source_dictionary, dictionary, Path(directory) / "model",
-                                  source_lang=source_lang, target_lang=target_lang, bpe_codes=args.bpe_codes)
+        export_huggingface.export(
+            model,
+            task.source_dictionary,
+            dictionary,
+            Path(directory) / "model",
+            source_lang=source_lang,
+            target_lang=target_lang,
+            bpe_codes=args.bpe_codes,
+        )
         marian = export_huggingface.MarianMTModel.from_pretrained(Path(directory) / "model").eval()
 
         plugin, plugin_seconds = timed(plugin_decode, model, task, samples, PAPER.ALPHA)
         exported, marian_seconds = timed(marian_decode, marian, samples, dictionary.pad(), dictionary.eos())
         pipeline_lines, pipeline_seconds = timed(translate_raw, Path(directory) / "model", sources, args.batch_size)
-        rows = [("plugin --search paper (fairseq-generate)", plugin_seconds, bleu(detokenised(plugin))),
-                ("transformers generate, exported", marian_seconds, bleu(detokenised(exported))),
-                ("transformers on raw text (tokenizer included)", pipeline_seconds, bleu(pipeline_lines))]
+        rows = [
+            ("plugin --search paper (fairseq-generate)", plugin_seconds, bleu(detokenised(plugin))),
+            ("transformers generate, exported", marian_seconds, bleu(detokenised(exported))),
+            ("transformers on raw text (tokenizer included)", pipeline_seconds, bleu(pipeline_lines)),
+        ]
         print(f"{len(sources)} sentences, beam {PAPER.BEAM}, {args.threads} threads, batches of {args.batch_size}")
         for name, seconds, score in rows:
-            print(f"  {name:42s} {len(sources) / seconds:8.1f} sent/s  {seconds / plugin_seconds:5.2f}x time  "
-                  f"sacreBLEU {score:.2f}")
+            print(
+                f"  {name:42s} {len(sources) / seconds:8.1f} sent/s  {seconds / plugin_seconds:5.2f}x time  "
+                f"sacreBLEU {score:.2f}"
+            )
         agree = sum(exported[i] == plugin[i] for i in plugin)
-        print(f"  generate (length_penalty {export_huggingface.LENGTH_PENALTY}) = --search paper on {agree} of "
-              f"{len(plugin)}")
+        print(
+            f"  generate (length_penalty {export_huggingface.LENGTH_PENALTY}) = --search paper on {agree} of "
+            f"{len(plugin)}"
+        )
         for penalty in args.length_penalties:
             found = marian_decode(marian, samples, dictionary.pad(), dictionary.eos(), length_penalty=penalty)
-            print(f"  length_penalty {penalty}: --search paper's hypothesis on "
-                  f"{sum(found[i] == plugin[i] for i in plugin)} of {len(plugin)}", flush=True)
+            print(
+                f"  length_penalty {penalty}: --search paper's hypothesis on "
+                f"{sum(found[i] == plugin[i] for i in plugin)} of {len(plugin)}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

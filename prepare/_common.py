@@ -155,8 +155,15 @@ def _work(chunk: List[str]) -> List[str]:
 PARALLEL_MIN_BYTES = 256 * 1024
 
 
-def map_lines(factory: Callable, args: tuple, source, target, workers: int = 1, label: Optional[str] = None,
-              chunk_lines: int = 2000) -> int:
+def map_lines(
+    factory: Callable,
+    args: tuple,
+    source,
+    target,
+    workers: int = 1,
+    label: Optional[str] = None,
+    chunk_lines: int = 2000,
+) -> int:
     """Write factory(*args)(line) for every line of `source` to `target` (paths, "-" for stdin/stdout), in
     order, on `workers` processes. factory must be importable (module level). Returns the number of lines."""
     if workers > 1 and str(source) != "-" and Path(source).stat().st_size < PARALLEL_MIN_BYTES:

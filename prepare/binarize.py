@@ -37,9 +37,17 @@ def binarized_sentences(index_file) -> int:
     return struct.unpack("<Q", header[-8:])[0]
 
 
-def binarize(src: str, tgt: str, prefixes: Dict[str, Path], destdir, workers: int = 1,
-             srcdict: Optional[Path] = None, joined: bool = True, source_words: Optional[int] = None,
-             threshold: Optional[int] = None) -> Dict[str, int]:
+def binarize(
+    src: str,
+    tgt: str,
+    prefixes: Dict[str, Path],
+    destdir,
+    workers: int = 1,
+    srcdict: Optional[Path] = None,
+    joined: bool = True,
+    source_words: Optional[int] = None,
+    threshold: Optional[int] = None,
+) -> Dict[str, int]:
     """fairseq-preprocess the splits in `prefixes` (split -> text prefix, files PREFIX.src / PREFIX.tgt) into
     `destdir`; returns split -> sentences, checked against the text line counts. joined=False: a dictionary
     per side; source_words: keep the most frequent N source tokens (the rest become <unk>); threshold: keep
@@ -60,7 +68,15 @@ def binarize(src: str, tgt: str, prefixes: Dict[str, Path], destdir, workers: in
     for lang in (src, tgt):  # fairseq-preprocess refuses to overwrite a dictionary; the rest it overwrites
         (destdir / f"dict.{lang}.txt").unlink(missing_ok=True)
     command = fairseq_preprocess_command() + [
-        "--source-lang", src, "--target-lang", tgt, "--destdir", str(destdir), "--workers", str(workers)]
+        "--source-lang",
+        src,
+        "--target-lang",
+        tgt,
+        "--destdir",
+        str(destdir),
+        "--workers",
+        str(workers),
+    ]
     if joined:
         command.append("--joined-dictionary")
     if source_words is not None:
@@ -92,7 +108,7 @@ def binarize(src: str, tgt: str, prefixes: Dict[str, Path], destdir, workers: in
             if got != lines[split]:
                 raise PrepareError(f"{destdir}: {split}.{lang} has {got:,} sentences, its text {lines[split]:,} lines")
         counts[split] = lines[split]
-    log(f"  binarised: " + ", ".join(f"{split} {n:,}" for split, n in counts.items()) + " sentence pairs")
+    log("  binarised: " + ", ".join(f"{split} {n:,}" for split, n in counts.items()) + " sentence pairs")
     return counts
 
 
@@ -103,14 +119,21 @@ def main(argv=None) -> None:
     parser.add_argument("--trainpref", required=True, type=Path, help="files TRAINPREF.SRC and TRAINPREF.TGT")
     parser.add_argument("--validpref", type=Path)
     parser.add_argument("--testpref", type=Path)
-    parser.add_argument("--destdir", required=True, type=Path,
-                        help="output directory (its dict.SRC.txt, dict.TGT.txt are replaced)")
+    parser.add_argument(
+        "--destdir", required=True, type=Path, help="output directory (its dict.SRC.txt, dict.TGT.txt are replaced)"
+    )
     parser.add_argument("--srcdict", type=Path, help="use this dictionary instead of building one")
     parser.add_argument("--workers", type=positive_int, default=available_cores())
     args = parser.parse_args(argv)
     prefixes = {split: getattr(args, f"{split}pref") for split in ("train", "valid", "test")}
-    binarize(args.source_lang, args.target_lang, {k: v for k, v in prefixes.items() if v}, args.destdir,
-             args.workers, args.srcdict)
+    binarize(
+        args.source_lang,
+        args.target_lang,
+        {k: v for k, v in prefixes.items() if v},
+        args.destdir,
+        args.workers,
+        args.srcdict,
+    )
 
 
 if __name__ == "__main__":

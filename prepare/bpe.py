@@ -28,8 +28,18 @@ from typing import List, Tuple
 from subword_nmt.apply_bpe import BPE
 from subword_nmt.learn_bpe import learn_bpe
 
-from ._common import ArgumentParser, display, PrepareError, Progress, available_cores, log, map_lines, open_read, \
-    positive_int, run_cli
+from ._common import (
+    ArgumentParser,
+    PrepareError,
+    Progress,
+    available_cores,
+    display,
+    log,
+    map_lines,
+    open_read,
+    positive_int,
+    run_cli,
+)
 
 
 def count_words(path) -> Counter:
@@ -72,10 +82,14 @@ def learn(inputs: List, codes, merges: int, min_frequency: int = 2, workers: int
         for word, count in sorted(vocabulary.items(), key=lambda item: (-item[1], item[0])):
             out.write(f"{word} {count}\n")
     characters = len({char for word in vocabulary for char in word})
-    log(f"  learn BPE: {len(vocabulary):,} distinct words, {characters:,} distinct characters, "
-        f"{merges:,} merges to learn")
-    with open(vocab_path, encoding="utf-8", newline="\n") as vocab_in, \
-            open(codes, "w", encoding="utf-8", newline="\n") as codes_out:
+    log(
+        f"  learn BPE: {len(vocabulary):,} distinct words, {characters:,} distinct characters, "
+        f"{merges:,} merges to learn"
+    )
+    with (
+        open(vocab_path, encoding="utf-8", newline="\n") as vocab_in,
+        open(codes, "w", encoding="utf-8", newline="\n") as codes_out,
+    ):
         learn_bpe(vocab_in, codes_out, merges, min_frequency=min_frequency, is_dict=True)
     learned = sum(1 for line in open(codes, encoding="utf-8") if not line.startswith("#version"))
     if learned < merges:

@@ -22,12 +22,17 @@ def keep(src_tokens: int, tgt_tokens: int, min_len: int = 1, max_len: int = 250,
     return src_tokens <= ratio * tgt_tokens and tgt_tokens <= ratio * src_tokens
 
 
-def clean_corpus(src, tgt, out_src, out_tgt, min_len: int = 1, max_len: int = 250,
-                 ratio: float = 1.5) -> Tuple[int, int]:
+def clean_corpus(
+    src, tgt, out_src, out_tgt, min_len: int = 1, max_len: int = 250, ratio: float = 1.5
+) -> Tuple[int, int]:
     """Write the pairs of (src, tgt) that `keep`; returns (kept, total)."""
     kept = total = 0
-    with open_read(src) as src_lines, open_read(tgt) as tgt_lines, \
-            open_write(out_src) as src_out, open_write(out_tgt) as tgt_out:
+    with (
+        open_read(src) as src_lines,
+        open_read(tgt) as tgt_lines,
+        open_write(out_src) as src_out,
+        open_write(out_tgt) as tgt_out,
+    ):
         for src_line in src_lines:
             tgt_line = tgt_lines.readline()
             if not tgt_line:
@@ -40,8 +45,10 @@ def clean_corpus(src, tgt, out_src, out_tgt, min_len: int = 1, max_len: int = 25
                 kept += 1
         if tgt_lines.readline():
             raise PrepareError(f"{tgt} has more lines than {src} ({total:,})")
-    log(f"  clean: kept {kept:,} of {total:,} pairs (dropped {total - kept:,}: "
-        f"outside {min_len}..{max_len} tokens or length ratio above {ratio})")
+    log(
+        f"  clean: kept {kept:,} of {total:,} pairs (dropped {total - kept:,}: "
+        f"outside {min_len}..{max_len} tokens or length ratio above {ratio})"
+    )
     return kept, total
 
 

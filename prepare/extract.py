@@ -28,7 +28,7 @@ LANGS = {"en-de": ("en", "de"), "en-fr": ("en", "fr")}
 
 class Corpus(NamedTuple):
     archive: str  # upstream file name (prepare.download.MANIFEST)
-    prefix: str   # member name without the language suffix
+    prefix: str  # member name without the language suffix
     gzipped: bool = False
 
 
@@ -47,10 +47,13 @@ CORPORA: Dict[str, List[Corpus]] = {
     ],
 }
 DEV = ("dev.tgz", "dev/newstest2013")
-TEST = ("test-full.tgz", {
-    "en-de": ("test-full/newstest2014-deen-src.en.sgm", "test-full/newstest2014-deen-ref.de.sgm"),
-    "en-fr": ("test-full/newstest2014-fren-src.en.sgm", "test-full/newstest2014-fren-ref.fr.sgm"),
-})
+TEST = (
+    "test-full.tgz",
+    {
+        "en-de": ("test-full/newstest2014-deen-src.en.sgm", "test-full/newstest2014-deen-ref.de.sgm"),
+        "en-fr": ("test-full/newstest2014-fren-src.en.sgm", "test-full/newstest2014-fren-ref.fr.sgm"),
+    },
+)
 
 _SEG = re.compile(r"^\s*<seg\b[^>]*>(.*)</seg>")
 _SPACES = re.compile(r"\s+")
@@ -90,7 +93,7 @@ class _Unseekable(io.RawIOBase):
 
     def readinto(self, buffer):
         data = self._stream.read(len(buffer))
-        buffer[:len(data)] = data
+        buffer[: len(data)] = data
         return len(data)
 
 
@@ -118,8 +121,9 @@ def _members(archive: Path, wanted: Dict[str, object]):
                 if len(found) == len(wanted):
                     break
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as error:
-        raise PrepareError(f"cannot read {archive} ({error}): incomplete or not the upstream file? "
-                           "Remove it and run again")
+        raise PrepareError(
+            f"cannot read {archive} ({error}): incomplete or not the upstream file? Remove it and run again"
+        )
     missing = sorted(set(wanted) - found)
     if missing:
         raise PrepareError(f"{archive} has no {', '.join(missing)}: not the upstream file?")
@@ -149,13 +153,16 @@ def extract_train(pair: str, raw: Dict[str, Path], out_dir: Path, train_lines: O
                         out.write(clean_line(line) + "\n")
                         count += 1
                 except (EOFError, zlib.error, gzip.BadGzipFile, tarfile.TarError) as error:
-                    raise PrepareError(f"cannot read {member} in {raw[corpus.archive]} ({error}): "
-                                       "incomplete or not the upstream file?")
+                    raise PrepareError(
+                        f"cannot read {member} in {raw[corpus.archive]} ({error}): incomplete or not the upstream file?"
+                    )
                 counts[lang] = count
                 log(f"  {corpus.archive}: {member}: {count:,} lines")
             if counts[src] != counts[tgt]:
-                raise PrepareError(f"{raw[corpus.archive]}: {corpus.prefix} has {counts[src]:,} {src} lines but "
-                                   f"{counts[tgt]:,} {tgt} lines")
+                raise PrepareError(
+                    f"{raw[corpus.archive]}: {corpus.prefix} has {counts[src]:,} {src} lines but "
+                    f"{counts[tgt]:,} {tgt} lines"
+                )
             total += counts[src]
     log(f"  train: {total:,} sentence pairs")
     return total
@@ -197,9 +204,11 @@ def extract_test(pair: str, test_tgz: Path, out_dir: Path) -> int:
 
 def extract_wmt14(pair: str, raw: Dict[str, Path], out_dir: Path, train_lines: Optional[int] = None) -> Dict[str, int]:
     """All three splits; returns split -> number of sentence pairs."""
-    return {"train": extract_train(pair, raw, out_dir, train_lines),
-            "valid": extract_valid(pair, raw[DEV[0]], out_dir),
-            "test": extract_test(pair, raw[TEST[0]], out_dir)}
+    return {
+        "train": extract_train(pair, raw, out_dir, train_lines),
+        "valid": extract_valid(pair, raw[DEV[0]], out_dir),
+        "test": extract_test(pair, raw[TEST[0]], out_dir),
+    }
 
 
 def main(argv=None) -> None:
@@ -220,6 +229,7 @@ def main(argv=None) -> None:
             out.writelines(line + "\n" for line in lines)
         return
     from .download import FILES, locate
+
     raw = {name: locate(name, args.raw_dir, args.raw_dir) for name in FILES[args.pair]}
     extract_wmt14(args.pair, raw, args.out, args.train_lines)
 

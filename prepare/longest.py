@@ -5,7 +5,6 @@
 fairseq refuses a batch budget (--max-tokens) below it; the recipes check theirs against it before training.
 """
 
-import sys
 from array import array
 from pathlib import Path
 

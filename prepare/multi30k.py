@@ -18,8 +18,16 @@ from pathlib import Path
 from typing import Dict, Optional
 
 from . import download, wmt14
-from ._common import LINE_BREAKING, ArgumentParser, PrepareError, available_cores, log, open_write, positive_int, \
-    run_cli
+from ._common import (
+    LINE_BREAKING,
+    ArgumentParser,
+    PrepareError,
+    available_cores,
+    log,
+    open_write,
+    positive_int,
+    run_cli,
+)
 
 SPLITS = {"train": "train", "valid": "val", "test": "test_2016_flickr"}  # fairseq split -> Multi30k name
 
@@ -32,8 +40,10 @@ def extract_multi30k(raw: Dict[str, Path], out_dir: Path, train_lines: Optional[
         lines = {}
         for lang in ("en", "de"):
             source = raw[f"{name}.{lang}.gz"]
-            with gzip.open(source, "rt", encoding="utf-8", newline="\n") as text, \
-                    open_write(Path(out_dir) / f"{split}.{lang}") as out:
+            with (
+                gzip.open(source, "rt", encoding="utf-8", newline="\n") as text,
+                open_write(Path(out_dir) / f"{split}.{lang}") as out,
+            ):
                 lines[lang] = 0
                 for line in text:
                     if split == "train" and lines[lang] == train_lines:
@@ -71,17 +81,25 @@ class Pipeline(wmt14.Pipeline):
 
 
 def parse_args(argv=None):
-    parser = ArgumentParser(prog="python -m prepare.multi30k", description=__doc__,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(
+        prog="python -m prepare.multi30k", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--work-dir", required=True, type=Path, help="where every stage writes (see the layout)")
-    parser.add_argument("--raw-dir", type=Path, default=None,
-                        help="offline: read SPLIT.{en,de}.gz from here, download nothing (default: $RAW_DIR)")
-    parser.add_argument("--bpe-merges", type=positive_int, default=10000,
-                        help="joint BPE merge operations (default 10000)")
-    parser.add_argument("--train-lines", type=positive_int, default=None,
-                        help="keep only the first N training pairs (quick trials)")
-    parser.add_argument("--workers", type=positive_int, default=available_cores(),
-                        help="processes (default: the available cores)")
+    parser.add_argument(
+        "--raw-dir",
+        type=Path,
+        default=None,
+        help="offline: read SPLIT.{en,de}.gz from here, download nothing (default: $RAW_DIR)",
+    )
+    parser.add_argument(
+        "--bpe-merges", type=positive_int, default=10000, help="joint BPE merge operations (default 10000)"
+    )
+    parser.add_argument(
+        "--train-lines", type=positive_int, default=None, help="keep only the first N training pairs (quick trials)"
+    )
+    parser.add_argument(
+        "--workers", type=positive_int, default=available_cores(), help="processes (default: the available cores)"
+    )
     args = parser.parse_args(argv)
     args.pair = "en-de"
     return wmt14.check_dirs(parser, args)

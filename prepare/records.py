@@ -72,8 +72,11 @@ def versions() -> Dict[str, str]:
 def version_warning(record: dict, stage: str) -> Optional[str]:
     """One line naming what changed between the versions a stage ran with and today's, or None."""
     old = record.get("versions") or {}
-    changed = [f"{name} {old[name]} -> {version}" for name, version in versions().items()
-               if name in old and old[name] != version]
+    changed = [
+        f"{name} {old[name]} -> {version}"
+        for name, version in versions().items()
+        if name in old and old[name] != version
+    ]
     if not changed:
         return None
     return f"warning: {', '.join(changed)} since stage {stage} ran; going on with its outputs"
@@ -114,12 +117,28 @@ def check(work_dir: Path, stage: str, previous: Optional[str], plan: str, inputs
     return "same" if record.get("finished") else "interrupted"
 
 
-def start(work_dir: Path, stage: str, previous: Optional[str], plan: str, inputs: Iterable[Path] = (),
-          started_from: Optional[int] = None) -> None:
-    write(record_path(work_dir, stage), {
-        "stage": stage, "plan": normalised(plan, work_dir), "after": after_id(work_dir, previous),
-        "id": uuid.uuid4().hex, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "finished": None,
-        "versions": versions(), "inputs": identity(inputs), "started_from": started_from})
+def start(
+    work_dir: Path,
+    stage: str,
+    previous: Optional[str],
+    plan: str,
+    inputs: Iterable[Path] = (),
+    started_from: Optional[int] = None,
+) -> None:
+    write(
+        record_path(work_dir, stage),
+        {
+            "stage": stage,
+            "plan": normalised(plan, work_dir),
+            "after": after_id(work_dir, previous),
+            "id": uuid.uuid4().hex,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "finished": None,
+            "versions": versions(),
+            "inputs": identity(inputs),
+            "started_from": started_from,
+        },
+    )
 
 
 def finish(work_dir: Path, stage: str) -> None:
@@ -168,13 +187,23 @@ def has_checkpoints(work_dir: Path) -> bool:
     return any("previous" not in path.relative_to(work_dir).parts[:1] for path in Path(work_dir).rglob("*.pt"))
 
 
-def data(data_dir: Path, raw: Iterable[Path], settings: Dict[str, str], work_dir: Path, restarting: bool,
-         write_it: bool, dry_run: bool = False) -> str:
+def data(
+    data_dir: Path,
+    raw: Iterable[Path],
+    settings: Dict[str, str],
+    work_dir: Path,
+    restarting: bool,
+    write_it: bool,
+    dry_run: bool = False,
+) -> str:
     path = record_path(data_dir, "data")
     old = read(path)
-    new = {"settings": settings, "raw": checksums(raw, path.with_name("checksums.json"), keep=not dry_run),
-           "versions": versions(),
-           "trained_in": sorted({*(old or {}).get("trained_in", []), str(Path(work_dir).resolve())})}
+    new = {
+        "settings": settings,
+        "raw": checksums(raw, path.with_name("checksums.json"), keep=not dry_run),
+        "versions": versions(),
+        "trained_in": sorted({*(old or {}).get("trained_in", []), str(Path(work_dir).resolve())}),
+    }
     if write_it:
         write(path, new)
         return "written"
@@ -183,16 +212,22 @@ def data(data_dir: Path, raw: Iterable[Path], settings: Dict[str, str], work_dir
     change = data_change(old, new)
     if change is None:
         return "same"
-    holders = [folder for folder in new["trained_in"] if Path(folder).is_dir() and has_checkpoints(Path(folder))
-               and not (restarting and Path(folder) == Path(work_dir).resolve())]
+    holders = [
+        folder
+        for folder in new["trained_in"]
+        if Path(folder).is_dir()
+        and has_checkpoints(Path(folder))
+        and not (restarting and Path(folder) == Path(work_dir).resolve())
+    ]
     if holders:
         return f"refuse {change}, but {holders[0]} holds checkpoints trained on the data in {Path(data_dir).resolve()}"
     return f"changed {change}"
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m prepare.records", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m prepare.records", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("action", choices=["check", "start", "finish", "data"])
     parser.add_argument("work_dir", type=Path)
     parser.add_argument("stage", nargs="?", help="check, start, finish: the stage")
@@ -202,8 +237,13 @@ def main(argv=None) -> None:
     parser.add_argument("--started-from", type=int, default=None, help="start: the update training resumes from")
     parser.add_argument("--raw", type=Path, action="append", default=[], help="data: a folder (or file) of raw data")
     parser.add_argument("--write", action="store_true", help="data: record these settings")
-    parser.add_argument("--recipe-dir", dest="work_dir_of_recipe", type=Path, default=Path.cwd(),
-                        help="data: the WORK_DIR of the recipe that trains on it")
+    parser.add_argument(
+        "--recipe-dir",
+        dest="work_dir_of_recipe",
+        type=Path,
+        default=Path.cwd(),
+        help="data: the WORK_DIR of the recipe that trains on it",
+    )
     parser.add_argument("--restarting", action="store_true", help="data: its checkpoints are set aside (RESTART_FROM)")
     parser.add_argument("--dry-run", action="store_true", help="data: write nothing, not even the checksums' cache")
     args = parser.parse_intermixed_args(argv)
@@ -211,9 +251,17 @@ def main(argv=None) -> None:
         pairs = ([args.stage] if args.stage else []) + args.settings
         if any("=" not in pair for pair in pairs):
             parser.error(f"data takes NAME=VALUE settings, not {pairs}")
-        print(data(args.work_dir, [path for path in args.raw if path.exists()],
-                   dict(pair.split("=", 1) for pair in pairs), args.work_dir_of_recipe, args.restarting, args.write,
-                   args.dry_run))
+        print(
+            data(
+                args.work_dir,
+                [path for path in args.raw if path.exists()],
+                dict(pair.split("=", 1) for pair in pairs),
+                args.work_dir_of_recipe,
+                args.restarting,
+                args.write,
+                args.dry_run,
+            )
+        )
     elif args.action == "finish":
         finish(args.work_dir, args.stage)
     else:

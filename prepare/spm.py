@@ -21,25 +21,41 @@ from typing import List
 
 import sentencepiece
 
-from ._common import ArgumentParser, display, PrepareError, available_cores, log, map_lines, positive_int, run_cli
+from ._common import ArgumentParser, PrepareError, available_cores, display, log, map_lines, positive_int, run_cli
 
 SPECIALS = ("<unk>", "<s>", "</s>")
 
 
-def train(inputs: List, model_prefix, vocab_size: int, model_type: str = "unigram", sample: int = 5_000_000,
-          character_coverage: float = 0.9999, threads: int = 1) -> Path:
+def train(
+    inputs: List,
+    model_prefix,
+    vocab_size: int,
+    model_type: str = "unigram",
+    sample: int = 5_000_000,
+    character_coverage: float = 0.9999,
+    threads: int = 1,
+) -> Path:
     """Train on all `inputs` (one sentence per line); writes model_prefix.model and .vocab."""
     for path in inputs:
         if not Path(path).is_file():
             raise PrepareError(f"{path} does not exist")
     Path(model_prefix).parent.mkdir(parents=True, exist_ok=True)
-    log(f"  train sentencepiece ({model_type}): {vocab_size:,} pieces, on at most {sample:,} sampled "
-        f"sentences of {', '.join(map(str, inputs))}")
+    log(
+        f"  train sentencepiece ({model_type}): {vocab_size:,} pieces, on at most {sample:,} sampled "
+        f"sentences of {', '.join(map(str, inputs))}"
+    )
     try:
         sentencepiece.SentencePieceTrainer.train(
-            input=[str(path) for path in inputs], model_prefix=str(model_prefix), vocab_size=vocab_size,
-            model_type=model_type, character_coverage=character_coverage, input_sentence_size=sample,
-            shuffle_input_sentence=True, num_threads=threads, minloglevel=2)
+            input=[str(path) for path in inputs],
+            model_prefix=str(model_prefix),
+            vocab_size=vocab_size,
+            model_type=model_type,
+            character_coverage=character_coverage,
+            input_sentence_size=sample,
+            shuffle_input_sentence=True,
+            num_threads=threads,
+            minloglevel=2,
+        )
     except (RuntimeError, OSError) as error:
         # e.g. "Vocabulary size is too high (32000). Please set it to a value <= 1234."
         raise PrepareError(f"sentencepiece training failed: {str(error).strip().splitlines()[-1]}")
@@ -95,8 +111,9 @@ def main(argv=None) -> None:
     train_cmd.add_argument("--model-prefix", required=True, help="writes PREFIX.model and PREFIX.vocab")
     train_cmd.add_argument("--vocab-size", type=positive_int, default=32000)
     train_cmd.add_argument("--model-type", choices=["unigram", "bpe"], default="unigram")
-    train_cmd.add_argument("--sample", type=positive_int, default=5_000_000,
-                           help="sentences sampled for training (default 5M)")
+    train_cmd.add_argument(
+        "--sample", type=positive_int, default=5_000_000, help="sentences sampled for training (default 5M)"
+    )
     train_cmd.add_argument("--character-coverage", type=float, default=0.9999)
     train_cmd.add_argument("--threads", type=positive_int, default=available_cores())
     encode_cmd = commands.add_parser("encode", help="encode text into pieces")
@@ -109,8 +126,15 @@ def main(argv=None) -> None:
     dict_cmd.add_argument("-o", "--output", required=True)
     args = parser.parse_args(argv)
     if args.command == "train":
-        train(args.input, args.model_prefix, args.vocab_size, args.model_type, args.sample,
-              args.character_coverage, args.threads)
+        train(
+            args.input,
+            args.model_prefix,
+            args.vocab_size,
+            args.model_type,
+            args.sample,
+            args.character_coverage,
+            args.threads,
+        )
     elif args.command == "encode":
         encode_file(args.model, args.input, args.output, args.workers)
     else:

@@ -20,7 +20,7 @@ Whitespace in the output is squeezed to single spaces. Long files are split over
 import regex
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
-from ._common import ArgumentParser, display, available_cores, map_lines, positive_int, run_cli
+from ._common import ArgumentParser, available_cores, display, map_lines, positive_int, run_cli
 
 _CONTROL = regex.compile(r"\p{C}")
 
@@ -38,16 +38,24 @@ class Tokenizer:
         if self.normalizer is not None:
             line = self.normalizer.normalize(line)
         line = _CONTROL.sub(" ", line)
-        tokens = self.tokenizer.tokenize(line, aggressive_dash_splits=self.aggressive_dash_splits, escape=False,
-                                         return_str=True)
+        tokens = self.tokenizer.tokenize(
+            line, aggressive_dash_splits=self.aggressive_dash_splits, escape=False, return_str=True
+        )
         return " ".join(tokens.split())
 
 
-def tokenize_file(source, target, lang: str, workers: int = 1, aggressive_dash_splits: bool = True,
-                  normalize: bool = True, label=None) -> int:
+def tokenize_file(
+    source, target, lang: str, workers: int = 1, aggressive_dash_splits: bool = True, normalize: bool = True, label=None
+) -> int:
     """Tokenise file `source` into `target` ("-": stdin/stdout); returns the number of lines."""
-    return map_lines(Tokenizer, (lang, aggressive_dash_splits, normalize), source, target, workers,
-                     label or f"tokenize {display(source)}")
+    return map_lines(
+        Tokenizer,
+        (lang, aggressive_dash_splits, normalize),
+        source,
+        target,
+        workers,
+        label or f"tokenize {display(source)}",
+    )
 
 
 def main(argv=None) -> None:
@@ -55,13 +63,18 @@ def main(argv=None) -> None:
     parser.add_argument("-l", "--lang", required=True, help="language code for the Moses rules (en, de, fr, ...)")
     parser.add_argument("-i", "--input", default="-", help="input file (default: stdin)")
     parser.add_argument("-o", "--output", default="-", help="output file (default: stdout)")
-    parser.add_argument("--workers", type=positive_int, default=available_cores(),
-                        help="processes for long files (default: the available cores)")
+    parser.add_argument(
+        "--workers",
+        type=positive_int,
+        default=available_cores(),
+        help="processes for long files (default: the available cores)",
+    )
     parser.add_argument("--no-aggressive-dash-splits", action="store_true", help="keep hyphenated words whole")
     parser.add_argument("--no-normalize", action="store_true", help="skip the punctuation normalisation")
     args = parser.parse_args(argv)
-    tokenize_file(args.input, args.output, args.lang, args.workers, not args.no_aggressive_dash_splits,
-                  not args.no_normalize)
+    tokenize_file(
+        args.input, args.output, args.lang, args.workers, not args.no_aggressive_dash_splits, not args.no_normalize
+    )
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-from . import bpe, binarize, clean, download, extract, records, spm, tokenize
+from . import binarize, bpe, clean, download, extract, records, spm, tokenize
 from ._common import ArgumentParser, available_cores, log, positive_int, run_cli
 
 LANGS = extract.LANGS
@@ -58,8 +58,9 @@ def _exclusive(lock_path: Path):
 
 
 class Stage:
-    def __init__(self, name: str, title: str, params: dict, inputs: List[Path], outputs: List[Path],
-                 run: Callable[[], dict]):
+    def __init__(
+        self, name: str, title: str, params: dict, inputs: List[Path], outputs: List[Path], run: Callable[[], dict]
+    ):
         self.name, self.title, self.params, self.run = name, title, params, run
         self.inputs, self.outputs = inputs, outputs
 
@@ -87,8 +88,11 @@ class Pipeline:
 
     # -- paths ------------------------------------------------------------------------------------------
     def files(self, folder: Path, splits=("train", "valid", "test"), train_name="train") -> List[Path]:
-        return [folder / f"{train_name if split == 'train' else split}.{lang}"
-                for split in splits for lang in (self.src, self.tgt)]
+        return [
+            folder / f"{train_name if split == 'train' else split}.{lang}"
+            for split in splits
+            for lang in (self.src, self.tgt)
+        ]
 
     def raw_paths(self) -> Dict[str, Path]:
         return {name: (self.raw_dir or self.raw) / name for name in self.raw_names}
@@ -110,33 +114,86 @@ class Pipeline:
         a = self.args
         tok_train = [self.tok / f"train.{lang}" for lang in (self.src, self.tgt)]
         if self.pair == "en-de":
-            learn = Stage("learn", f"learn joint BPE, {a.bpe_merges:,} merges (subword-nmt)",
-                          {"merges": a.bpe_merges, "min_frequency": 2}, tok_train, [self.codes], self.learn_bpe)
+            learn = Stage(
+                "learn",
+                f"learn joint BPE, {a.bpe_merges:,} merges (subword-nmt)",
+                {"merges": a.bpe_merges, "min_frequency": 2},
+                tok_train,
+                [self.codes],
+                self.learn_bpe,
+            )
         else:
-            learn = Stage("learn", f"train sentencepiece, {a.spm_vocab:,} pieces ({a.spm_model_type})",
-                          {"vocab_size": a.spm_vocab, "model_type": a.spm_model_type, "sample": a.spm_sample,
-                           "character_coverage": 0.9999}, tok_train, [self.spm_model, self.spm_dict], self.learn_spm)
+            learn = Stage(
+                "learn",
+                f"train sentencepiece, {a.spm_vocab:,} pieces ({a.spm_model_type})",
+                {
+                    "vocab_size": a.spm_vocab,
+                    "model_type": a.spm_model_type,
+                    "sample": a.spm_sample,
+                    "character_coverage": 0.9999,
+                },
+                tok_train,
+                [self.spm_model, self.spm_dict],
+                self.learn_spm,
+            )
         segmented = self.files(self.sub, train_name="train.unclean")
         cleaned = self.files(self.sub, ("train",))
         return [
-            Stage("download", "the upstream archives" + (f" (offline, from {self.raw_dir})" if self.raw_dir else ""),
-                  {"pair": self.pair}, [], list(self.raw_paths().values()), self.download),
-            Stage("extract", "plain text: train (corpora), valid (newstest2013), test (newstest2014 SGM)",
-                  {"pair": self.pair, "train_lines": a.train_lines}, list(self.raw_paths().values()),
-                  self.files(self.text), self.extract),
-            Stage("tokenize", "Moses normalisation and tokenisation (sacremoses, -a, no escaping)",
-                  {"aggressive_dash_splits": True, "escape": False}, self.files(self.text), self.files(self.tok),
-                  self.tokenize),
+            Stage(
+                "download",
+                "the upstream archives" + (f" (offline, from {self.raw_dir})" if self.raw_dir else ""),
+                {"pair": self.pair},
+                [],
+                list(self.raw_paths().values()),
+                self.download,
+            ),
+            Stage(
+                "extract",
+                "plain text: train (corpora), valid (newstest2013), test (newstest2014 SGM)",
+                {"pair": self.pair, "train_lines": a.train_lines},
+                list(self.raw_paths().values()),
+                self.files(self.text),
+                self.extract,
+            ),
+            Stage(
+                "tokenize",
+                "Moses normalisation and tokenisation (sacremoses, -a, no escaping)",
+                {"aggressive_dash_splits": True, "escape": False},
+                self.files(self.text),
+                self.files(self.tok),
+                self.tokenize,
+            ),
             learn,
-            Stage("apply", "segment every split into subwords", {}, self.files(self.tok) + learn.outputs,
-                  segmented, self.apply),
-            Stage("clean", f"drop training pairs outside 1..250 tokens or with length ratio > {self.max_ratio}",
-                  {"min": 1, "max": 250, "ratio": self.max_ratio}, segmented[:2], cleaned, self.clean),
-            Stage("binarize", "fairseq-preprocess --joined-dictionary", {},
-                  cleaned + segmented[2:] + (learn.outputs[1:] if self.pair == "en-fr" else []),
-                  [self.data_bin / f"{split}.{self.src}-{self.tgt}.{lang}.{ext}"
-                   for split in ("train", "valid", "test") for lang in (self.src, self.tgt) for ext in ("idx", "bin")]
-                  + [self.data_bin / f"dict.{lang}.txt" for lang in (self.src, self.tgt)], self.binarize),
+            Stage(
+                "apply",
+                "segment every split into subwords",
+                {},
+                self.files(self.tok) + learn.outputs,
+                segmented,
+                self.apply,
+            ),
+            Stage(
+                "clean",
+                f"drop training pairs outside 1..250 tokens or with length ratio > {self.max_ratio}",
+                {"min": 1, "max": 250, "ratio": self.max_ratio},
+                segmented[:2],
+                cleaned,
+                self.clean,
+            ),
+            Stage(
+                "binarize",
+                "fairseq-preprocess --joined-dictionary",
+                {},
+                cleaned + segmented[2:] + (learn.outputs[1:] if self.pair == "en-fr" else []),
+                [
+                    self.data_bin / f"{split}.{self.src}-{self.tgt}.{lang}.{ext}"
+                    for split in ("train", "valid", "test")
+                    for lang in (self.src, self.tgt)
+                    for ext in ("idx", "bin")
+                ]
+                + [self.data_bin / f"dict.{lang}.txt" for lang in (self.src, self.tgt)],
+                self.binarize,
+            ),
         ]
 
     def download(self) -> dict:
@@ -145,8 +202,10 @@ class Pipeline:
             self.work.mkdir(parents=True, exist_ok=True)
             free = shutil.disk_usage(self.work).free / 1e9
             if free < needed:
-                log(f"  note: {self.work} has {free:.0f} GB free; preparing {self.pair} needs about {needed} GB "
-                    "besides the downloads")
+                log(
+                    f"  note: {self.work} has {free:.0f} GB free; preparing {self.pair} needs about {needed} GB "
+                    "besides the downloads"
+                )
         paths = download.obtain(self.dataset, self.raw, self.raw_dir)
         return {"files": {name: path.stat().st_size for name, path in paths.items()}}
 
@@ -183,19 +242,32 @@ class Pipeline:
 
     def clean(self) -> dict:
         s, t = self.src, self.tgt
-        kept, total = clean.clean_corpus(self.sub / f"train.unclean.{s}", self.sub / f"train.unclean.{t}",
-                                         self.sub / f"train.{s}", self.sub / f"train.{t}", 1, 250, self.max_ratio)
+        kept, total = clean.clean_corpus(
+            self.sub / f"train.unclean.{s}",
+            self.sub / f"train.unclean.{t}",
+            self.sub / f"train.{s}",
+            self.sub / f"train.{t}",
+            1,
+            250,
+            self.max_ratio,
+        )
         return {"kept": kept, "total": total}
 
     def binarize(self) -> dict:
         prefixes = {split: self.sub / split for split in ("train", "valid", "test")}
         srcdict = self.spm_dict if self.pair == "en-fr" else None
         counts = binarize.binarize(self.src, self.tgt, prefixes, self.data_bin, self.args.workers, srcdict)
-        dictionary = [line.split(" ")[0] for line in
-                      (self.data_bin / f"dict.{self.src}.txt").read_text(encoding="utf-8").splitlines()]
+        dictionary = [
+            line.split(" ")[0]
+            for line in (self.data_bin / f"dict.{self.src}.txt").read_text(encoding="utf-8").splitlines()
+        ]
         padding = sum(1 for word in dictionary if word.startswith("madeupword"))
-        return {"sentences": counts, "dict_tokens": len(dictionary) - padding, "dict_padding": padding,
-                "dict_size": len(dictionary) + 4}
+        return {
+            "sentences": counts,
+            "dict_tokens": len(dictionary) - padding,
+            "dict_padding": padding,
+            "dict_size": len(dictionary) + 4,
+        }
 
     # -- driver -----------------------------------------------------------------------------------------
     def stamp(self, stage: Stage) -> Path:
@@ -204,8 +276,14 @@ class Pipeline:
     def first_to_run(self, stages: List[Stage], stamps: List[Optional[dict]]) -> int:
         """The first stage that must run: the first without a valid stamp, or an earlier one whose outputs
         a stage from there on needs and that are gone (intermediate files may be deleted once used)."""
-        first = next((i for i, (stage, stamp) in enumerate(zip(stages, stamps))
-                      if stamp is None or stamp.get("params") != stage.params), len(stages))
+        first = next(
+            (
+                i
+                for i, (stage, stamp) in enumerate(zip(stages, stamps))
+                if stamp is None or stamp.get("params") != stage.params
+            ),
+            len(stages),
+        )
         if first == len(stages) and not all(path.exists() for path in stages[-1].outputs):
             first = len(stages) - 1
         changed = True
@@ -257,7 +335,9 @@ class Pipeline:
         binarized = self.results.get("binarize", {})
         counts = binarized.get("sentences", {})
         paths = {
-            "pair": self.pair, "source_lang": self.src, "target_lang": self.tgt,
+            "pair": self.pair,
+            "source_lang": self.src,
+            "target_lang": self.tgt,
             "data_bin": str(self.data_bin),
             "test_source": str(self.text / f"test.{self.src}"),
             "test_reference": str(self.text / f"test.{self.tgt}"),
@@ -268,27 +348,40 @@ class Pipeline:
             "subword": "bpe" if self.pair == "en-de" else "sentencepiece",
             "subword_model": str(self.codes if self.pair == "en-de" else self.spm_model),
             "post_process": "subword_nmt" if self.pair == "en-de" else "sentencepiece",
-            "sentences": counts, "dict_size": binarized.get("dict_size"),
+            "sentences": counts,
+            "dict_size": binarized.get("dict_size"),
         }
         (self.work / "prepare.json").write_text(json.dumps(paths, indent=1) + "\n")
         learn = self.results.get("learn", {})
         if self.pair == "en-de":
-            vocab = (f"BPE: {learn.get('merges', 0):,} merges, {learn.get('characters', 0):,} characters -> "
-                     f"{binarized.get('dict_tokens', 0):,} distinct tokens in train "
-                     f"(at most merges + 2 x characters)")
+            vocab = (
+                f"BPE: {learn.get('merges', 0):,} merges, {learn.get('characters', 0):,} characters -> "
+                f"{binarized.get('dict_tokens', 0):,} distinct tokens in train "
+                f"(at most merges + 2 x characters)"
+            )
         else:
-            vocab = (f"sentencepiece: {learn.get('pieces', 0):,} pieces "
-                     f"({learn.get('dict_entries', 0):,} without <unk> <s> </s>)")
+            vocab = (
+                f"sentencepiece: {learn.get('pieces', 0):,} pieces "
+                f"({learn.get('dict_entries', 0):,} without <unk> <s> </s>)"
+            )
         cleaned = self.results.get("clean", {})
         log(f"{self.name} {self.pair}: done")
-        log(f"  {vocab}; fairseq dictionary: {binarized.get('dict_size', 0):,} symbols "
-            f"(4 special, {binarized.get('dict_padding', 0)} padding)")
-        log(f"  sentence pairs: train {counts.get('train', 0)} (cleaning kept {cleaned.get('kept', 0)} of "
-            f"{cleaned.get('total', 0)}), valid {counts.get('valid', 0)}, test {counts.get('test', 0)}")
+        log(
+            f"  {vocab}; fairseq dictionary: {binarized.get('dict_size', 0):,} symbols "
+            f"(4 special, {binarized.get('dict_padding', 0)} padding)"
+        )
+        log(
+            f"  sentence pairs: train {counts.get('train', 0)} (cleaning kept {cleaned.get('kept', 0)} of "
+            f"{cleaned.get('total', 0)}), valid {counts.get('valid', 0)}, test {counts.get('test', 0)}"
+        )
         model = "BPE codes" if self.pair == "en-de" else "sentencepiece model"
-        for label, path in (("test source", paths["test_source"]), ("test reference", paths["test_reference"]),
-                            ("tokenised test reference", paths["test_reference_tokenized"]),
-                            (model, paths["subword_model"]), ("paths (JSON)", self.work / "prepare.json")):
+        for label, path in (
+            ("test source", paths["test_source"]),
+            ("test reference", paths["test_reference"]),
+            ("tokenised test reference", paths["test_reference_tokenized"]),
+            (model, paths["subword_model"]),
+            ("paths (JSON)", self.work / "prepare.json"),
+        ):
             log(f"  {label + ':':27} {path}")
         log(f"  {'detokeniser:':27} sacremoses MosesDetokenizer('{self.tgt}')")
         log(f"  {'data-bin (stdout):':27} {self.data_bin}")
@@ -296,23 +389,39 @@ class Pipeline:
 
 
 def parse_args(argv=None):
-    parser = ArgumentParser(prog="python -m prepare.wmt14", description=__doc__,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(
+        prog="python -m prepare.wmt14", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--pair", required=True, choices=sorted(LANGS), help="en-de (BPE) or en-fr (sentencepiece)")
     parser.add_argument("--work-dir", required=True, type=Path, help="where every stage writes (see the layout)")
-    parser.add_argument("--raw-dir", type=Path, default=None,
-                        help="offline: read the upstream archives from here, download nothing (default: $RAW_DIR)")
-    parser.add_argument("--bpe-merges", type=positive_int, default=None,
-                        help="en-de: joint BPE merge operations (default 32000, about 37k tokens)")
-    parser.add_argument("--spm-vocab", type=positive_int, default=None,
-                        help="en-fr: sentencepiece vocabulary size (default 32000)")
+    parser.add_argument(
+        "--raw-dir",
+        type=Path,
+        default=None,
+        help="offline: read the upstream archives from here, download nothing (default: $RAW_DIR)",
+    )
+    parser.add_argument(
+        "--bpe-merges",
+        type=positive_int,
+        default=None,
+        help="en-de: joint BPE merge operations (default 32000, about 37k tokens)",
+    )
+    parser.add_argument(
+        "--spm-vocab", type=positive_int, default=None, help="en-fr: sentencepiece vocabulary size (default 32000)"
+    )
     parser.add_argument("--spm-model-type", choices=["unigram", "bpe"], default=None, help="en-fr (default unigram)")
-    parser.add_argument("--spm-sample", type=positive_int, default=None,
-                        help="en-fr: training sentences sampled for sentencepiece (default 5M)")
-    parser.add_argument("--train-lines", type=positive_int, default=None,
-                        help="keep only the first N training pairs (quick trials)")
-    parser.add_argument("--workers", type=positive_int, default=available_cores(),
-                        help="processes (default: the available cores)")
+    parser.add_argument(
+        "--spm-sample",
+        type=positive_int,
+        default=None,
+        help="en-fr: training sentences sampled for sentencepiece (default 5M)",
+    )
+    parser.add_argument(
+        "--train-lines", type=positive_int, default=None, help="keep only the first N training pairs (quick trials)"
+    )
+    parser.add_argument(
+        "--workers", type=positive_int, default=available_cores(), help="processes (default: the available cores)"
+    )
     args = parser.parse_args(argv)
     if args.pair == "en-de":
         for option in ("spm_vocab", "spm_model_type", "spm_sample"):

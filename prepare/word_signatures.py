@@ -10,8 +10,32 @@ from collections import Counter
 from typing import Iterable, List, Set
 
 # Longest first, so that -ness wins over -s; endings of English word classes (nouns, verbs, adjectives, adverbs).
-SUFFIXES = ("ness", "ment", "able", "ible", "tion", "sion", "ing", "ity", "ous", "ive", "ful", "ism", "ist",
-            "est", "ize", "ise", "ed", "er", "ly", "al", "ic", "en", "y", "s")
+SUFFIXES = (
+    "ness",
+    "ment",
+    "able",
+    "ible",
+    "tion",
+    "sion",
+    "ing",
+    "ity",
+    "ous",
+    "ive",
+    "ful",
+    "ism",
+    "ist",
+    "est",
+    "ize",
+    "ise",
+    "ed",
+    "er",
+    "ly",
+    "al",
+    "ic",
+    "en",
+    "y",
+    "s",
+)
 PREFIX = "<unk"
 
 

@@ -40,8 +40,8 @@ from typing import Dict, List
 from vaswani_plugin.scoring.trees import clean, is_bracket, linearise, read_trees
 
 from . import binarize, records
-from .word_signatures import replace_unknown, vocabulary
 from ._common import ArgumentParser, PrepareError, available_cores, log, open_write, positive_int, run_cli
+from .word_signatures import replace_unknown, vocabulary
 
 WSJ_SECTIONS = {"train": range(2, 22), "valid": [22], "test": [23]}
 SAMPLE_FILES = {"train": range(1, 150), "valid": range(150, 165), "test": range(165, 180)}
@@ -85,13 +85,20 @@ def describe(paths: List[Path]) -> str:
 def treebank_files(args) -> Dict[str, List[Path]]:
     """split -> the .mrg files of that split, checked to exist; the extra training files come last in train."""
     if args.wsj_dir:
-        files = {split: sorted(p for s in sections for p in (args.wsj_dir / f"{s:02d}").glob("wsj_*.mrg"))
-                 for split, sections in WSJ_SECTIONS.items()}
+        files = {
+            split: sorted(p for s in sections for p in (args.wsj_dir / f"{s:02d}").glob("wsj_*.mrg"))
+            for split, sections in WSJ_SECTIONS.items()
+        }
         where = f"--wsj-dir {args.wsj_dir} (sections {{02..21, 22, 23}}/wsj_*.mrg)"
     else:
-        files = {split: [args.sample_dir / f"wsj_{n:04d}.mrg" for n in numbers
-                         if (args.sample_dir / f"wsj_{n:04d}.mrg").is_file()]
-                 for split, numbers in SAMPLE_FILES.items()}
+        files = {
+            split: [
+                args.sample_dir / f"wsj_{n:04d}.mrg"
+                for n in numbers
+                if (args.sample_dir / f"wsj_{n:04d}.mrg").is_file()
+            ]
+            for split, numbers in SAMPLE_FILES.items()
+        }
         where = f"--sample-dir {args.sample_dir} (wsj_0001.mrg .. wsj_0179.mrg)"
     for split, paths in files.items():
         if not paths:
@@ -104,9 +111,12 @@ def write_split(paths: List[Path], work: Path, split: str, max_positions: int, k
     """Clean and linearise every tree of `paths` into the split's four files; returns the number of trees of
     each file. A training tree longer than the model's positions is left out; a dev or test one is an error."""
     counts, too_long = [], 0
-    with open_write(work / "text" / f"{split}.{SOURCE}") as words, \
-            open_write(work / "text" / f"{split}.{TARGET}") as sequences, \
-            open_write(work / "gold" / f"{split}.trees") as gold, open_write(work / "gold" / f"{split}.tags") as tags:
+    with (
+        open_write(work / "text" / f"{split}.{SOURCE}") as words,
+        open_write(work / "text" / f"{split}.{TARGET}") as sequences,
+        open_write(work / "gold" / f"{split}.trees") as gold,
+        open_write(work / "gold" / f"{split}.tags") as tags,
+    ):
         for path in paths:
             try:
                 trees = read_trees(path.read_text(encoding="utf-8"))
@@ -122,9 +132,11 @@ def write_split(paths: List[Path], work: Path, split: str, max_positions: int, k
                 longest = max(len(tree.words()), len(tokens)) + 1  # with </s>
                 if longest > max_positions:
                     if split != "train":
-                        raise PrepareError(f"{path}: tree {number} has {len(tree.words())} words and {len(tokens)} "
-                                           f"tree tokens, more than the model's {max_positions} positions "
-                                           "(--max-positions) with </s>")
+                        raise PrepareError(
+                            f"{path}: tree {number} has {len(tree.words())} words and {len(tokens)} "
+                            f"tree tokens, more than the model's {max_positions} positions "
+                            "(--max-positions) with </s>"
+                        )
                     too_long += 1
                     continue
                 words.write(" ".join(tree.words()) + "\n")
@@ -139,8 +151,16 @@ def write_split(paths: List[Path], work: Path, split: str, max_positions: int, k
     return counts
 
 
-def write_model_text(text: Path, out: Path, splits: List[str], treebank_trees: int, most: int,
-                     word_leaves: bool, signatures: bool, copies: int) -> dict:
+def write_model_text(
+    text: Path,
+    out: Path,
+    splits: List[str],
+    treebank_trees: int,
+    most: int,
+    word_leaves: bool,
+    signatures: bool,
+    copies: int,
+) -> dict:
     """The model's text (out/{split}.words, .tree) from the linearised one: with `signatures`, every word outside
     the vocabulary (seen twice in the treebank's own training trees, the `most` most frequent) replaced by its
     signature, in the input and, with word leaves, in the tree's leaves; the treebank's training trees `copies`
@@ -174,8 +194,10 @@ def write_model_text(text: Path, out: Path, splits: List[str], treebank_trees: i
                 target.write(" ".join(tokens) + "\n")
         replaced[split] = count
     if known is not None:
-        log(f"  vocabulary: {len(known):,} words (seen twice in the treebank's training trees); replaced by their "
-            "signatures: " + ", ".join(f"{split} {count:,} words" for split, count in replaced.items()))
+        log(
+            f"  vocabulary: {len(known):,} words (seen twice in the treebank's training trees); replaced by their "
+            "signatures: " + ", ".join(f"{split} {count:,} words" for split, count in replaced.items())
+        )
     if copies > 1:
         log(f"  training: the treebank's {treebank_trees:,} trees {copies} times")
     return replaced
@@ -201,29 +223,62 @@ def prepare(args) -> Path:
     extra = len(args.extra_files)
 
     def linearise_all():
-        counts = {split: write_split(paths, work, split, args.max_positions, args.leaves == "words")
-                  for split, paths in files.items()}
+        counts = {
+            split: write_split(paths, work, split, args.max_positions, args.leaves == "words")
+            for split, paths in files.items()
+        }
         result = {split: sum(numbers) for split, numbers in counts.items()}
-        result["train_extra"] = sum(counts["train"][len(counts["train"]) - extra:]) if extra else 0
+        result["train_extra"] = sum(counts["train"][len(counts["train"]) - extra :]) if extra else 0
         return result
 
-    sources = {"files": {s: [str(p) for p in ps] for s, ps in files.items()}, "max_positions": args.max_positions,
-               "leaves": args.leaves}
+    sources = {
+        "files": {s: [str(p) for p in ps] for s, ps in files.items()},
+        "max_positions": args.max_positions,
+        "leaves": args.leaves,
+    }
     linearised = run_stage(work, "linearise", sources, linearise_all)
     trees = {split: linearised[split] for split in files}
     words = args.leaves == "words"
     model_text = work / "model"
     # The model's text and the binarised data follow the linearised text: new sources make them stale.
-    params = {"sources": sources, "source_vocabulary": args.source_vocabulary, "unknown_words": args.unknown_words,
-              "treebank_copies": args.treebank_copies}
-    run_stage(work, "model_text", params, lambda: write_model_text(
-        work / "text", model_text, list(files), linearised["train"] - linearised["train_extra"],
-        args.source_vocabulary, words, args.unknown_words == "signatures", args.treebank_copies))
+    params = {
+        "sources": sources,
+        "source_vocabulary": args.source_vocabulary,
+        "unknown_words": args.unknown_words,
+        "treebank_copies": args.treebank_copies,
+    }
+    run_stage(
+        work,
+        "model_text",
+        params,
+        lambda: write_model_text(
+            work / "text",
+            model_text,
+            list(files),
+            linearised["train"] - linearised["train_extra"],
+            args.source_vocabulary,
+            words,
+            args.unknown_words == "signatures",
+            args.treebank_copies,
+        ),
+    )
     data_bin = work / "data-bin"
     # Joined, a word is counted once on each side: at least 4 is seen at least twice in training.
-    run_stage(work, "binarize", params, lambda: binarize.binarize(
-        SOURCE, TARGET, {split: model_text / split for split in files}, data_bin, args.workers,
-        joined=words, source_words=args.source_vocabulary, threshold=4 if words else None))
+    run_stage(
+        work,
+        "binarize",
+        params,
+        lambda: binarize.binarize(
+            SOURCE,
+            TARGET,
+            {split: model_text / split for split in files},
+            data_bin,
+            args.workers,
+            joined=words,
+            source_words=args.source_vocabulary,
+            threshold=4 if words else None,
+        ),
+    )
     log("prepare.wsj_parsing: done; trees: " + ", ".join(f"{s} {n:,}" for s, n in trees.items()))
     treebank = "WSJ sections 02-21" if args.wsj_dir else "WSJ sample"
     seen = f"training trees: {trees['train'] - linearised['train_extra']:,} {treebank}"
@@ -238,30 +293,56 @@ def prepare(args) -> Path:
 
 
 def main(argv=None) -> None:
-    parser = ArgumentParser(prog="python -m prepare.wsj_parsing", description=__doc__,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(
+        prog="python -m prepare.wsj_parsing", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--work-dir", required=True, type=Path, help="where the text, gold trees and data-bin go")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--wsj-dir", type=Path, help="the LDC treebank's WSJ folder (sections 00..24)")
     source.add_argument("--sample-dir", type=Path, help="NLTK's WSJ sample (wsj_0001..0179.mrg)")
-    parser.add_argument("--extra-train", type=Path, nargs="*", default=[],
-                        help="more tree files, or folders of .ptb/.mrg files, for training only (the "
-                             "semi-supervised setting; e.g. ../shared/data/gum_const/const)")
-    parser.add_argument("--source-vocabulary", type=positive_int, default=16000,
-                        help="source words kept (§6.3: 16000 WSJ only, 32000 semi-supervised)")
-    parser.add_argument("--leaves", choices=LEAVES, default="words",
-                        help="the tree sequences' leaves: the words (default; one joined dictionary, words seen "
-                             "once in training become <unk>) or XX (Vinyals & Kaiser's placeholders)")
-    parser.add_argument("--unknown-words", choices=UNKNOWN_WORDS, default="unk",
-                        help="words outside the vocabulary: <unk> (default, §6.3) or signatures of their shape "
-                             "(prepare.word_signatures: <unk-C-ing>, ...; the vocabulary is then the words seen "
-                             "twice in the treebank's own training trees)")
-    parser.add_argument("--treebank-copies", type=positive_int, default=1,
-                        help="the treebank's training trees this many times in the training data (with "
-                             "--extra-train: its weight against the extra trees; default 1)")
-    parser.add_argument("--max-positions", type=positive_int, default=1024,
-                        help="the model's source and target positions (the architectures' 1024): longer trees "
-                             "are left out of training and an error in dev or test")
+    parser.add_argument(
+        "--extra-train",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="more tree files, or folders of .ptb/.mrg files, for training only (the "
+        "semi-supervised setting; e.g. ../shared/data/gum_const/const)",
+    )
+    parser.add_argument(
+        "--source-vocabulary",
+        type=positive_int,
+        default=16000,
+        help="source words kept (§6.3: 16000 WSJ only, 32000 semi-supervised)",
+    )
+    parser.add_argument(
+        "--leaves",
+        choices=LEAVES,
+        default="words",
+        help="the tree sequences' leaves: the words (default; one joined dictionary, words seen "
+        "once in training become <unk>) or XX (Vinyals & Kaiser's placeholders)",
+    )
+    parser.add_argument(
+        "--unknown-words",
+        choices=UNKNOWN_WORDS,
+        default="unk",
+        help="words outside the vocabulary: <unk> (default, §6.3) or signatures of their shape "
+        "(prepare.word_signatures: <unk-C-ing>, ...; the vocabulary is then the words seen "
+        "twice in the treebank's own training trees)",
+    )
+    parser.add_argument(
+        "--treebank-copies",
+        type=positive_int,
+        default=1,
+        help="the treebank's training trees this many times in the training data (with "
+        "--extra-train: its weight against the extra trees; default 1)",
+    )
+    parser.add_argument(
+        "--max-positions",
+        type=positive_int,
+        default=1024,
+        help="the model's source and target positions (the architectures' 1024): longer trees "
+        "are left out of training and an error in dev or test",
+    )
     parser.add_argument("--workers", type=positive_int, default=available_cores())
     args = parser.parse_args(argv)
     for option in ("wsj_dir", "sample_dir"):

@@ -25,7 +25,9 @@ from typing import List, Optional
 from prepare._common import plugin_leaf  # the repository's modules, as the recipes run them
 
 CPU_TRAINING_ENV = {  # glibc keeps allocations over 32 MB in the heap: 1.25x tokens/s (docs/results.md)
-    "MALLOC_MMAP_THRESHOLD_": "4294967296", "MALLOC_TRIM_THRESHOLD_": "4294967296"}
+    "MALLOC_MMAP_THRESHOLD_": "4294967296",
+    "MALLOC_TRIM_THRESHOLD_": "4294967296",
+}
 # On GPUs torch's caching allocator grows segments instead of allocating new ones for each new batch shape
 # (translation batches change length nearly every step; NeMo reported ~30 % of a step lost to reallocation);
 # unmeasured here (docs/results.md, "The host's cost of an update").
@@ -59,6 +61,7 @@ def say(message: str) -> None:
 class Launch:
     """One run of the recipe among those that train together. nodes: one run, or one a node (NUM_NODES); slurm: a
     task of an srun step, one a GPU; torchrun: one of its workers. A step of one task a node is `nodes`."""
+
     kind: str = "nodes"
     run_rank: int = 0
     run_name: str = "node 0"
@@ -81,8 +84,10 @@ def launcher(shell_pid: str) -> Launch:
     elif env("RANK") and env("WORLD_SIZE") and env("LOCAL_RANK"):
         launch = torchrun_process()
     elif (env("SLURM_JOB_NUM_NODES") or env("SLURM_NNODES") or "1") != "1":
-        raise LaunchError(f"this SLURM job has {env('SLURM_JOB_NUM_NODES') or env('SLURM_NNODES')} nodes but the "
-                          "recipe is not a task of an srun step: start it with srun (docs/recipes.md, \"SLURM\")")
+        raise LaunchError(
+            f"this SLURM job has {env('SLURM_JOB_NUM_NODES') or env('SLURM_NNODES')} nodes but the "
+            'recipe is not a task of an srun step: start it with srun (docs/recipes.md, "SLURM")'
+        )
     else:
         launch = Launch(master_addr=env("MASTER_ADDR"), master_port=env("MASTER_PORT"))
     if launch.kind == "nodes":
@@ -99,27 +104,35 @@ def nodes_by_hand(launch: Launch, shell_pid: str) -> None:
     rank = env("NODE_RANK") or ("" if launch.node_rank is None else str(launch.node_rank))
     if launch.num_nodes > 1:
         if not (launch.master_addr and launch.master_port and rank):
-            raise LaunchError(f"NUM_NODES={nodes} needs MASTER_ADDR, MASTER_PORT (node 0's address and a free port)"
-                              " and NODE_RANK (0 .. NUM_NODES-1) on every node")
+            raise LaunchError(
+                f"NUM_NODES={nodes} needs MASTER_ADDR, MASTER_PORT (node 0's address and a free port)"
+                " and NODE_RANK (0 .. NUM_NODES-1) on every node"
+            )
         if not digits(rank) or int(rank) >= launch.num_nodes:
             raise LaunchError(f"NODE_RANK={rank}: use 0 .. {launch.num_nodes - 1} (NUM_NODES={nodes})")
         launch.node_rank = int(rank)
     else:
         launch.node_rank = 0
     launch.run_rank, launch.run_name = launch.node_rank, f"node {launch.node_rank}"
-    launch.launch_id = (f"nodes {launch.num_nodes} via {launch.master_addr or socket.gethostname()}:"
-                        f"{launch.master_port or shell_pid}")
+    launch.launch_id = (
+        f"nodes {launch.num_nodes} via {launch.master_addr or socket.gethostname()}:{launch.master_port or shell_pid}"
+    )
 
 
 def slurm_task() -> Launch:
     """Task SLURM_PROCID of an srun step; the tasks agree on the master through scontrol. fairseq's own SLURM
     inference is bypassed: without scontrol it silently trains one process per task."""
-    tasks, nodes, procid = env("SLURM_STEP_NUM_TASKS"), env("SLURM_STEP_NUM_NODES") or env("SLURM_NNODES"), \
-        env("SLURM_PROCID")
+    tasks, nodes, procid = (
+        env("SLURM_STEP_NUM_TASKS"),
+        env("SLURM_STEP_NUM_NODES") or env("SLURM_NNODES"),
+        env("SLURM_PROCID"),
+    )
     job = f"SLURM step of {tasks} task(s) on {nodes or '?'} node(s)"
     if not digits(tasks, nodes or "x", procid or "x", env("SLURM_LOCALID") or "x", env("SLURM_NODEID") or "x"):
-        raise LaunchError(f"{job}: SLURM_STEP_NUM_TASKS, SLURM_STEP_NUM_NODES, SLURM_PROCID, SLURM_LOCALID and "
-                          "SLURM_NODEID must all be set, as srun sets them")
+        raise LaunchError(
+            f"{job}: SLURM_STEP_NUM_TASKS, SLURM_STEP_NUM_NODES, SLURM_PROCID, SLURM_LOCALID and "
+            "SLURM_NODEID must all be set, as srun sets them"
+        )
     if env("NUM_NODES") or env("NODE_RANK"):
         raise LaunchError(f"{job}: SLURM gives the tasks their ranks; unset NUM_NODES and NODE_RANK")
     tasks, nodes, procid = int(tasks), int(nodes), int(procid)
@@ -133,8 +146,9 @@ def slurm_task() -> Launch:
     if not launch.master_addr:
         launch.master_addr = first_node(job)
     # One port for every task of the step, from the job's numbers unless MASTER_PORT is given.
-    launch.master_port = launch.master_port or \
-        str(20000 + (int(env("SLURM_JOB_ID") or 0) * 16 + int(env("SLURM_STEP_ID") or 0)) % 40000)
+    launch.master_port = launch.master_port or str(
+        20000 + (int(env("SLURM_JOB_ID") or 0) * 16 + int(env("SLURM_STEP_ID") or 0)) % 40000
+    )
     launch.tasks_per_node = tasks // nodes
     if launch.tasks_per_node == 1:  # one task a node: it starts the node's workers, as NUM_NODES does
         launch.num_nodes, launch.node_rank = nodes, int(env("SLURM_NODEID"))
@@ -150,8 +164,10 @@ def slurm_task() -> Launch:
 def first_node(job: str) -> str:
     """The step's first node, by `scontrol show hostnames` (as fairseq finds it)."""
     if shutil.which("scontrol") is None:
-        raise LaunchError(f"{job}: scontrol is not on PATH, so the tasks cannot agree on a master; put SLURM's "
-                          "scontrol on PATH or set MASTER_ADDR to the first node's address")
+        raise LaunchError(
+            f"{job}: scontrol is not on PATH, so the tasks cannot agree on a master; put SLURM's "
+            "scontrol on PATH or set MASTER_ADDR to the first node's address"
+        )
     nodelist = env("SLURM_STEP_NODELIST") or env("SLURM_JOB_NODELIST")
     names = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True).stdout
     if not names.split():
@@ -163,20 +179,32 @@ def torchrun_process() -> Launch:
     """One of torchrun's workers (`torchrun --no-python bash RECIPE`); they meet through its store (env://)."""
     rank, world, local, local_world = env("RANK"), env("WORLD_SIZE"), env("LOCAL_RANK"), env("LOCAL_WORLD_SIZE")
     if not digits(rank, world, local, local_world or "x") or int(rank) >= int(world):
-        raise LaunchError(f"torchrun: RANK={rank}, WORLD_SIZE={world}, LOCAL_RANK={local}, LOCAL_WORLD_SIZE="
-                          f"{local_world} do not describe a worker; start the recipe as 'torchrun --nproc_per_node N "
-                          "--no-python bash RECIPE'")
+        raise LaunchError(
+            f"torchrun: RANK={rank}, WORLD_SIZE={world}, LOCAL_RANK={local}, LOCAL_WORLD_SIZE="
+            f"{local_world} do not describe a worker; start the recipe as 'torchrun --nproc_per_node N "
+            "--no-python bash RECIPE'"
+        )
     if env("NUM_NODES") or env("NODE_RANK"):
         raise LaunchError("torchrun gives the workers their ranks; unset NUM_NODES and NODE_RANK")
-    return Launch(kind="torchrun", task_workers=int(world), task_rank=int(rank), task_local=int(local),
-                  tasks_per_node=int(local_world), run_rank=int(rank), run_name=f"rank {rank}", init_method="env://",
-                  master_addr=env("MASTER_ADDR"), master_port=env("MASTER_PORT"),
-                  launch_id=f"torchrun {env('TORCHELASTIC_RUN_ID')} via {env('MASTER_ADDR')}:{env('MASTER_PORT')}")
+    return Launch(
+        kind="torchrun",
+        task_workers=int(world),
+        task_rank=int(rank),
+        task_local=int(local),
+        tasks_per_node=int(local_world),
+        run_rank=int(rank),
+        run_name=f"rank {rank}",
+        init_method="env://",
+        master_addr=env("MASTER_ADDR"),
+        master_port=env("MASTER_PORT"),
+        launch_id=f"torchrun {env('TORCHELASTIC_RUN_ID')} via {env('MASTER_ADDR')}:{env('MASTER_PORT')}",
+    )
 
 
 @dataclass
 class Devices:
     """What fairseq-train and fairseq-generate get: WORKERS processes train in parallel."""
+
     workers: int
     num_gpus: int
     train: List[str] = field(default_factory=list)
@@ -186,8 +214,17 @@ class Devices:
 
 def worker(world: int, rank: int, init_method: str, device: int) -> List[str]:
     """One worker process whose rank is given outright (no spawning, no inference from the environment)."""
-    return ["--distributed-world-size", str(world), "--distributed-rank", str(rank), "--distributed-init-method",
-            init_method, "--distributed-no-spawn", "--device-id", str(device)]
+    return [
+        "--distributed-world-size",
+        str(world),
+        "--distributed-rank",
+        str(rank),
+        "--distributed-init-method",
+        init_method,
+        "--distributed-no-spawn",
+        "--device-id",
+        str(device),
+    ]
 
 
 def visible_gpus(python: str) -> int:
@@ -197,8 +234,9 @@ def visible_gpus(python: str) -> int:
         return int(env("NUM_GPUS")) if digits(env("NUM_GPUS")) else 0
     if os.environ.get("CUDA_VISIBLE_DEVICES", "unset") == "":
         return 0
-    counted = subprocess.run([python, "-c", "import torch; print(torch.cuda.device_count())"],
-                             capture_output=True, text=True)
+    counted = subprocess.run(
+        [python, "-c", "import torch; print(torch.cuda.device_count())"], capture_output=True, text=True
+    )
     if counted.returncode or not digits(counted.stdout.strip()):
         raise LaunchError("python with torch not found")
     return int(counted.stdout)
@@ -209,19 +247,22 @@ def on_cpu(launch: Launch) -> Devices:
     processes itself: its spawn counts GPUs), joined over gloo with legacy_ddp's all-reduce (pytorch_ddp on CPU
     fails on device_ids=[0])."""
     if env("CPU") != "1":
-        raise LaunchError("no GPU visible. The paper trains on 8 GPUs; to try the pipeline on CPU (very slow, for "
-                          "testing only) set CPU=1")
+        raise LaunchError(
+            "no GPU visible. The paper trains on 8 GPUs; to try the pipeline on CPU (very slow, for "
+            "testing only) set CPU=1"
+        )
     if (env("NUM_GPUS") or "1") != "1":
-        raise LaunchError(f"NUM_GPUS={env('NUM_GPUS')}: on CPU a node trains in one process, which uses every core; "
-                          "for more processes start more nodes (NUM_NODES, NODE_RANK)")
+        raise LaunchError(
+            f"NUM_GPUS={env('NUM_GPUS')}: on CPU a node trains in one process, which uses every core; "
+            "for more processes start more nodes (NUM_NODES, NODE_RANK)"
+        )
     say("no GPU: training on CPU because CPU=1")
     devices = Devices(workers=launch.num_nodes, num_gpus=1, evaluate=["--cpu"], cpu=True)
     if launch.task_workers is not None:
         devices.workers = launch.task_workers
         devices.train = worker(devices.workers, launch.task_rank, launch.init_method, 0)
     elif launch.num_nodes > 1:
-        devices.train = worker(devices.workers, launch.node_rank, f"tcp://{launch.master_addr}:{launch.master_port}",
-                               0)
+        devices.train = worker(devices.workers, launch.node_rank, f"tcp://{launch.master_addr}:{launch.master_port}", 0)
     if devices.workers > 1:
         devices.train += ["--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp"]
     devices.train.append("--cpu")
@@ -233,22 +274,33 @@ def on_gpus(launch: Launch, visible: int) -> Devices:
     fairseq's own spawn of NUM_GPUS a node."""
     if launch.task_workers is not None:
         if env("NUM_GPUS") and env("NUM_GPUS") != str(launch.tasks_per_node):
-            raise LaunchError(f"NUM_GPUS={env('NUM_GPUS')} but {launch.kind} starts {launch.tasks_per_node} processes "
-                              "a node, one per GPU: unset NUM_GPUS")
+            raise LaunchError(
+                f"NUM_GPUS={env('NUM_GPUS')} but {launch.kind} starts {launch.tasks_per_node} processes "
+                "a node, one per GPU: unset NUM_GPUS"
+            )
         if visible not in (1, launch.tasks_per_node):
-            raise LaunchError(f"{launch.run_name} sees {visible} GPUs, but {launch.kind} starts "
-                              f"{launch.tasks_per_node} processes a node: give each process one GPU (srun "
-                              f"--gpus-per-task 1) or each all {launch.tasks_per_node}")
+            raise LaunchError(
+                f"{launch.run_name} sees {visible} GPUs, but {launch.kind} starts "
+                f"{launch.tasks_per_node} processes a node: give each process one GPU (srun "
+                f"--gpus-per-task 1) or each all {launch.tasks_per_node}"
+            )
         device = launch.task_local if visible == launch.tasks_per_node else 0
-        return Devices(launch.task_workers, launch.tasks_per_node,
-                       worker(launch.task_workers, launch.task_rank, launch.init_method, device))
+        return Devices(
+            launch.task_workers,
+            launch.tasks_per_node,
+            worker(launch.task_workers, launch.task_rank, launch.init_method, device),
+        )
     gpus = int(env("NUM_GPUS")) if env("NUM_GPUS") else visible
     if gpus > visible:
         raise LaunchError(f"NUM_GPUS={gpus} but only {visible} GPUs are visible")
     devices = Devices(gpus * launch.num_nodes, gpus, ["--distributed-world-size", str(gpus * launch.num_nodes)])
     if launch.num_nodes > 1:
-        devices.train += ["--distributed-init-method", f"tcp://{launch.master_addr}:{launch.master_port}",
-                          "--distributed-rank", str(launch.node_rank * gpus)]
+        devices.train += [
+            "--distributed-init-method",
+            f"tcp://{launch.master_addr}:{launch.master_port}",
+            "--distributed-rank",
+            str(launch.node_rank * gpus),
+        ]
     return devices
 
 
@@ -263,12 +315,25 @@ def devices_plan(python: str, shell_pid: str) -> dict:
         say(f"training on {devices.num_gpus} GPU(s) x {devices.workers // devices.num_gpus} node(s), {precision}")
     if devices.workers != 1:
         say(f"{launch.run_name}: world size {devices.workers} (started as {launch.kind})")
-    return dict(LAUNCH=launch.kind, LAUNCH_ID=launch.launch_id, RUN_RANK=launch.run_rank, RUN_NAME=launch.run_name,
-                NUM_NODES=launch.num_nodes, NODE_RANK="" if launch.node_rank is None else launch.node_rank, MASTER_ADDR=launch.master_addr,
-                MASTER_PORT=launch.master_port, WORKERS=devices.workers, NUM_GPUS=devices.num_gpus,
-                DEVICE_ARGS=devices.train, EVAL_DEVICE_ARGS=devices.evaluate,
-                **{"export " + name: value for name, value in
-                   (CPU_TRAINING_ENV if devices.cpu else GPU_TRAINING_ENV).items() if not env(name)})
+    return dict(
+        LAUNCH=launch.kind,
+        LAUNCH_ID=launch.launch_id,
+        RUN_RANK=launch.run_rank,
+        RUN_NAME=launch.run_name,
+        NUM_NODES=launch.num_nodes,
+        NODE_RANK="" if launch.node_rank is None else launch.node_rank,
+        MASTER_ADDR=launch.master_addr,
+        MASTER_PORT=launch.master_port,
+        WORKERS=devices.workers,
+        NUM_GPUS=devices.num_gpus,
+        DEVICE_ARGS=devices.train,
+        EVAL_DEVICE_ARGS=devices.evaluate,
+        **{
+            "export " + name: value
+            for name, value in (CPU_TRAINING_ENV if devices.cpu else GPU_TRAINING_ENV).items()
+            if not env(name)
+        },
+    )
 
 
 def tokens_per_gpu(python: str, data_bin: str, training: List[str]) -> str:
@@ -280,16 +345,23 @@ def tokens_per_gpu(python: str, data_bin: str, training: List[str]) -> str:
     if not training or "--cpu" in training:
         return str(FIXED_TOKENS_PER_GPU)
     if env("DRY_RUN") == "1":
-        say(f"batch: MAX_TOKENS_PER_GPU unset: chosen at run time, the most tokens the GPU's memory holds for the "
+        say(
+            f"batch: MAX_TOKENS_PER_GPU unset: chosen at run time, the most tokens the GPU's memory holds for the "
             f"model (vaswani_plugin/models/memory.py); the plan shows {FIXED_TOKENS_PER_GPU}'s: set "
-            "MAX_TOKENS_PER_GPU to see another's")
+            "MAX_TOKENS_PER_GPU to see another's"
+        )
         return str(FIXED_TOKENS_PER_GPU)
-    found = subprocess.run([python, "-m", "vaswani_plugin.tools.gpu_batch", data_bin, *training],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    found = subprocess.run(
+        [python, "-m", "vaswani_plugin.tools.gpu_batch", data_bin, *training],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     said = found.stderr.strip().splitlines()
     if found.returncode or not digits(found.stdout.strip()):
-        raise LaunchError(f"MAX_TOKENS_PER_GPU unset and {said[-1] if said else 'no answer'} "
-                          "(vaswani_plugin.tools.gpu_batch)")
+        raise LaunchError(
+            f"MAX_TOKENS_PER_GPU unset and {said[-1] if said else 'no answer'} (vaswani_plugin.tools.gpu_batch)"
+        )
     say(f"batch: MAX_TOKENS_PER_GPU unset: {said[-1].split(': ', 1)[-1]}")
     return found.stdout.strip()
 
@@ -313,12 +385,16 @@ def batch_plan(python: str, workers: int, data_bin: str, default_tokens: int, tr
         raise LaunchError(f"cannot read the longest sentence of {data_bin}")
     longest = int(longest)
     if per_gpu < longest:
-        raise LaunchError(f"MAX_TOKENS_PER_GPU={per_gpu} is below the longest {split} sentence ({longest} tokens): "
-                          f"set MAX_TOKENS_PER_GPU to at least {longest}")
+        raise LaunchError(
+            f"MAX_TOKENS_PER_GPU={per_gpu} is below the longest {split} sentence ({longest} tokens): "
+            f"set MAX_TOKENS_PER_GPU to at least {longest}"
+        )
     if max_tokens < longest and update_freq == 1:
-        raise LaunchError(f"TOKENS_PER_STEP={tokens} over {workers} worker(s) gives each a batch of {max_tokens} "
-                          f"tokens, below the longest {split} sentence ({longest} tokens): set TOKENS_PER_STEP to at "
-                          f"least {longest * workers}")
+        raise LaunchError(
+            f"TOKENS_PER_STEP={tokens} over {workers} worker(s) gives each a batch of {max_tokens} "
+            f"tokens, below the longest {split} sentence ({longest} tokens): set TOKENS_PER_STEP to at "
+            f"least {longest * workers}"
+        )
     if max_tokens < longest:  # the step's even split rounded below it: the GPU holds it
         say(f"batch: {longest} tokens a worker instead, to hold the longest {split} sentence")
         max_tokens = longest
@@ -329,8 +405,11 @@ def paper_variables(paper) -> dict:
     """paper.py's settings as the recipes' variables: PAPER_BEAM=4 ... for each number, the argument sections as
     arrays (PAPER_TRAINING_ARGS, PAPER_DECODING_ARGS, PAPER_PARSING_DECODING_ARGS) and each model's sizes
     (PAPER_MODEL_QUICKSTART ...)."""
-    variables = {f"PAPER_{name}": paper.number(value) for name, value in vars(paper).items()
-                 if name.isupper() and isinstance(value, (int, float))}
+    variables = {
+        f"PAPER_{name}": paper.number(value)
+        for name, value in vars(paper).items()
+        if name.isupper() and isinstance(value, (int, float))
+    }
     for section in ("training", "decoding", "parsing-decoding"):
         variables[f"PAPER_{section.replace('-', '_').upper()}_ARGS"] = paper.arguments(section)
     for model in paper.MODELS:
@@ -352,8 +431,11 @@ def shell(assignments: dict) -> str:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="recipes.launch", description=__doc__.split("\n")[0])
     parser.add_argument("plan", choices=["devices", "batch", "paper"])
-    parser.add_argument("sections", nargs="*", help="paper: training, decoding, parsing-decoding or model:NAME, "
-                        "printed as fairseq arguments, one per line")
+    parser.add_argument(
+        "sections",
+        nargs="*",
+        help="paper: training, decoding, parsing-decoding or model:NAME, printed as fairseq arguments, one per line",
+    )
     parser.add_argument("--shell", action="store_true", help="paper: every setting as bash variables")
     parser.add_argument("--python", default=sys.executable, help="the recipe's interpreter (it has torch)")
     parser.add_argument("--shell-pid", default=str(os.getppid()), help="the recipe's $$, in a lone run's launch id")
@@ -364,7 +446,7 @@ def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     split = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:split])
-    args.training = argv[split + 1:]
+    args.training = argv[split + 1 :]
     ERRORS.run_reported(env("RECIPE") or parser.prog, lambda: print(plan(args)))
 
 
@@ -381,8 +463,11 @@ def plan(args) -> str:
     try:
         return "\n".join(word for section in args.sections for word in paper.arguments(section))
     except KeyError as error:
-        raise LaunchError(f"paper.py has no section {error}; use training, decoding, parsing-decoding or model:NAME "
-                          f"({', '.join(paper.MODELS)})")
+        raise LaunchError(
+            f"paper.py has no section {error}; use training, decoding, parsing-decoding or model:NAME "
+            f"({', '.join(paper.MODELS)})"
+        )
+
 
 if __name__ == "__main__":
     main()

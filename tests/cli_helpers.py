@@ -25,14 +25,28 @@ REPO = Path(__file__).resolve().parents[1]
 # tests/conftest.py skips the tests marked e2e or shared_data where it is absent.
 SHARED_DATA = REPO.parent / "shared" / "data"
 # Whether this machine multiplies bfloat16 natively, read independently of vaswani_plugin.precision.
-NATIVE_BF16 = Path("/proc/cpuinfo").exists() and \
-    re.search(r"\b(avx512_bf16|amx_bf16)\b", Path("/proc/cpuinfo").read_text()) is not None
+NATIVE_BF16 = (
+    Path("/proc/cpuinfo").exists()
+    and re.search(r"\b(avx512_bf16|amx_bf16)\b", Path("/proc/cpuinfo").read_text()) is not None
+)
 BIN = Path(sys.executable).parent
-TINY_MODEL = ("--encoder-layers 1 --decoder-layers 2 --encoder-embed-dim 32 --decoder-embed-dim 32 "
-              "--encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 --encoder-attention-heads 4 "
-              "--decoder-attention-heads 4").split()
-PAPER_TRAINING = [*paper.arguments("training"), "--warmup-updates", str(paper.WARMUP_STEPS),
-                  "--max-tokens", "1000", "--cpu", "--seed", "1", "--required-batch-size-multiple", "1"]
+TINY_MODEL = (
+    "--encoder-layers 1 --decoder-layers 2 --encoder-embed-dim 32 --decoder-embed-dim 32 "
+    "--encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 --encoder-attention-heads 4 "
+    "--decoder-attention-heads 4"
+).split()
+PAPER_TRAINING = [
+    *paper.arguments("training"),
+    "--warmup-updates",
+    str(paper.WARMUP_STEPS),
+    "--max-tokens",
+    "1000",
+    "--cpu",
+    "--seed",
+    "1",
+    "--required-batch-size-multiple",
+    "1",
+]
 TEST_SENTENCES = 103  # not a multiple of 8: every one must come back (fairseq issue #5036)
 
 
@@ -53,8 +67,9 @@ def paper_options(section, *names):
 def run_command(name, command, cwd, stdin=None, check=True):
     """Run a command of this environment (`name` for the failure message) with safe checkpoint loading left on."""
     env = {k: v for k, v in os.environ.items() if k != "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"}
-    result = subprocess.run(list(map(str, command)), cwd=cwd, input=stdin, env=env, capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        list(map(str, command)), cwd=cwd, input=stdin, env=env, capture_output=True, text=True, timeout=300
+    )
     if check and result.returncode != 0:
         raise AssertionError(f"{name} failed ({result.returncode}):\n{result.stderr[-3000:]}")
     return result
@@ -93,8 +108,11 @@ def forget_the_last_training(command):
     """What fairseq-train keeps a process long, on its functions: the best validation loss (checkpoint_best.pt is
     written only below it; early stopping's count), gone as in a new process."""
     from fairseq import checkpoint_utils
-    for function, names in ((checkpoint_utils.save_checkpoint, ("best",)),
-                            (getattr(command, "should_stop_early", None), ("best", "num_runs"))):
+
+    for function, names in (
+        (checkpoint_utils.save_checkpoint, ("best",)),
+        (getattr(command, "should_stop_early", None), ("best", "num_runs")),
+    ):
         for name in names:
             if hasattr(function, name):
                 delattr(function, name)
@@ -130,7 +148,7 @@ def run_in_process(words, cwd, stdin=None):
                     # process outlive the run, and shutting them down when collected took 5 s each.
                     words = [*words, "--num-workers", "0"]
                 patch.setattr(sys, "argv", list(words))
-                command = importlib.import_module(f"fairseq_cli.{words[0][len('fairseq-'):]}")
+                command = importlib.import_module(f"fairseq_cli.{words[0][len('fairseq-') :]}")
                 forget_the_last_training(command)
                 command.cli_main()
         except SystemExit as exit:
@@ -143,7 +161,7 @@ def run_in_process(words, cwd, stdin=None):
     return status, out.getvalue(), err.getvalue()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def plugin_dir() -> str:
     """The installed package's directory, as the README tells users to get it (once a process: 4-5 s each)."""
     out = subprocess.run([sys.executable, "-m", "vaswani_plugin"], capture_output=True, text=True, check=True)

@@ -22,12 +22,19 @@ torch.set_num_threads(1)
 import cli_helpers  # noqa: E402  (SHARED_DATA read at collection, so that a test run can point it elsewhere)
 import doc_blocks  # noqa: E402
 from cli_helpers import TEST_SENTENCES, TINY_MODEL, run, write_reversal_corpus
+
 import vaswani_plugin  # noqa: E402,F401  (registers the plugin's components)
 from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerModel
 
 TINY_SIZES = dict(
-    encoder_embed_dim=32, decoder_embed_dim=32, encoder_ffn_embed_dim=64, decoder_ffn_embed_dim=64,
-    encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+    encoder_embed_dim=32,
+    decoder_embed_dim=32,
+    encoder_ffn_embed_dim=64,
+    decoder_ffn_embed_dim=64,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
 )
 
 
@@ -55,7 +62,7 @@ def random_tokens(dictionary, batch, length, generator=None, lengths=None, left_
         words = torch.randint(dictionary.nspecial, len(dictionary), (n,), generator=generator)
         words[-1] = dictionary.eos()
         if left_pad:
-            tokens[row, length - n:] = words
+            tokens[row, length - n :] = words
         else:
             tokens[row, :n] = words
     return tokens
@@ -82,8 +89,20 @@ def reversal_corpus(tmp_path_factory):
         if not _REVERSAL_CORPUS:
             root = tmp_path_factory.mktemp("corpus")
             write_reversal_corpus(root, {"train": 300, "valid": 101, "test": TEST_SENTENCES})
-            common = ["--source-lang", "src", "--target-lang", "tgt", "--trainpref", root / "train",
-                      "--validpref", root / "valid", "--testpref", root / "test", "--workers", "1"]
+            common = [
+                "--source-lang",
+                "src",
+                "--target-lang",
+                "tgt",
+                "--trainpref",
+                root / "train",
+                "--validpref",
+                root / "valid",
+                "--testpref",
+                root / "test",
+                "--workers",
+                "1",
+            ]
             run("preprocess", *common, "--joined-dictionary", "--destdir", root / "joined", cwd=root)
             run("preprocess", *common, "--destdir", root / "separate", cwd=root)
             _REVERSAL_CORPUS.append(root)
@@ -92,10 +111,22 @@ def reversal_corpus(tmp_path_factory):
 
 # The README's own-pipeline training made tiny as a user would: its counts changed, arguments appended (the last
 # one counts).
-OWN_PIPELINE_COUNTS = {"--max-update 100000": "--max-update 6",
-                       "--save-interval-updates 1000": "--save-interval-updates 2"}
-OWN_PIPELINE_TINY = [*TINY_MODEL, "--max-tokens", "1000", "--cpu", "--seed", "1", "--log-format", "json",
-                     "--log-interval", "1"]
+OWN_PIPELINE_COUNTS = {
+    "--max-update 100000": "--max-update 6",
+    "--save-interval-updates 1000": "--save-interval-updates 2",
+}
+OWN_PIPELINE_TINY = [
+    *TINY_MODEL,
+    "--max-tokens",
+    "1000",
+    "--cpu",
+    "--seed",
+    "1",
+    "--log-format",
+    "json",
+    "--log-interval",
+    "1",
+]
 
 
 @pytest.fixture(scope="session")
@@ -104,13 +135,17 @@ def reversal_training(reversal_data, tmp_path_factory):
     reversal corpus, in a folder of its own (its checkpoints/ relative to it): (the checkpoints' folder, log)."""
     train = doc_blocks.commands(doc_blocks.block("README.md", "test:own-pipeline"))[0]
     folder = tmp_path_factory.mktemp("own_pipeline")
-    command = doc_blocks.substituted(train, {"fairseq-train DATA": f"fairseq-train {reversal_data / 'joined'}",
-                                             '"$(python -m vaswani_plugin)"': cli_helpers.plugin_dir(),
-                                             **OWN_PIPELINE_COUNTS})
+    command = doc_blocks.substituted(
+        train,
+        {
+            "fairseq-train DATA": f"fairseq-train {reversal_data / 'joined'}",
+            '"$(python -m vaswani_plugin)"': cli_helpers.plugin_dir(),
+            **OWN_PIPELINE_COUNTS,
+        },
+    )
     result = doc_blocks.run_shell(f"{command} {shlex.join(OWN_PIPELINE_TINY)}", folder)
     assert result.returncode == 0, result.stderr[-3000:]
     return folder / "checkpoints", result.stdout + result.stderr
-
 
 
 @pytest.fixture(scope="session")
@@ -121,13 +156,15 @@ def trained(reversal_data, reversal_training, tmp_path_factory):
     near-ties between torch and CTranslate2."""
     from fairseq import checkpoint_utils
     from fairseq.data import data_utils
+
     from vaswani_plugin.checkpoints.storage import load_checkpoint
 
     save_dir, _ = reversal_training
     data = reversal_data / "joined"
     checkpoint = load_checkpoint(save_dir / "checkpoint_last.pt")
     (model,), _, task = checkpoint_utils.load_model_ensemble_and_task(
-        [str(save_dir / "checkpoint_last.pt")], arg_overrides={"data": str(data)})
+        [str(save_dir / "checkpoint_last.pt")], arg_overrides={"data": str(data)}
+    )
     dictionary = task.source_dictionary
 
     def tokens(split, side):
@@ -135,18 +172,23 @@ def trained(reversal_data, reversal_training, tmp_path_factory):
         return [torch.tensor([dictionary.index(word) for word in line.split()] + [dictionary.eos()]) for line in lines]
 
     sources, targets = tokens("train", "src"), tokens("train", "tgt")
-    sample = {"net_input": {
-        "src_tokens": data_utils.collate_tokens(sources, dictionary.pad(), left_pad=True),
-        "src_lengths": torch.tensor([len(t) for t in sources]),
-        "prev_output_tokens": data_utils.collate_tokens(targets, dictionary.pad(), dictionary.eos(),
-                                                        move_eos_to_beginning=True)},
-        "target": data_utils.collate_tokens(targets, dictionary.pad())}
+    sample = {
+        "net_input": {
+            "src_tokens": data_utils.collate_tokens(sources, dictionary.pad(), left_pad=True),
+            "src_lengths": torch.tensor([len(t) for t in sources]),
+            "prev_output_tokens": data_utils.collate_tokens(
+                targets, dictionary.pad(), dictionary.eos(), move_eos_to_beginning=True
+            ),
+        },
+        "target": data_utils.collate_tokens(targets, dictionary.pad()),
+    }
     train_with_cross_entropy(model, lambda step: sample, 500, lr=1e-2, pad=dictionary.pad())
     checkpoint["model"] = model.state_dict()
     path = tmp_path_factory.mktemp("trained") / "checkpoint.pt"
     torch.save(checkpoint, path)
     test_sources = [line.split() for line in (reversal_data / "test.src").read_text().splitlines()]
     return path, data, test_sources
+
 
 def train_with_cross_entropy(model, sample_at, updates: int, lr: float, pad: int) -> None:
     """`updates` updates of Adam on the cross-entropy of sample_at(step) (a fairseq batch), in this process."""
@@ -177,9 +219,12 @@ def lane_job(function):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "lane(*jobs): the test checks these jobs of the second lane (conftest.py)")
-    config.addinivalue_line("markers", "e2e: an end-to-end run (a whole recipe, fairseq's command lines on real "
-                                       "data); needs ../shared/data, skipped where it is absent (-m 'not e2e' "
-                                       "leaves them out)")
+    config.addinivalue_line(
+        "markers",
+        "e2e: an end-to-end run (a whole recipe, fairseq's command lines on real "
+        "data); needs ../shared/data, skipped where it is absent (-m 'not e2e' "
+        "leaves them out)",
+    )
     config.addinivalue_line("markers", "shared_data: reads ../shared/data; skipped where it is absent")
 
 
@@ -202,8 +247,10 @@ def _skipped(item) -> bool:
     """Skipped whatever happens: a skip mark (pytest_collection_modifyitems' among them) or skipif(True)."""
     if item.get_closest_marker("skip") is not None:
         return True
-    return any((marker.args[0] if marker.args else marker.kwargs.get("condition")) is True
-               for marker in item.iter_markers("skipif"))
+    return any(
+        (marker.args[0] if marker.args else marker.kwargs.get("condition")) is True
+        for marker in item.iter_markers("skipif")
+    )
 
 
 @pytest.fixture(scope="session", autouse=True)

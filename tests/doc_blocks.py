@@ -23,11 +23,11 @@ NOT_RUN = re.compile(r"^\s*\*Not run by the tests: (.+)\.\*$")
 @dataclass
 class Block:
     path: Path
-    line: int                 # of the opening fence, from 1
-    language: str             # sh, python, text, or "" (a fence without one)
+    line: int  # of the opening fence, from 1
+    language: str  # sh, python, text, or "" (a fence without one)
     text: str
-    marker: Optional[str]     # "test:NAME" or "ci:NAME"
-    not_run: Optional[str]    # the visible reason
+    marker: Optional[str]  # "test:NAME" or "ci:NAME"
+    not_run: Optional[str]  # the visible reason
 
     def __str__(self):
         name = self.path.relative_to(REPO) if self.path.is_relative_to(REPO) else self.path.name
@@ -45,9 +45,8 @@ def blocks(path: Path):
             above = lines[i - 1] if i else ""
             marker, not_run = MARKER.match(above), NOT_RUN.match(above)
             indent = len(lines[i]) - len(lines[i].lstrip())
-            text = "\n".join(line[indent:] for line in lines[i + 1:end]) + "\n"
-            yield Block(path, i + 1, opening[1], text, marker and marker[1],
-                        not_run and not_run[1])
+            text = "\n".join(line[indent:] for line in lines[i + 1 : end]) + "\n"
+            yield Block(path, i + 1, opening[1], text, marker and marker[1], not_run and not_run[1])
             i = end
         i += 1
 
@@ -84,10 +83,17 @@ def run_shell(command: str, cwd, timeout=300, **env):
     import os
     import subprocess
     import sys
+
     environment = {k: v for k, v in os.environ.items() if k != "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"}
     environment.update(env, PATH=f"{Path(sys.executable).parent}:{environment['PATH']}")
-    return subprocess.run(["bash", "-c", "set -eo pipefail\n" + command], cwd=cwd, env=environment,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        ["bash", "-c", "set -eo pipefail\n" + command],
+        cwd=cwd,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def run_here(command: str, cwd, plugin: Optional[str] = None):
@@ -96,7 +102,9 @@ def run_here(command: str, cwd, plugin: Optional[str] = None):
     process's fairseq import. `"$(python -m vaswani_plugin)"` becomes `plugin`. Returns (exit status, stdout,
     stderr: what they printed); what `> FILE` names is written too."""
     import shlex
+
     from cli_helpers import run_in_process
+
     command = joined(command)
     if plugin is not None:
         command = command.replace('"$(python -m vaswani_plugin)"', shlex.quote(plugin))

@@ -15,9 +15,9 @@ after the backward pass, as a float16 overflow would, so that fairseq's dynamic 
 import os
 import sys
 
-from fairseq_cli.train import cli_main  # first: it sets up fairseq-train's logging before fairseq is imported
 import torch
 from fairseq.optim.fp16_optimizer import _FP16OptimizerMixin, _MemoryEfficientFP16OptimizerMixin
+from fairseq_cli.train import cli_main  # first: it sets up fairseq-train's logging before fairseq is imported
 
 torch.cuda.current_device = lambda: None
 torch.Tensor.cuda = lambda tensor, *args, **kwargs: tensor
@@ -35,6 +35,7 @@ def overflow_at(batch: int):
             if calls == batch:
                 params = self.fp16_params if hasattr(self, "fp16_params") else self.params
                 next(p for p in params if p.grad is not None).grad.view(-1)[0] = float("inf")
+
         return backward_with_overflow
 
     for mixin in (_FP16OptimizerMixin, _MemoryEfficientFP16OptimizerMixin):

@@ -18,16 +18,21 @@ GIT = ["git", "-c", "user.name=tests", "-c", "user.email=tests@localhost"]
 
 def git_status(folder):
     """`git status --porcelain` of the folder: empty when git sees nothing new or changed."""
-    return subprocess.run(["git", "-C", str(folder), "status", "--porcelain"], capture_output=True, text=True,
-                          check=True).stdout
+    return subprocess.run(
+        ["git", "-C", str(folder), "status", "--porcelain"], capture_output=True, text=True, check=True
+    ).stdout
 
 
 def clone_of_the_working_tree(dest):
     """A git clone of the repository with the working tree's uncommitted changes committed in it, so that the code
     under test is what the clone holds and a clean `git status` there means what it does in CI's fresh clone."""
     subprocess.run(["git", "clone", "-q", str(REPO), str(dest)], check=True)
-    listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                            capture_output=True, text=True, check=True).stdout.split("\0")
+    listed = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\0")
     for name in filter(None, listed):
         if (REPO / name).is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
@@ -48,17 +53,27 @@ def gpu_kit(tmp_path_factory, lane):
     clone = clone_of_the_working_tree(tmp_path_factory.mktemp("gpu_kit") / "clone")
     raw = SHARED_DATA / "multi30k"
     command = commands(block("docs/recipes.md", "test:gpu-acceptance"))[1]  # bash benchmarks/gpu_kit.sh
-    built = subprocess.run(["bash", "-c", f"{command} --python-version {PYTHON_VERSION} --raw-dir {raw}"],
-                           cwd=clone, env=dict(os.environ, PYTHON=sys.executable), capture_output=True, text=True,
-                           timeout=600)
+    built = subprocess.run(
+        ["bash", "-c", f"{command} --python-version {PYTHON_VERSION} --raw-dir {raw}"],
+        cwd=clone,
+        env=dict(os.environ, PYTHON=sys.executable),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     return clone, clone / ".gpu_kit", raw, built, git_status(clone)
 
 
 def device_tool_env(root, **variables):
     """The environment the device tool gives the kit's command: $OUT and $TMPDIR of its own, python3 this Python."""
     (root / "tmp").mkdir()
-    return dict(os.environ, OUT=str(root / "out"), TMPDIR=str(root / "tmp"),
-                PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]), **variables)
+    return dict(
+        os.environ,
+        OUT=str(root / "out"),
+        TMPDIR=str(root / "tmp"),
+        PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]),
+        **variables,
+    )
 
 
 @lane_job
@@ -69,8 +84,14 @@ def gpu_acceptance_stand_in(tmp_path_factory, lane):
     assert built.returncode == 0, built.stderr[-3000:]
     command = built.stdout.splitlines()[-1]
     root = tmp_path_factory.mktemp("gpu_kit_command")
-    done = subprocess.run(["bash", "-c", command], cwd=clone, capture_output=True, text=True, timeout=600,
-                          env=device_tool_env(root, GPU_ACCEPTANCE_STAND_IN="1"))
+    done = subprocess.run(
+        ["bash", "-c", command],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=device_tool_env(root, GPU_ACCEPTANCE_STAND_IN="1"),
+    )
     return root / "tmp" / "gpu_acceptance", root / "out", command, done, git_status(clone)
 
 
@@ -81,6 +102,12 @@ def gpu_acceptance_without_gpu(tmp_path_factory, lane):
     clone = lane["gpu_kit"].result()[0]
     env = {key: value for key, value in os.environ.items() if key not in ("WORK_DIR", "GPU_ACCEPTANCE_STAND_IN")}
     command = commands(block("docs/recipes.md", "test:gpu-acceptance"))[0]  # bash benchmarks/gpu_acceptance.sh
-    done = subprocess.run(["bash", "-c", command], cwd=clone, capture_output=True, text=True,
-                          timeout=300, env=dict(env, CUDA_VISIBLE_DEVICES="", PYTHON=sys.executable))
+    done = subprocess.run(
+        ["bash", "-c", command],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(env, CUDA_VISIBLE_DEVICES="", PYTHON=sys.executable),
+    )
     return done, git_status(clone)

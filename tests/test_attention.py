@@ -4,8 +4,8 @@ import math
 
 import pytest
 import torch
-
 from conftest import build_model, random_tokens
+
 from vaswani_plugin.models.layers import MultiHeadAttention, causal_attention_mask, padding_attention_mask
 
 
@@ -25,12 +25,12 @@ def naive_attention(attention: MultiHeadAttention, x, memory, allowed):
     out = torch.zeros(batch, queries, h * d_v)
     for n in range(batch):
         for head in range(h):
-            q = x[n] @ w_q[head * d_k:(head + 1) * d_k].T + b_q[head * d_k:(head + 1) * d_k]
-            k = memory[n] @ w_k[head * d_k:(head + 1) * d_k].T + b_k[head * d_k:(head + 1) * d_k]
-            v = memory[n] @ w_v[head * d_v:(head + 1) * d_v].T + b_v[head * d_v:(head + 1) * d_v]
+            q = x[n] @ w_q[head * d_k : (head + 1) * d_k].T + b_q[head * d_k : (head + 1) * d_k]
+            k = memory[n] @ w_k[head * d_k : (head + 1) * d_k].T + b_k[head * d_k : (head + 1) * d_k]
+            v = memory[n] @ w_v[head * d_v : (head + 1) * d_v].T + b_v[head * d_v : (head + 1) * d_v]
             scores = q @ k.T / math.sqrt(d_k)
             scores = scores.masked_fill(~allowed[n], float("-inf"))
-            out[n, :, head * d_v:(head + 1) * d_v] = torch.softmax(scores, dim=-1) @ v
+            out[n, :, head * d_v : (head + 1) * d_v] = torch.softmax(scores, dim=-1) @ v
     return attention.out_proj(out)
 
 
@@ -40,8 +40,8 @@ def test_self_attention_with_padding_equals_naive(key_dim, value_dim):
     attention = MultiHeadAttention(32, 4, key_dim=key_dim, value_dim=value_dim, dropout=0.0).eval()
     x = torch.randn(3, 7, 32)
     padding = torch.zeros(3, 7, dtype=torch.bool)
-    padding[1, 5:] = True   # right padding
-    padding[2, :3] = True   # left padding
+    padding[1, 5:] = True  # right padding
+    padding[2, :3] = True  # left padding
     out, _ = attention(x, mask=padding_attention_mask(padding))
     allowed = (~padding)[:, None, :].expand(3, 7, 7)
     expected = naive_attention(attention, x, None, allowed)
@@ -127,6 +127,7 @@ def test_on_a_gpu_attention_never_runs_cudnns_kernel_and_leaves_the_setting_as_i
     """cuDNN's SDPA builds a graph per shape (docs/results.md "GPU"): off during the call on any device but the CPU
     (here meta tensors, as no GPU is at hand), restored after; on the CPU the setting is not touched."""
     from vaswani_plugin.models import attention as module
+
     seen = []
 
     def recorder(q, k, v, **options):

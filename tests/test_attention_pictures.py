@@ -3,15 +3,15 @@
 import numpy
 import pytest
 import torch
+from cli_helpers import REPO, run_module
 from fairseq.data import Dictionary
 from matplotlib.image import imread
 
-from cli_helpers import REPO, run_module
-from vaswani_plugin.tools import attention_pictures
 from vaswani_plugin.errors import VaswaniConfigError
-from vaswani_plugin.serving.loading import load_model
-from vaswani_plugin.tools.attention_pictures import KINDS, captured_attention, encode, main
 from vaswani_plugin.models.layers import MultiHeadAttention
+from vaswani_plugin.serving.loading import load_model
+from vaswani_plugin.tools import attention_pictures
+from vaswani_plugin.tools.attention_pictures import KINDS, captured_attention, encode, main
 
 LAYERS = {"encoder_self": 1, "decoder_self": 2, "encoder_decoder": 2}  # TINY_MODEL: 1 encoder, 2 decoder layers
 HEADS = 4
@@ -31,8 +31,20 @@ def checkpoint(reversal_training):
 
 def options(reversal_data, checkpoint, source, output_dir, *more):
     """The command line's arguments, on the session's trained checkpoint and data-bin."""
-    return [str(argument) for argument in ("--path", checkpoint, "--data", reversal_data / "joined",
-                                           "--source", source, "--output-dir", output_dir, *more)]
+    return [
+        str(argument)
+        for argument in (
+            "--path",
+            checkpoint,
+            "--data",
+            reversal_data / "joined",
+            "--source",
+            source,
+            "--output-dir",
+            output_dir,
+            *more,
+        )
+    ]
 
 
 def picture_names():
@@ -61,16 +73,20 @@ def check_outputs(output_dir, source_words, target_words):
 
 def test_command_with_a_target(reversal_data, checkpoint, sentence_pair, tmp_path):
     source, target = sentence_pair
-    result = run_module("vaswani_plugin.tools.attention_pictures",
-                        *options(reversal_data, checkpoint, source, tmp_path / "pictures", "--target", target),
-                        cwd=REPO)
+    result = run_module(
+        "vaswani_plugin.tools.attention_pictures",
+        *options(reversal_data, checkpoint, source, tmp_path / "pictures", "--target", target),
+        cwd=REPO,
+    )
     check_outputs(tmp_path / "pictures", source.split(), target.split())
     assert result.stdout.splitlines() == [f"source: {source}", f"target: {target}"] + [
-        str(tmp_path / "pictures" / name) for name in picture_names() + ["attention.npz"]]
+        str(tmp_path / "pictures" / name) for name in picture_names() + ["attention.npz"]
+    ]
 
 
-def test_without_a_target_the_translation_is_pictured(reversal_data, checkpoint, sentence_pair, tmp_path,
-                                                      monkeypatch, capsys):
+def test_without_a_target_the_translation_is_pictured(
+    reversal_data, checkpoint, sentence_pair, tmp_path, monkeypatch, capsys
+):
     # The barely trained model never ends a sentence: a short length limit keeps the pictures small.
     monkeypatch.setattr(attention_pictures, "MAX_LEN_B", 3)
     source, _ = sentence_pair
@@ -89,8 +105,11 @@ def test_captured_weights_reproduce_the_models_attention(reversal_data, checkpoi
     def record(module, args, kwargs, output):
         calls[module] = (args[0], kwargs.get("memory"), output[0])
 
-    hooks = [module.register_forward_hook(record, with_kwargs=True)
-             for module in model.modules() if isinstance(module, MultiHeadAttention)]
+    hooks = [
+        module.register_forward_hook(record, with_kwargs=True)
+        for module in model.modules()
+        if isinstance(module, MultiHeadAttention)
+    ]
     with torch.no_grad():
         plain_logits, _ = model(*net_input)
         with captured_attention(model) as captured:
@@ -105,7 +124,7 @@ def test_captured_weights_reproduce_the_models_attention(reversal_data, checkpoi
         for layer, probabilities in zip(getattr(model, stack).layers, captured[kind]):
             attention = getattr(layer, sublayer).sublayer
             x, memory, output = calls[attention]
-            values = (attention.qkv_proj(x) if memory is None else attention.kv_proj(memory))[..., -attention.v_size:]
+            values = (attention.qkv_proj(x) if memory is None else attention.kv_proj(memory))[..., -attention.v_size :]
             values = values.view(1, -1, attention.heads, attention.value_dim).transpose(1, 2)
             heads = (probabilities @ values).transpose(1, 2).reshape(1, -1, attention.v_size)
             torch.testing.assert_close(attention.out_proj(heads), output, atol=1e-5, rtol=1e-5)
@@ -119,33 +138,52 @@ def not_vaswani(checkpoint, folder):
     return folder / "transformer.pt"
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda args, tmp: args + ["--layer", "3"],
-     "--layer 3 is out of range: valid layers are 1..1 (encoder 1, decoder 2)"),
-    (lambda args, tmp: args + ["--head", "0"],
-     "--head 0 is out of range: valid heads are 1..4 (encoder 4, decoder 4)"),
-    (lambda args, tmp: args[:5] + ["  "] + args[6:], "--source is empty"),
-    (lambda args, tmp: ["--path", tmp / "missing.pt"] + args[2:], "--path {tmp}/missing.pt: no such checkpoint file"),
-    (lambda args, tmp: ["--path", not_vaswani(args[1], tmp)] + args[2:],
-     "--path {tmp}/transformer.pt holds a 'transformer' model, not a vaswani_transformer (a fairseq transformer: "
-     "convert it first with python -m vaswani_plugin.checkpoints.convert_fairseq)"),
-    (lambda args, tmp: args + ["--target-lang", "de"], "--data {data} has no dict.de.txt"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            lambda args, tmp: args + ["--layer", "3"],
+            "--layer 3 is out of range: valid layers are 1..1 (encoder 1, decoder 2)",
+        ),
+        (
+            lambda args, tmp: args + ["--head", "0"],
+            "--head 0 is out of range: valid heads are 1..4 (encoder 4, decoder 4)",
+        ),
+        (lambda args, tmp: args[:5] + ["  "] + args[6:], "--source is empty"),
+        (
+            lambda args, tmp: ["--path", tmp / "missing.pt"] + args[2:],
+            "--path {tmp}/missing.pt: no such checkpoint file",
+        ),
+        (
+            lambda args, tmp: ["--path", not_vaswani(args[1], tmp)] + args[2:],
+            "--path {tmp}/transformer.pt holds a 'transformer' model, not a vaswani_transformer (a fairseq transformer: "
+            "convert it first with python -m vaswani_plugin.checkpoints.convert_fairseq)",
+        ),
+        (lambda args, tmp: args + ["--target-lang", "de"], "--data {data} has no dict.de.txt"),
+    ],
+)
 def test_mistakes_are_one_line_errors(reversal_data, checkpoint, sentence_pair, tmp_path, change, message):
-    arguments = [str(argument) for argument in change(options(reversal_data, checkpoint, sentence_pair[0], tmp_path),
-                                                      tmp_path)]
+    arguments = [
+        str(argument) for argument in change(options(reversal_data, checkpoint, sentence_pair[0], tmp_path), tmp_path)
+    ]
     with pytest.raises(SystemExit) as error:
         main(arguments)
     assert str(error.value) == "vaswani_plugin.tools.attention_pictures: error: " + message.format(
-        tmp=tmp_path, data=reversal_data / "joined")
+        tmp=tmp_path, data=reversal_data / "joined"
+    )
 
 
 def test_unknown_words_become_unk_with_one_warning(capsys):
     dictionary = Dictionary()
     dictionary.add_symbol("known")
     tokens = encode(dictionary, "known new known other", "--source")
-    assert tokens.tolist() == [dictionary.index("known"), dictionary.unk(), dictionary.index("known"),
-                               dictionary.unk(), dictionary.eos()]
+    assert tokens.tolist() == [
+        dictionary.index("known"),
+        dictionary.unk(),
+        dictionary.index("known"),
+        dictionary.unk(),
+        dictionary.eos(),
+    ]
     assert capsys.readouterr().err == "warning: --source: not in the dictionary, read as <unk>: new other\n"
 
 
@@ -173,4 +211,5 @@ def test_a_load_error_that_is_no_dictionary_mismatch_keeps_its_cause(reversal_da
     assert 'Missing key(s) in state_dict: "decoder.output_projection.weight"' in message
     assert "\n" not in message and "dictionaries" not in message
     assert isinstance(error.value.__cause__, RuntimeError) and "decoder.output_projection.weight" in str(
-        error.value.__cause__)
+        error.value.__cause__
+    )

@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from conftest import build_model, random_tokens
 
 
@@ -10,9 +9,14 @@ def log_probs(model, decoder_out):
     return model.get_normalized_probs(decoder_out, log_probs=True)
 
 
-@pytest.mark.parametrize("options", [{}, {"decoder_normalize_before": True, "encoder_normalize_before": True},
-                                     {"decoder_learned_pos": True, "attention_key_dim": 6,
-                                      "attention_value_dim": 10}])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"decoder_normalize_before": True, "encoder_normalize_before": True},
+        {"decoder_learned_pos": True, "attention_key_dim": 6, "attention_value_dim": 10},
+    ],
+)
 def test_incremental_equals_full_forward(dictionary, options):
     torch.manual_seed(0)
     model = build_model(dictionary, **options).eval()
@@ -27,8 +31,12 @@ def test_incremental_equals_full_forward(dictionary, options):
             out = model.decoder(target[:, :step], encoder_out, incremental_state=state, return_attention=True)
             torch.testing.assert_close(log_probs(model, out)[:, -1], full[:, step - 1], rtol=0, atol=1e-5)
             # Alignment attention of the newest position, when asked for, matches the full pass too.
-            torch.testing.assert_close(out[1]["attn"][0][:, -1], model.decoder(target, encoder_out)[1]["attn"][0][
-                :, step - 1], rtol=0, atol=1e-5)
+            torch.testing.assert_close(
+                out[1]["attn"][0][:, -1],
+                model.decoder(target, encoder_out)[1]["attn"][0][:, step - 1],
+                rtol=0,
+                atol=1e-5,
+            )
         # Beam search itself does not ask: step by step, no attention is computed.
         assert model.decoder(target[:, :1], encoder_out, incremental_state={})[1]["attn"] == [None]
 
@@ -97,13 +105,19 @@ def test_beam_cache_through_beam_search_reorders_shrinks_and_other_orders(dictio
         model.set_beam_size(announced_beam)  # as SequenceGenerator calls it
     memory_rows = []
     model.decoder.layers[0].encoder_attention.sublayer.kv_proj.register_forward_hook(
-        lambda module, inputs, output: memory_rows.append(inputs[0].size(0)))
+        lambda module, inputs, output: memory_rows.append(inputs[0].size(0))
+    )
     generator = torch.Generator().manual_seed(3)
     source = random_tokens(dictionary, 3, 6, generator, lengths=[6, 3, 5], left_pad=True)
     encoder_out = model.encoder.reorder_encoder_out(model.encoder(source), torch.arange(3).repeat_interleave(3))
     tokens = torch.empty(9, 0, dtype=torch.long)
-    reorders = [torch.tensor([0, 0, 0, 3, 3, 3, 6, 6, 6]), torch.tensor([2, 2, 0, 4, 3, 5, 8, 6, 6]),
-                torch.tensor([1, 0, 0, 8, 7, 6]), torch.tensor([5, 3, 4]), torch.tensor([2, 0])]
+    reorders = [
+        torch.tensor([0, 0, 0, 3, 3, 3, 6, 6, 6]),
+        torch.tensor([2, 2, 0, 4, 3, 5, 8, 6, 6]),
+        torch.tensor([1, 0, 0, 8, 7, 6]),
+        torch.tensor([5, 3, 4]),
+        torch.tensor([2, 0]),
+    ]
     state = {}
     with torch.no_grad():
         for new_order in [None] + reorders:
@@ -115,8 +129,9 @@ def test_beam_cache_through_beam_search_reorders_shrinks_and_other_orders(dictio
                 tokens = torch.cat([tokens, random_tokens(dictionary, tokens.size(0), 1, generator)], dim=1)
                 out = model.decoder(tokens, encoder_out, incremental_state=state, return_attention=True)
                 full = model.decoder(tokens, encoder_out)
-                torch.testing.assert_close(log_probs(model, out)[:, -1], log_probs(model, full)[:, -1], rtol=0,
-                                           atol=1e-5)
+                torch.testing.assert_close(
+                    log_probs(model, out)[:, -1], log_probs(model, full)[:, -1], rtol=0, atol=1e-5
+                )
                 torch.testing.assert_close(out[1]["attn"][0][:, -1], full[1]["attn"][0][:, -1], rtol=0, atol=1e-5)
     cache = model.decoder.get_incremental_state(state, "beam_cache")
     assert (cache.group_size, cache.slab_groups) == (1, 2)  # the last order was no beam pattern

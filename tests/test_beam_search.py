@@ -8,12 +8,12 @@ import re
 
 import pytest
 import torch
+from cli_helpers import plugin_dir, run
+from conftest import build_model, make_dictionary, random_tokens
 from fairseq.dataclass.configs import GenerationConfig
 from fairseq.sequence_generator import SequenceGenerator
 from torch import nn
 
-from cli_helpers import plugin_dir, run
-from conftest import build_model, make_dictionary, random_tokens
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.generation.beam_search import BeamSearchGenerator
 from vaswani_plugin.generation.generators import GnmtSequenceGenerator
@@ -26,8 +26,13 @@ from vaswani_plugin.tasks.vaswani_translation import VaswaniTranslationConfig, V
 # better. At step 1 "a a"'s log P over lp at its next length, lp(3), is -1.2204, below the worst finished score
 # (-1.1790): only the bound at the longest length allowed, lp(L + 1), keeps the search going. (The symbols a
 # prefix does not list share 1e-9.)
-TABLE = {(): {"a": 0.51, "b": 0.49}, ("a",): {"</s>": 0.54, "a": 0.46}, ("b",): {"</s>": 0.56, "b": 0.44},
-         ("a", "a"): {"a": 1.0}, ("a", "a", "a"): {"a": 1.0}}
+TABLE = {
+    (): {"a": 0.51, "b": 0.49},
+    ("a",): {"</s>": 0.54, "a": 0.46},
+    ("b",): {"</s>": 0.56, "b": 0.44},
+    ("a", "a"): {"a": 1.0},
+    ("a", "a", "a"): {"a": 1.0},
+}
 ENDING = {"</s>": 1.0}  # any other prefix
 LEFT_OVER = 1e-9  # what the symbols a prefix does not list share
 
@@ -71,8 +76,10 @@ class TableDecoder(nn.Module):
         self.dictionary = dictionary
 
     def forward(self, prev_output_tokens, encoder_out=None):
-        rows = [next_token_log_probs(self.dictionary, [self.dictionary[i] for i in prefix])
-                for prefix in prev_output_tokens[:, 1:].tolist()]
+        rows = [
+            next_token_log_probs(self.dictionary, [self.dictionary[i] for i in prefix])
+            for prefix in prev_output_tokens[:, 1:].tolist()
+        ]
         return (torch.tensor(rows).unsqueeze(1),)
 
 
@@ -90,8 +97,9 @@ def exhaustive_best(dictionary, max_len, alpha):
     best = (-math.inf, None)
     for length in range(1, max_len + 1):  # --min-len 1: at least one token before </s>
         for output in itertools.product(words, repeat=length):
-            log_p = sum(next_token_log_probs(dictionary, output[:i])[dictionary.index(output[i])]
-                        for i in range(length))
+            log_p = sum(
+                next_token_log_probs(dictionary, output[:i])[dictionary.index(output[i])] for i in range(length)
+            )
             log_p += next_token_log_probs(dictionary, output)[dictionary.eos()]
             best = max(best, (log_p / gnmt_length_penalty(length + 1, alpha), " ".join(output)))
     return best
@@ -103,8 +111,7 @@ def test_paper_search_finds_the_exhaustive_best_where_fairseqs_early_stop_does_n
     sample = {"net_input": {"src_tokens": torch.tensor([[4, 2]]), "src_lengths": torch.tensor([2])}}
     options = dict(beam_size=2, max_len_a=1, max_len_b=2)  # at most 1 · 2 + 2 = 4 tokens, then </s>
     score, text = exhaustive_best(dictionary, 4, 0.6)
-    assert text == "a a a a" and score == pytest.approx(math.log(0.51 * 0.46) / (10 / 6) ** 0.6,
-                                                         abs=1e-3)
+    assert text == "a a a a" and score == pytest.approx(math.log(0.51 * 0.46) / (10 / 6) ** 0.6, abs=1e-3)
     paper = BeamSearchGenerator([model], dictionary, gnmt_alpha=0.6, **options).generate(None, sample)
     assert dictionary.string(paper[0][0]["tokens"]) == text
     assert paper[0][0]["score"].item() == pytest.approx(score, abs=1e-6)
@@ -119,7 +126,8 @@ def test_paper_search_finds_the_exhaustive_best_where_fairseqs_early_stop_does_n
 def never_ending(model, eos):
     """The model with </s> forbidden: every hypothesis runs to its length limit."""
     model.decoder.output_projection.register_forward_hook(
-        lambda module, inputs, output: output.index_fill(-1, torch.tensor([eos]), -1e9))
+        lambda module, inputs, output: output.index_fill(-1, torch.tensor([eos]), -1e9)
+    )
     return model
 
 
@@ -128,8 +136,9 @@ def test_each_sentence_stops_at_its_own_limit_under_the_paper_search():
     dictionary = make_dictionary(20)
     model = never_ending(build_model(dictionary).eval(), dictionary.eos())
     lengths = [12, 3, 7, 2]  # source tokens with </s>
-    src_tokens = random_tokens(dictionary, 4, 12, lengths=lengths, generator=torch.Generator().manual_seed(0),
-                               left_pad=True)
+    src_tokens = random_tokens(
+        dictionary, 4, 12, lengths=lengths, generator=torch.Generator().manual_seed(0), left_pad=True
+    )
     sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": torch.tensor(lengths)}}
     options = dict(beam_size=4, max_len_a=1.5, max_len_b=3)
     paper = BeamSearchGenerator([model], dictionary, **options).generate([model], sample)
@@ -169,8 +178,9 @@ def test_empty_source_gets_the_empty_output_undecoded():
     torch.manual_seed(0)
     task, dictionary = translation_task()
     model = build_model(dictionary).eval()
-    src_tokens = random_tokens(dictionary, 3, 5, lengths=[5, 1, 3], left_pad=True,
-                               generator=torch.Generator().manual_seed(0))
+    src_tokens = random_tokens(
+        dictionary, 3, 5, lengths=[5, 1, 3], left_pad=True, generator=torch.Generator().manual_seed(0)
+    )
     sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": torch.tensor([5, 1, 3])}}
     for search in ("fairseq", "paper"):
         task.cfg.search = search
@@ -181,6 +191,7 @@ def test_empty_source_gets_the_empty_output_undecoded():
 
 
 # Through fairseq's command-line tools, on the tiny checkpoint tests/conftest.py trains.
+
 
 @pytest.fixture(scope="module")
 def checkpoint(reversal_data, reversal_training):
@@ -198,8 +209,24 @@ def hypotheses_of(output):
 
 def test_fairseq_generate_gives_fairseqs_output_by_default(checkpoint, tmp_path):
     data, path = checkpoint
-    common = [data, "--path", path, "--user-dir", plugin_dir(), "--beam", "4", "--cpu", "--batch-size", "32",
-              "--required-batch-size-multiple", "1", "--max-len-a", "1", "--max-len-b", "3"]
+    common = [
+        data,
+        "--path",
+        path,
+        "--user-dir",
+        plugin_dir(),
+        "--beam",
+        "4",
+        "--cpu",
+        "--batch-size",
+        "32",
+        "--required-batch-size-multiple",
+        "1",
+        "--max-len-a",
+        "1",
+        "--max-len-b",
+        "3",
+    ]
     fairseq = hypotheses_of(run("generate", *common, "--task", "translation", cwd=tmp_path).stdout)
     result = run("generate", *common, "--task", "vaswani_translation", cwd=tmp_path)
     assert hypotheses_of(result.stdout) == fairseq and len(fairseq) > 100
@@ -208,9 +235,31 @@ def test_fairseq_generate_gives_fairseqs_output_by_default(checkpoint, tmp_path)
 
 def test_interactive_paper_search_translates_an_empty_line_to_an_empty_line(checkpoint, tmp_path):
     data, path = checkpoint
-    result = run("interactive", data, "--path", path, "--user-dir", plugin_dir(), "--task", "vaswani_translation",
-                 "--search", "paper", "--beam", "4", "--cpu", "--source-lang", "src", "--target-lang", "tgt",
-                 "--max-len-a", "1", "--max-len-b", "3", cwd=tmp_path, stdin="w1 w2 w3\n\nw4 w5\n")
+    result = run(
+        "interactive",
+        data,
+        "--path",
+        path,
+        "--user-dir",
+        plugin_dir(),
+        "--task",
+        "vaswani_translation",
+        "--search",
+        "paper",
+        "--beam",
+        "4",
+        "--cpu",
+        "--source-lang",
+        "src",
+        "--target-lang",
+        "tgt",
+        "--max-len-a",
+        "1",
+        "--max-len-b",
+        "3",
+        cwd=tmp_path,
+        stdin="w1 w2 w3\n\nw4 w5\n",
+    )
     hypotheses = hypotheses_of(result.stdout)
     assert sorted(hypotheses) == ["0", "1", "2"]
     assert hypotheses["1"][:2] == (0.0, "") and hypotheses["0"][1] and hypotheses["2"][1]

@@ -7,13 +7,13 @@ import logging
 
 import pytest
 import torch
+from cli_helpers import NATIVE_BF16, REPO
+from conftest import build_model, make_dictionary, random_tokens
 from fairseq import options
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.optim.amp_optimizer import AMPOptimizer
 from fairseq.optim.fp16_optimizer import FP16Optimizer, MemoryEfficientFP16Optimizer
 
-from cli_helpers import NATIVE_BF16, REPO
-from conftest import build_model, make_dictionary, random_tokens
 from vaswani_plugin import VaswaniConfigError, precision
 from vaswani_plugin.criterions.vaswani_label_smoothed_cross_entropy import VaswaniLabelSmoothedCrossEntropy
 from vaswani_plugin.precision import bf16_autocast_enabled, bf16_autocast_setting, cpu_flags, precision_line
@@ -44,9 +44,15 @@ def training_step(bf16_autocast, optimizer=None):
     target = random_tokens(dictionary, 4, 6, generator, lengths=[6, 2, 4, 5])
     prev = torch.cat([torch.full((4, 1), dictionary.eos()), target[:, :-1]], dim=1)  # as fairseq collates it
     prev[target.eq(dictionary.pad())] = dictionary.pad()
-    sample = {"net_input": {"src_tokens": source, "src_lengths": source.ne(dictionary.pad()).sum(1),
-                            "prev_output_tokens": prev},
-              "target": target, "ntokens": int(target.ne(dictionary.pad()).sum())}
+    sample = {
+        "net_input": {
+            "src_tokens": source,
+            "src_lengths": source.ne(dictionary.pad()).sum(1),
+            "prev_output_tokens": prev,
+        },
+        "target": target,
+        "ntokens": int(target.ne(dictionary.pad()).sum()),
+    }
     outputs = set()
     for module in model.modules():
         if isinstance(module, torch.nn.Linear):
@@ -74,8 +80,11 @@ def test_loss_and_gradients_match_float32_within_bfloat16_precision():
     assert (flat16 - flat32).norm() < 0.05 * flat32.norm()
 
 
-FAIRSEQ_OPTIMIZERS = {"--amp": AMPOptimizer, "--fp16": FP16Optimizer,
-                      "--memory-efficient-fp16": MemoryEfficientFP16Optimizer}  # what fairseq's options build
+FAIRSEQ_OPTIMIZERS = {
+    "--amp": AMPOptimizer,
+    "--fp16": FP16Optimizer,
+    "--memory-efficient-fp16": MemoryEfficientFP16Optimizer,
+}  # what fairseq's options build
 
 
 @pytest.mark.parametrize("option", FAIRSEQ_OPTIMIZERS)
@@ -83,20 +92,25 @@ def test_with_fairseqs_own_mixed_precision_it_is_a_one_line_error(option):
     optimizer = FAIRSEQ_OPTIMIZERS[option].__new__(FAIRSEQ_OPTIMIZERS[option])
     with pytest.raises(VaswaniConfigError, match="--bf16-autocast is a precision of its own: drop --fp16, --amp"):
         training_step(bf16_autocast="on", optimizer=optimizer)
-    with pytest.raises(VaswaniConfigError, match="^--bf16-autocast is a precision of its own: drop --fp16, --amp "
-                                                 "and --bf16$"):
+    with pytest.raises(
+        VaswaniConfigError, match="^--bf16-autocast is a precision of its own: drop --fp16, --amp and --bf16$"
+    ):
         bf16_autocast_enabled("on", "cpu", option, flags=AMX)
 
 
 # The decision, with the CPU's flags faked.
 
-@pytest.mark.parametrize("flags,enabled,reason", [
-    (AVX2_ONLY, False, "--bf16-autocast auto: no native bfloat16 on this CPU"),
-    (frozenset(), False, "--bf16-autocast auto: no native bfloat16 on this CPU"),  # no flags line (an ARM CPU)
-    (AVX512_BF16, True, "--bf16-autocast auto: this CPU has avx512_bf16"),
-    (AMX, True, "--bf16-autocast auto: this CPU has avx512_bf16 and amx_bf16"),
-    (AVX2_ONLY | {"amx_bf16"}, True, "--bf16-autocast auto: this CPU has amx_bf16"),
-])
+
+@pytest.mark.parametrize(
+    "flags,enabled,reason",
+    [
+        (AVX2_ONLY, False, "--bf16-autocast auto: no native bfloat16 on this CPU"),
+        (frozenset(), False, "--bf16-autocast auto: no native bfloat16 on this CPU"),  # no flags line (an ARM CPU)
+        (AVX512_BF16, True, "--bf16-autocast auto: this CPU has avx512_bf16"),
+        (AMX, True, "--bf16-autocast auto: this CPU has avx512_bf16 and amx_bf16"),
+        (AVX2_ONLY | {"amx_bf16"}, True, "--bf16-autocast auto: this CPU has amx_bf16"),
+    ],
+)
 def test_auto_is_on_only_on_a_cpu_that_multiplies_bfloat16_natively(flags, enabled, reason):
     assert bf16_autocast_enabled("auto", "cpu", flags=flags) == (enabled, reason)
     assert bf16_autocast_enabled("auto", torch.device("cpu"), flags=flags) == (enabled, reason)
@@ -105,12 +119,18 @@ def test_auto_is_on_only_on_a_cpu_that_multiplies_bfloat16_natively(flags, enabl
 def test_auto_is_off_on_a_gpu_and_beside_fairseqs_mixed_precision():
     for device in ("cuda", "cuda:1", torch.device("cuda", 0)):
         assert bf16_autocast_enabled("auto", device, flags=AMX) == (
-            False, "--bf16-autocast auto: on for CPUs only, and this is cuda")
+            False,
+            "--bf16-autocast auto: on for CPUs only, and this is cuda",
+        )
     for option in FAIRSEQ_OPTIMIZERS:
         assert bf16_autocast_enabled("auto", "cpu", option, flags=AMX) == (
-            False, f"--bf16-autocast auto: fairseq's {option} was chosen")
+            False,
+            f"--bf16-autocast auto: fairseq's {option} was chosen",
+        )
         assert bf16_autocast_enabled("auto", "cuda", option) == (
-            False, f"--bf16-autocast auto: fairseq's {option} was chosen")
+            False,
+            f"--bf16-autocast auto: fairseq's {option} was chosen",
+        )
 
 
 def test_on_and_off_are_what_they_say_on_any_device():
@@ -129,8 +149,10 @@ def test_auto_is_off_where_the_cpu_flags_cannot_be_read(monkeypatch):
 
 def test_cpu_flags_are_read_from_proc_cpuinfo(tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512_bf16\nbugs\t\t: spectre_v1\n\n"
-                       "processor\t: 1\nflags\t\t: fpu avx2 avx512_bf16\n")
+    cpuinfo.write_text(
+        "processor\t: 0\nflags\t\t: fpu avx2 avx512_bf16\nbugs\t\t: spectre_v1\n\n"
+        "processor\t: 1\nflags\t\t: fpu avx2 avx512_bf16\n"
+    )
     assert cpu_flags(str(cpuinfo)) == {"fpu", "avx2", "avx512_bf16"}
     assert cpu_flags(str(tmp_path / "missing")) is None
 
@@ -141,9 +163,22 @@ def test_this_machine_decides_as_its_proc_cpuinfo_says():
     assert bf16_autocast_enabled("auto", "cpu")[0] == NATIVE_BF16
 
 
-@pytest.mark.parametrize("value,setting", [
-    ("auto", "auto"), ("on", "on"), ("off", "off"), ("1", "on"), ("0", "off"), (1, "on"), (0, "off"),
-    (True, "on"), (False, "off"), ("True", "on"), ("ON", "on")])  # True, False: a config of the former flag
+@pytest.mark.parametrize(
+    "value,setting",
+    [
+        ("auto", "auto"),
+        ("on", "on"),
+        ("off", "off"),
+        ("1", "on"),
+        ("0", "off"),
+        (1, "on"),
+        (0, "off"),
+        (True, "on"),
+        (False, "off"),
+        ("True", "on"),
+        ("ON", "on"),
+    ],
+)  # True, False: a config of the former flag
 def test_the_spellings_the_option_accepts(value, setting):
     assert bf16_autocast_setting(value) == setting
 
@@ -159,20 +194,34 @@ def test_a_bad_value_is_a_one_line_error_before_the_model_is_built(value):
 
 
 def test_precision_lines():
-    assert precision_line(True, "--bf16-autocast auto: this CPU has avx512_bf16") == \
-        "precision: bfloat16 autocast (--bf16-autocast auto: this CPU has avx512_bf16)"
-    assert precision_line(False, "--bf16-autocast auto: no native bfloat16 on this CPU") == \
-        "precision: float32 (--bf16-autocast auto: no native bfloat16 on this CPU)"
-    assert precision_line(False, "--bf16-autocast auto: fairseq's --fp16 was chosen", "--fp16") == \
-        "precision: fairseq's --fp16 (--bf16-autocast auto: fairseq's --fp16 was chosen)"
+    assert (
+        precision_line(True, "--bf16-autocast auto: this CPU has avx512_bf16")
+        == "precision: bfloat16 autocast (--bf16-autocast auto: this CPU has avx512_bf16)"
+    )
+    assert (
+        precision_line(False, "--bf16-autocast auto: no native bfloat16 on this CPU")
+        == "precision: float32 (--bf16-autocast auto: no native bfloat16 on this CPU)"
+    )
+    assert (
+        precision_line(False, "--bf16-autocast auto: fairseq's --fp16 was chosen", "--fp16")
+        == "precision: fairseq's --fp16 (--bf16-autocast auto: fairseq's --fp16 was chosen)"
+    )
 
 
 # The task: decides at its first training step, from the model's device and fairseq's optimizer, and logs it once.
 
-@pytest.mark.parametrize("flags,outputs,line", [
-    (AVX2_ONLY, {torch.float32}, "precision: float32 (--bf16-autocast auto: no native bfloat16 on this CPU)"),
-    (AVX512_BF16, {torch.bfloat16}, "precision: bfloat16 autocast (--bf16-autocast auto: this CPU has avx512_bf16)"),
-])
+
+@pytest.mark.parametrize(
+    "flags,outputs,line",
+    [
+        (AVX2_ONLY, {torch.float32}, "precision: float32 (--bf16-autocast auto: no native bfloat16 on this CPU)"),
+        (
+            AVX512_BF16,
+            {torch.bfloat16},
+            "precision: bfloat16 autocast (--bf16-autocast auto: this CPU has avx512_bf16)",
+        ),
+    ],
+)
 def test_the_task_decides_auto_once_and_logs_it(flags, outputs, line, monkeypatch, caplog):
     monkeypatch.setattr(precision, "cpu_flags", lambda: flags)
     caplog.set_level(logging.INFO, logger="vaswani_plugin.tasks.vaswani_translation")
@@ -197,16 +246,28 @@ def test_the_task_leaves_auto_off_beside_fairseqs_mixed_precision(option, monkey
     optimizer = FAIRSEQ_OPTIMIZERS[option].__new__(FAIRSEQ_OPTIMIZERS[option])
     assert task.decide_bf16_autocast(model, optimizer) is False
     assert [record.getMessage() for record in caplog.records] == [
-        f"precision: fairseq's {option} (--bf16-autocast auto: fairseq's {option} was chosen)"]
+        f"precision: fairseq's {option} (--bf16-autocast auto: fairseq's {option} was chosen)"
+    ]
 
 
 # The command line.
 
+
 def task_config(*arguments):
     parser = options.get_training_parser()
-    args = options.parse_args_and_arch(parser, ["data-bin", "--user-dir", str(REPO / "vaswani_plugin"),
-                                                "--task", "vaswani_translation", "--arch", "vaswani_transformer",
-                                                *arguments])
+    args = options.parse_args_and_arch(
+        parser,
+        [
+            "data-bin",
+            "--user-dir",
+            str(REPO / "vaswani_plugin"),
+            "--task",
+            "vaswani_translation",
+            "--arch",
+            "vaswani_transformer",
+            *arguments,
+        ],
+    )
     return convert_namespace_to_omegaconf(args).task
 
 

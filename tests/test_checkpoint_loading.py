@@ -24,8 +24,9 @@ def test_fairseq_checkpoint_contents_load_safely():
     state = {
         "cfg": {"model": argparse.Namespace(arch="transformer", encoder_embed_dim=512)},
         "model": collections.OrderedDict(weight=torch.ones(2)),
-        "extra_state": {"metrics": {"valid": [(0, "_bleu_counts", "AverageMeter",
-                                               {"val": numpy.array([3, 2, 1, 0])})]}},
+        "extra_state": {
+            "metrics": {"valid": [(0, "_bleu_counts", "AverageMeter", {"val": numpy.array([3, 2, 1, 0])})]}
+        },
     }
     loaded = round_trip(state)
     assert loaded["cfg"]["model"].encoder_embed_dim == 512

@@ -16,21 +16,66 @@ MISSING_INPUT = {
     "checkpoints.convert_fairseq": lambda missing, tmp: ["--input", missing, "--output", tmp / "o.pt"],
     "scoring.bleu": lambda missing, tmp: ["--generate-output", missing, "--reference", missing, "--target-lang", "de"],
     "scoring.evalb": lambda missing, tmp: ["--gold", missing, "--test", missing],
-    "scoring.parses": lambda missing, tmp: ["--generate-output", missing, "--words", missing, "--tags", missing,
-                                            "--gold", missing],
+    "scoring.parses": lambda missing, tmp: [
+        "--generate-output",
+        missing,
+        "--words",
+        missing,
+        "--tags",
+        missing,
+        "--gold",
+        missing,
+    ],
     "tools.training_cost": lambda missing, tmp: ["--checkpoint", missing, "--gpus", "1"],
     "tools.training_curves": lambda missing, tmp: [missing, "--output-dir", tmp],
     "tools.run_report": lambda missing, tmp: [missing],
-    "tools.gpu_batch": lambda missing, tmp: [missing, "--user-dir", PACKAGE, "--task", "vaswani_translation",
-                                             "--arch", "vaswani_transformer"],
-    "tools.attention_pictures": lambda missing, tmp: ["--path", missing, "--data", tmp, "--source", "w1",
-                                                      "--output-dir", tmp],
-    "serving.export_ctranslate2": lambda missing, tmp: ["--checkpoint", missing, "--data", tmp, "--output",
-                                                        tmp / "o.pt"],
-    "serving.export_huggingface": lambda missing, tmp: ["--checkpoint", missing, "--data", tmp, "--output",
-                                                        tmp / "o.pt", "--bpe-codes", missing],
-    "serving.translate_ctranslate2": lambda missing, tmp: ["--model", missing, "--source-lang", "en", "--target-lang",
-                                                           "de", "--bpe-codes", missing],
+    "tools.gpu_batch": lambda missing, tmp: [
+        missing,
+        "--user-dir",
+        PACKAGE,
+        "--task",
+        "vaswani_translation",
+        "--arch",
+        "vaswani_transformer",
+    ],
+    "tools.attention_pictures": lambda missing, tmp: [
+        "--path",
+        missing,
+        "--data",
+        tmp,
+        "--source",
+        "w1",
+        "--output-dir",
+        tmp,
+    ],
+    "serving.export_ctranslate2": lambda missing, tmp: [
+        "--checkpoint",
+        missing,
+        "--data",
+        tmp,
+        "--output",
+        tmp / "o.pt",
+    ],
+    "serving.export_huggingface": lambda missing, tmp: [
+        "--checkpoint",
+        missing,
+        "--data",
+        tmp,
+        "--output",
+        tmp / "o.pt",
+        "--bpe-codes",
+        missing,
+    ],
+    "serving.translate_ctranslate2": lambda missing, tmp: [
+        "--model",
+        missing,
+        "--source-lang",
+        "en",
+        "--target-lang",
+        "de",
+        "--bpe-codes",
+        missing,
+    ],
 }
 
 
@@ -52,8 +97,11 @@ def test_the_list_of_commands_is_complete():
 def test_each_command_reports_errors_through_run_command_only(name):
     tree = ast.parse((PACKAGE / Path(*name.split("."))).with_suffix(".py").read_text(encoding="utf-8"))
     calls = [node.func for node in ast.walk(tree) if isinstance(node, ast.Call)]
-    called = {func.id if isinstance(func, ast.Name) else func.attr for func in calls
-              if isinstance(func, (ast.Name, ast.Attribute))}
+    called = {
+        func.id if isinstance(func, ast.Name) else func.attr
+        for func in calls
+        if isinstance(func, (ast.Name, ast.Attribute))
+    }
     assert "run_command" in called
     assert not called & {"exit", "error"}, "one-line errors go through vaswani_plugin.cli.run_command"
 

@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import build_model, random_tokens
 from fairseq import metrics
 
-from conftest import build_model, random_tokens
 from vaswani_plugin.criterions.vaswani_label_smoothed_cross_entropy import VaswaniLabelSmoothedCrossEntropy
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.models.output_layer_loss import CPU_CHUNK_LOGITS, OutputLayerLoss
@@ -38,8 +38,9 @@ def label_smoothed_loss(logits, target, epsilon, padding_idx):
     """The criterion's loss and nll summed over the non-padding targets (logits through an identity W)."""
     keep = target.ne(padding_idx)
     identity = torch.eye(logits.size(-1), dtype=logits.dtype)
-    loss, nll, _ = OutputLayerLoss.apply(logits[keep], identity, target[keep], epsilon, padding_idx, CPU_CHUNK_LOGITS,
-                                         torch.is_grad_enabled())
+    loss, nll, _ = OutputLayerLoss.apply(
+        logits[keep], identity, target[keep], epsilon, padding_idx, CPU_CHUNK_LOGITS, torch.is_grad_enabled()
+    )
     return loss, nll
 
 
@@ -64,15 +65,15 @@ def test_loss_equals_direct_computation(example):
     for epsilon in (0.1, 0.3):
         loss, nll = label_smoothed_loss(lprobs, target, epsilon, PAD)
         assert loss.item() == pytest.approx(direct_loss(lprobs, target, epsilon), rel=1e-6)
-        assert nll.item() == pytest.approx(F.nll_loss(lprobs, target, ignore_index=PAD, reduction="sum").item(),
-                                           rel=1e-6)
+        assert nll.item() == pytest.approx(
+            F.nll_loss(lprobs, target, ignore_index=PAD, reduction="sum").item(), rel=1e-6
+        )
 
 
 def test_epsilon_zero_is_nll(example):
     lprobs, target = example
     loss, nll = label_smoothed_loss(lprobs, target, 0.0, PAD)
-    assert loss.item() == pytest.approx(F.nll_loss(lprobs, target, ignore_index=PAD, reduction="sum").item(),
-                                        rel=1e-6)
+    assert loss.item() == pytest.approx(F.nll_loss(lprobs, target, ignore_index=PAD, reduction="sum").item(), rel=1e-6)
     assert loss.item() == pytest.approx(nll.item(), rel=1e-12)
 
 
@@ -95,9 +96,11 @@ def test_criterion_logs_loss_nll_ppl_and_accuracy(dictionary):
     source = random_tokens(dictionary, 3, 5, generator)
     target = random_tokens(dictionary, 3, 4, generator, lengths=[4, 2, 3])
     prev = torch.roll(target, 1, dims=1)
-    sample = {"net_input": {"src_tokens": source, "src_lengths": torch.tensor([5, 5, 5]),
-                            "prev_output_tokens": prev},
-              "target": target, "ntokens": int(target.ne(dictionary.pad()).sum())}
+    sample = {
+        "net_input": {"src_tokens": source, "src_lengths": torch.tensor([5, 5, 5]), "prev_output_tokens": prev},
+        "target": target,
+        "ntokens": int(target.ne(dictionary.pad()).sum()),
+    }
     task = type("Task", (), {"target_dictionary": dictionary})()
     criterion = VaswaniLabelSmoothedCrossEntropy(task, label_smoothing=0.1, sentence_avg=False)
     loss, sample_size, log = criterion(model, sample)
@@ -110,7 +113,7 @@ def test_criterion_logs_loss_nll_ppl_and_accuracy(dictionary):
         values = aggregator.get_smoothed_values()
     nll_bits = log["nll_loss"].item() / 9 / math.log(2)
     assert values["nll_loss"] == pytest.approx(nll_bits, abs=1e-3)
-    assert values["ppl"] == pytest.approx(2 ** nll_bits, rel=1e-2)
+    assert values["ppl"] == pytest.approx(2**nll_bits, rel=1e-2)
     correct = lprobs.argmax(-1).eq(target).logical_and(target.ne(dictionary.pad())).sum().item()
     assert values["accuracy"] == pytest.approx(100.0 * correct / 9, abs=1e-3)
 
@@ -121,7 +124,8 @@ def test_logits_give_the_loss_of_their_log_probabilities(example):
     logits = lprobs + torch.randn(lprobs.size(0), 1) * 5
     for epsilon in (0.0, 0.1):
         assert label_smoothed_loss(logits, target, epsilon, PAD)[0].item() == pytest.approx(
-            direct_loss(lprobs, target, epsilon), rel=1e-6)
+            direct_loss(lprobs, target, epsilon), rel=1e-6
+        )
 
 
 @pytest.mark.parametrize("chunk_logits", [2**22, 24], ids=["one_chunk", "chunks_of_2_tokens"])
@@ -183,8 +187,11 @@ def test_an_output_layer_other_than_a_bias_free_projection_is_refused(dictionary
     task = type("Task", (), {"target_dictionary": dictionary})()
     criterion = VaswaniLabelSmoothedCrossEntropy(task, label_smoothing=0.1, sentence_avg=False)
     target = random_tokens(dictionary, 2, 4)
-    sample = {"net_input": {"src_tokens": target, "src_lengths": torch.tensor([4, 4]), "prev_output_tokens": target},
-              "target": target, "ntokens": 8}
+    sample = {
+        "net_input": {"src_tokens": target, "src_lengths": torch.tensor([4, 4]), "prev_output_tokens": target},
+        "target": target,
+        "ntokens": 8,
+    }
     with pytest.raises(ValueError, match="output_projection, a linear map without bias"):
         criterion(model, sample)
     # A user's mistake: fairseq's commands print it in one line (cli.install_error_hook).

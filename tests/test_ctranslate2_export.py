@@ -23,18 +23,18 @@ import ctranslate2
 import pytest
 import sentencepiece
 import torch
+from cli_helpers import plugin_dir, run
+from conftest import build_model, make_dictionary, random_tokens
 from fairseq import checkpoint_utils
 from fairseq.data import data_utils
 from fairseq.dataclass.configs import GenerationConfig
 from fairseq.sequence_generator import SequenceGenerator
-
-from cli_helpers import plugin_dir, run
-from conftest import build_model, make_dictionary, random_tokens
 from test_hub import BPE_CODES, RAW
+
 import vaswani_plugin
-from vaswani_plugin.serving import export_ctranslate2, translate_ctranslate2
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerModel
+from vaswani_plugin.serving import export_ctranslate2, translate_ctranslate2
 
 
 def token_batch(dictionary, sentences):
@@ -59,13 +59,28 @@ def translator(path, **options):
 
 def test_greedy_output_equals_the_plugins_fairseq_generate(trained, exported, tmp_path):
     checkpoint, data, sources = trained
-    result = run("generate", data, "--user-dir", plugin_dir(), "--path", checkpoint, "--task", "vaswani_translation",
-                 "--gen-subset", "test", "--beam", "1", "--required-batch-size-multiple", "1", "--cpu", cwd=tmp_path)
+    result = run(
+        "generate",
+        data,
+        "--user-dir",
+        plugin_dir(),
+        "--path",
+        checkpoint,
+        "--task",
+        "vaswani_translation",
+        "--gen-subset",
+        "test",
+        "--beam",
+        "1",
+        "--required-batch-size-multiple",
+        "1",
+        "--cpu",
+        cwd=tmp_path,
+    )
     generated = {int(m[1]): m[2].split() for m in re.finditer(r"^H-(\d+)\t\S+\t(.*)$", result.stdout, re.M)}
     assert sorted(generated) == list(range(len(sources)))
     # fairseq's limit (200 tokens, then </s> forced) and CTranslate2's (200 tokens) give the same words.
-    results = translator(exported).translate_batch(sources, beam_size=1, max_decoding_length=200,
-                                                   min_decoding_length=1)
+    results = translator(exported).translate_batch(sources, beam_size=1, max_decoding_length=200, min_decoding_length=1)
     translations = [result.hypotheses[0] for result in results]
     assert translations == [generated[i] for i in range(len(sources))]
     reversals = [["x" + word[1:] for word in reversed(words)] for words in sources]
@@ -76,8 +91,9 @@ def fairseq_beam_search(trained, lenpen: float):
     """Each test sentence's best hypothesis by fairseq's SequenceGenerator, beam 4 (the checkpoint's task is
     fairseq's `translation`), and the target dictionary."""
     checkpoint, data, sources = trained
-    (model,), _, task = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)],
-                                                                      arg_overrides={"data": str(data)})
+    (model,), _, task = checkpoint_utils.load_model_ensemble_and_task(
+        [str(checkpoint)], arg_overrides={"data": str(data)}
+    )
     generator = task.build_generator([model.eval()], GenerationConfig(beam=4, lenpen=lenpen))
     with torch.no_grad():
         outputs = task.inference_step(generator, [model], token_batch(task.source_dictionary, sources))
@@ -132,8 +148,9 @@ VARIANTS = {
     "shared decoder input and output": dict(share_decoder_input_output_embed=True),
     "pre-norm": dict(encoder_normalize_before=True, decoder_normalize_before=True),
     "learned positions (Table 3 E)": dict(encoder_learned_pos=True, decoder_learned_pos=True),
-    "pre-norm encoder, d_k = d_v = 16 != d_model/h": dict(encoder_normalize_before=True, attention_key_dim=16,
-                                                           attention_value_dim=16),
+    "pre-norm encoder, d_k = d_v = 16 != d_model/h": dict(
+        encoder_normalize_before=True, attention_key_dim=16, attention_value_dim=16
+    ),
 }
 POSITIONS = 12  # --max-source-positions and --max-target-positions: the tables are used to their last row
 
@@ -146,12 +163,14 @@ def test_each_variant_computes_what_the_plugin_computes(variant, tmp_path):
     torch.manual_seed(0)
     source_dictionary = make_dictionary(20)
     target_dictionary = make_dictionary(27) if options.pop("separate_target", False) else source_dictionary
-    model = build_model(source_dictionary, target_dictionary, max_source_positions=POSITIONS,
-                        max_target_positions=POSITIONS, **options).eval()
+    model = build_model(
+        source_dictionary, target_dictionary, max_source_positions=POSITIONS, max_target_positions=POSITIONS, **options
+    ).eval()
     export_ctranslate2.export(model, source_dictionary, target_dictionary, tmp_path / "model")
     # The longest source fills the source table: POSITIONS - 1 words and </s>.
-    src_tokens = random_tokens(source_dictionary, 3, POSITIONS, torch.Generator().manual_seed(1),
-                               lengths=[POSITIONS, 4, 7], left_pad=True)
+    src_tokens = random_tokens(
+        source_dictionary, 3, POSITIONS, torch.Generator().manual_seed(1), lengths=[POSITIONS, 4, 7], left_pad=True
+    )
     sources = [[source_dictionary[i] for i in row if i != source_dictionary.pad()][:-1] for row in src_tokens.tolist()]
     sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": src_tokens.ne(source_dictionary.pad()).sum(1)}}
     # The plugin's limit: the length limit, at most POSITIONS - 1 words and </s> (the whole target table).
@@ -169,7 +188,7 @@ def test_each_variant_computes_what_the_plugin_computes(variant, tmp_path):
             tokens = tokens + [target_dictionary.eos()]  # score_batch scores the </s> after the words
         previous = torch.tensor([[target_dictionary.eos()] + tokens[:-1]])
         with torch.no_grad():
-            logits, _ = model(src_tokens[row:row + 1], sample["net_input"]["src_lengths"][row:row + 1], previous)
+            logits, _ = model(src_tokens[row : row + 1], sample["net_input"]["src_lengths"][row : row + 1], previous)
         logits[..., target_dictionary.pad()] = -math.inf
         expected = torch.log_softmax(logits[0].double(), dim=-1)[torch.arange(len(tokens)), tokens]
         assert result.log_probs == pytest.approx(expected.tolist(), abs=1e-5)
@@ -185,36 +204,52 @@ def test_d_k_unequal_to_d_v_is_refused_in_one_line(tmp_path):
 
 def test_command_writes_int8_and_refuses_to_overwrite(trained, exported, tmp_path, capsys):
     checkpoint, data, sources = trained
-    command = ["--checkpoint", str(checkpoint), "--data", str(data), "--output", str(tmp_path / "int8"),
-               "--quantization", "int8"]
+    command = [
+        "--checkpoint",
+        str(checkpoint),
+        "--data",
+        str(data),
+        "--output",
+        str(tmp_path / "int8"),
+        "--quantization",
+        "int8",
+    ]
     export_ctranslate2.main(command)
     out = capsys.readouterr().out
     assert f"exported {checkpoint} -> {tmp_path / 'int8'}: d_model 32, N 1/2, post-norm, vocabularies 40/40" in out
     int8 = translator(tmp_path / "int8", compute_type="int8")
     float32 = translator(exported)
     greedy = dict(beam_size=1, max_decoding_length=200)
-    agree = [a.hypotheses == b.hypotheses for a, b in zip(int8.translate_batch(sources, **greedy),
-                                                         float32.translate_batch(sources, **greedy))]
+    agree = [
+        a.hypotheses == b.hypotheses
+        for a, b in zip(int8.translate_batch(sources, **greedy), float32.translate_batch(sources, **greedy))
+    ]
     assert sum(agree) >= 0.9 * len(sources)
     with pytest.raises(SystemExit) as exit:
         export_ctranslate2.main(command)
-    assert exit.value.code == f"vaswani_plugin.serving.export_ctranslate2: error: {tmp_path / 'int8'} exists; " \
-                              "choose another --output, or --force to replace it"
+    assert (
+        exit.value.code == f"vaswani_plugin.serving.export_ctranslate2: error: {tmp_path / 'int8'} exists; "
+        "choose another --output, or --force to replace it"
+    )
     # The trained checkpoint, relabelled as fairseq's own `transformer`.
     fairseq_checkpoint = tmp_path / "fairseq.pt"
     state = torch.load(checkpoint, weights_only=True)
     state["cfg"]["model"]["_name"] = "transformer"
     torch.save(state, fairseq_checkpoint)
     with pytest.raises(SystemExit) as exit:
-        export_ctranslate2.main(["--checkpoint", str(fairseq_checkpoint), "--data", str(data), "--output",
-                                 str(tmp_path / "other")])
-    assert exit.value.code == "vaswani_plugin.serving.export_ctranslate2: error: --checkpoint " \
-                              f"{fairseq_checkpoint} holds a 'transformer' model, not a vaswani_transformer (a fairseq transformer: convert " \
-                              "it first with python -m vaswani_plugin.checkpoints.convert_fairseq)"
+        export_ctranslate2.main(
+            ["--checkpoint", str(fairseq_checkpoint), "--data", str(data), "--output", str(tmp_path / "other")]
+        )
+    assert (
+        exit.value.code == "vaswani_plugin.serving.export_ctranslate2: error: --checkpoint "
+        f"{fairseq_checkpoint} holds a 'transformer' model, not a vaswani_transformer (a fairseq transformer: convert "
+        "it first with python -m vaswani_plugin.checkpoints.convert_fairseq)"
+    )
 
 
-def test_translate_command_reads_and_writes_raw_text_as_fairseq_interactive(trained, exported, tmp_path,
-                                                                            monkeypatch, capsys):
+def test_translate_command_reads_and_writes_raw_text_as_fairseq_interactive(
+    trained, exported, tmp_path, monkeypatch, capsys
+):
     """Moses tokens, BPE, beam 4 with fairseq's --lenpen 1, joined and detokenised: the hub's (fairseq-
     interactive's) translations of the same raw lines; an empty line stays empty."""
     checkpoint, data, sources = trained
@@ -222,17 +257,39 @@ def test_translate_command_reads_and_writes_raw_text_as_fairseq_interactive(trai
     codes.write_text(BPE_CODES)
     lines = [" ".join(words) for words in sources[:20]] + RAW
     monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(lines[:10] + [""] + lines[10:]) + "\n"))
-    translate_ctranslate2.main(["--model", str(exported), "--source-lang", "src", "--target-lang", "tgt",
-                                "--bpe-codes", str(codes), "--threads", "1", "--batch-size", "8",
-                                "--parallel-batches", "2"])
+    translate_ctranslate2.main(
+        [
+            "--model",
+            str(exported),
+            "--source-lang",
+            "src",
+            "--target-lang",
+            "tgt",
+            "--bpe-codes",
+            str(codes),
+            "--threads",
+            "1",
+            "--batch-size",
+            "8",
+            "--parallel-batches",
+            "2",
+        ]
+    )
     captured = capsys.readouterr()
     hub = VaswaniTransformerModel.from_pretrained(
-        str(checkpoint.parent), checkpoint_file=checkpoint.name, data_name_or_path=str(data), tokenizer="moses",
-        moses_no_escape=True, bpe="subword_nmt", bpe_codes=str(codes))
+        str(checkpoint.parent),
+        checkpoint_file=checkpoint.name,
+        data_name_or_path=str(data),
+        tokenizer="moses",
+        moses_no_escape=True,
+        bpe="subword_nmt",
+        bpe_codes=str(codes),
+    )
     expected = hub.translate(lines, beam=4)
     assert captured.out.splitlines() == expected[:10] + [""] + expected[10:]
-    assert re.search(r"^translated 23 lines in \d+\.\d s \(.* lines/s; beam 4, compute type float32\)$",
-                     captured.err, re.M)
+    assert re.search(
+        r"^translated 23 lines in \d+\.\d s \(.* lines/s; beam 4, compute type float32\)$", captured.err, re.M
+    )
     # Moses split the punctuation off, BPE rebuilt w12 whole (the dictionary knows w12, not "," or ".").
     pipeline = translate_ctranslate2.TextPipeline("src", "tgt", bpe_codes=codes)
     assert pipeline.encode(RAW[0]) == ["w3", "w12", ",", "w4", "."]
@@ -245,11 +302,17 @@ def test_only_the_ctranslate2_commands_import_it():
     importers = {}
     for path in package.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else \
-                [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            names = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module]
+                if isinstance(node, ast.ImportFrom) and node.module
+                else []
+            )
             for name in names:
                 importers.setdefault(name.split(".")[0] if name.startswith("ctranslate2") else name, set()).add(
-                    path.relative_to(package).as_posix())
+                    path.relative_to(package).as_posix()
+                )
     assert importers["ctranslate2"] == {"serving/export_ctranslate2.py", "serving/translate_ctranslate2.py"}
     assert "vaswani_plugin.serving.export_ctranslate2" not in importers
     assert "vaswani_plugin.serving.translate_ctranslate2" not in importers
@@ -263,12 +326,27 @@ def test_input_beyond_the_position_table_is_a_one_line_error(tmp_path, monkeypat
     codes.write_text(BPE_CODES)
     monkeypatch.setattr("sys.stdin", io.StringIO("w1 w2\n" + " ".join(["w3"] * POSITIONS) + "\n"))
     with pytest.raises(SystemExit) as exit:
-        translate_ctranslate2.main(["--model", str(tmp_path / "model"), "--source-lang", "src", "--target-lang",
-                                    "tgt", "--bpe-codes", str(codes), "--threads", "1"])
-    assert re.fullmatch(rf"vaswani_plugin.serving.translate_ctranslate2: error: line 2 \({POSITIONS} subwords, the "
-                        rf"longest of "
-                        rf"its batch of 2\): No position encodings are defined for positions >= {POSITIONS}, but got "
-                        rf"position {POSITIONS}", exit.value.code)
+        translate_ctranslate2.main(
+            [
+                "--model",
+                str(tmp_path / "model"),
+                "--source-lang",
+                "src",
+                "--target-lang",
+                "tgt",
+                "--bpe-codes",
+                str(codes),
+                "--threads",
+                "1",
+            ]
+        )
+    assert re.fullmatch(
+        rf"vaswani_plugin.serving.translate_ctranslate2: error: line 2 \({POSITIONS} subwords, the "
+        rf"longest of "
+        rf"its batch of 2\): No position encodings are defined for positions >= {POSITIONS}, but got "
+        rf"position {POSITIONS}",
+        exit.value.code,
+    )
 
 
 def test_text_pipeline_is_moses_and_subwords_both_ways(tmp_path):
@@ -280,8 +358,9 @@ def test_text_pipeline_is_moses_and_subwords_both_ways(tmp_path):
     assert bpe.decode("Die Haus@@ tür @-@ Farbe ist ( sehr ) rot .".split()) == "Die Haustür-Farbe ist (sehr) rot."
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("A man ( in an orange hat ) stares at something .\nTwo dogs play in the snow .\n" * 20)
-    sentencepiece.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(tmp_path / "spm"), vocab_size=30,
-                                             minloglevel=2)
+    sentencepiece.SentencePieceTrainer.train(
+        input=str(corpus), model_prefix=str(tmp_path / "spm"), vocab_size=30, minloglevel=2
+    )
     spm = translate_ctranslate2.TextPipeline("en", "en", sentencepiece_model=tmp_path / "spm.model")
     raw = "A man (in an orange hat) stares at something."
     pieces = spm.encode(raw)
@@ -291,8 +370,9 @@ def test_text_pipeline_is_moses_and_subwords_both_ways(tmp_path):
 
 def test_length_limit_is_fairseqs():
     """fairseq's limit: max_len_a x the batch's source width (its longest source and </s>) + max_len_b tokens."""
-    options = translate_ctranslate2.decoding_options([["a"] * 3, ["b"] * 5], beam=4, length_penalty=1.0,
-                                                     max_len_a=1.5, max_len_b=2)
+    options = translate_ctranslate2.decoding_options(
+        [["a"] * 3, ["b"] * 5], beam=4, length_penalty=1.0, max_len_a=1.5, max_len_b=2
+    )
     assert options["max_decoding_length"] == int(1.5 * 6 + 2)
     assert options["min_decoding_length"] == 1 and options["max_input_length"] == 0
 
@@ -303,7 +383,8 @@ def test_without_ctranslate2_the_commands_say_how_to_install_it(module, monkeypa
     (a VaswaniConfigError)."""
     monkeypatch.setitem(sys.modules, "ctranslate2", None)
     monkeypatch.delitem(sys.modules, f"vaswani_plugin.{module}")
-    with pytest.raises(ImportError, match=r'^this needs the package ctranslate2: pip install -e "\.\[ctranslate2\]"') \
-            as error:
+    with pytest.raises(
+        ImportError, match=r'^this needs the package ctranslate2: pip install -e "\.\[ctranslate2\]"'
+    ) as error:
         importlib.import_module(f"vaswani_plugin.{module}")
     assert isinstance(error.value, VaswaniConfigError)

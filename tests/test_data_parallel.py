@@ -26,29 +26,42 @@ import time
 from pathlib import Path
 
 import pytest
-from fairseq.data import Dictionary, LanguagePairDataset
-from fairseq.data.indexed_dataset import MMapIndexedDataset
-
 from conftest import lane_job
 from doc_blocks import block, commands, substituted
+from fairseq.data import Dictionary, LanguagePairDataset
+from fairseq.data.indexed_dataset import MMapIndexedDataset
 from test_recipes import CPU_ONLY, NEEDS_CPU_PATH, REPO, TINY, hypotheses, run_common, tiny_env
-from vaswani_plugin.precision import bf16_autocast_enabled
 from wmt_mirror import build_mirror, newstest2014_sentences
+
+from vaswani_plugin.precision import bf16_autocast_enabled
 
 # Batches of at most 4,000 tokens: the mirror's 735 training pairs make 5 of them, 3 updates of 2 batches (the
 # last of one) an epoch, so MAX_UPDATE=4 also starts the second epoch. No validation on the dev sentences (the
 # mirror's part of the newstest sets: wmt_mirror.py).
-SETTINGS = dict(MAX_UPDATE=4, TOKENS_PER_STEP=8000, MAX_TOKENS_PER_GPU=4000, STOP_AFTER="train",
-                EXTRA_TRAIN_ARGS=f"{TINY} --dropout 0 --log-format json --log-interval 1 --disable-validation")
+SETTINGS = dict(
+    MAX_UPDATE=4,
+    TOKENS_PER_STEP=8000,
+    MAX_TOKENS_PER_GPU=4000,
+    STOP_AFTER="train",
+    EXTRA_TRAIN_ARGS=f"{TINY} --dropout 0 --log-format json --log-interval 1 --disable-validation",
+)
 # The torchrun pair also validates, at each checkpoint and epoch's end, on 3 newstest2013 sentences a batch each, the
 # last time with BLEU (DEV_SCORE): rank 0 validates two batches, rank 1 one and fairseq's stand-in batch, which must
 # count nothing. (Validation draws no random numbers: the pair's updates stay the one process's.)
-VALIDATING_PAIR = dict(SETTINGS, DEV_SCORE_SENTENCES="3", DEV_SCORE_EVERY="4", EXTRA_TRAIN_ARGS=SETTINGS[
-    "EXTRA_TRAIN_ARGS"].replace("--disable-validation", "--batch-size-valid 1"))
+VALIDATING_PAIR = dict(
+    SETTINGS,
+    DEV_SCORE_SENTENCES="3",
+    DEV_SCORE_EVERY="4",
+    EXTRA_TRAIN_ARGS=SETTINGS["EXTRA_TRAIN_ARGS"].replace("--disable-validation", "--batch-size-valid 1"),
+)
 # Eight workers of 1,000 tokens: two updates an epoch, so that interval checkpoints are written and averaged.
 # Greedy: the translation stage is what node 0 alone runs; every sentence is still translated and scored.
-EIGHT = dict(MAX_UPDATE=4, TOKENS_PER_STEP=8000, EXTRA_TRAIN_ARGS=f"{TINY} --disable-validation",
-             EXTRA_GENERATE_ARGS="--max-len-a 0 --max-len-b 3 --beam 1")
+EIGHT = dict(
+    MAX_UPDATE=4,
+    TOKENS_PER_STEP=8000,
+    EXTRA_TRAIN_ARGS=f"{TINY} --disable-validation",
+    EXTRA_GENERATE_ARGS="--max-len-a 0 --max-len-b 3 --beam 1",
+)
 
 
 def free_port() -> int:
@@ -59,10 +72,23 @@ def free_port() -> int:
 
 def slurm_task(rank: int, tasks: int, port: int, stub_dir: Path) -> dict:
     """What srun sets for task RANK of a step of TASKS tasks on one node (job 4242), with scontrol's stub on PATH."""
-    return dict(SLURM_JOB_ID=4242, SLURM_STEP_ID=0, SLURM_JOB_NODELIST="gpu01", SLURM_STEP_NODELIST="gpu01",
-                SLURM_NNODES=1, SLURM_JOB_NUM_NODES=1, SLURM_STEP_NUM_NODES=1, SLURM_NTASKS=tasks,
-                SLURM_STEP_NUM_TASKS=tasks, SLURM_STEP_TASKS_PER_NODE=tasks, SLURM_PROCID=rank, SLURM_LOCALID=rank,
-                SLURM_NODEID=0, MASTER_PORT=port, PATH=f"{stub_dir}:{os.environ['PATH']}")
+    return dict(
+        SLURM_JOB_ID=4242,
+        SLURM_STEP_ID=0,
+        SLURM_JOB_NODELIST="gpu01",
+        SLURM_STEP_NODELIST="gpu01",
+        SLURM_NNODES=1,
+        SLURM_JOB_NUM_NODES=1,
+        SLURM_STEP_NUM_NODES=1,
+        SLURM_NTASKS=tasks,
+        SLURM_STEP_NUM_TASKS=tasks,
+        SLURM_STEP_TASKS_PER_NODE=tasks,
+        SLURM_PROCID=rank,
+        SLURM_LOCALID=rank,
+        SLURM_NODEID=0,
+        MASTER_PORT=port,
+        PATH=f"{stub_dir}:{os.environ['PATH']}",
+    )
 
 
 def stub_scontrol(root: Path) -> Path:
@@ -112,25 +138,49 @@ def data_parallel_runs(tmp_path_factory, lane):
     root = tmp_path_factory.mktemp("data_parallel")
     build_mirror(root / "raw", "en-de", part=True)
     stub, port = stub_scontrol(root), free_port()
-    runs = {f"task{rank}": start(root, f"task{rank}", {**tiny_env(root / "slurm", root / "raw", root / "data",
-                                                                   **SETTINGS), **slurm_task(rank, 2, port, stub)})
-            for rank in (0, 1)}
+    runs = {
+        f"task{rank}": start(
+            root,
+            f"task{rank}",
+            {**tiny_env(root / "slurm", root / "raw", root / "data", **SETTINGS), **slurm_task(rank, 2, port, stub)},
+        )
+        for rank in (0, 1)
+    }
     outputs = wait_for(root, runs)
-    torchrun = [str(Path(sys.executable).parent / "torchrun"), "--nproc_per_node", "2", "--master_port",
-                str(free_port()), "--no-python"]
+    torchrun = [
+        str(Path(sys.executable).parent / "torchrun"),
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(free_port()),
+        "--no-python",
+    ]
     pair = tiny_env(root / "torchrun", root / "raw", root / "data", **VALIDATING_PAIR)
-    runs = {"torchrun": start(root, "torchrun", pair, torchrun),
-            "one": start(root, "one", tiny_env(root / "one", root / "raw", root / "data", **SETTINGS))}
+    runs = {
+        "torchrun": start(root, "torchrun", pair, torchrun),
+        "one": start(root, "one", tiny_env(root / "one", root / "raw", root / "data", **SETTINGS)),
+    }
     # docs/recipes.md's two NUM_NODES lines, made eight as a user would: the same line on each, its NODE_RANK.
     first, second = commands(block(REPO / "docs" / "recipes.md", "test:num-nodes"))
     assert second == first.replace("NODE_RANK=0", "NODE_RANK=1")
     port = free_port()
     eight = tiny_env(root / "eight", root / "raw", root / "data", **EIGHT)
-    nodes = {f"node{rank}": start(root, f"node{rank}", eight,
-                                  shell=substituted(first, {"NUM_NODES=2": "NUM_NODES=8",
-                                                            "NODE_RANK=0": f"NODE_RANK={rank}",
-                                                            "MASTER_PORT=29500": f"MASTER_PORT={port}"}))
-             for rank in range(8)}
+    nodes = {
+        f"node{rank}": start(
+            root,
+            f"node{rank}",
+            eight,
+            shell=substituted(
+                first,
+                {
+                    "NUM_NODES=2": "NUM_NODES=8",
+                    "NODE_RANK=0": f"NODE_RANK={rank}",
+                    "MASTER_PORT=29500": f"MASTER_PORT={port}",
+                },
+            ),
+        )
+        for rank in range(8)
+    }
     try:
         outputs.update(wait_for(root, runs))
     except AssertionError:
@@ -197,8 +247,9 @@ def test_torchrun_workers_take_their_ranks_from_torchrun(lane):
     # Validated at the checkpoints (updates 2 and 4) and the epoch's end (3); the dev set's statistics summed over
     # both workers at update 4 only: its 3 sentences, each counted once (rank 1's stand-in batch none).
     valid = [json.loads(line) for line in re.findall(r"\| valid \| (\{.*\})$", rank0, re.M)][:3]  # then resumed's
-    assert [(record["valid_num_updates"], record.get("valid_dev_sentences"), "valid_bleu" in record)
-            for record in valid] == [("2", None, False), ("3", None, False), ("4", "3", True)], valid
+    assert [
+        (record["valid_num_updates"], record.get("valid_dev_sentences"), "valid_bleu" in record) for record in valid
+    ] == [("2", None, False), ("3", None, False), ("4", "3", True)], valid
 
 
 def epoch_batches(data_bin: Path, max_tokens: int) -> int:
@@ -217,8 +268,10 @@ def test_two_workers_update_as_one_with_twice_the_update_freq(lane, launch):
     root, outputs = lane["data_parallel_runs"].result()
     one_err = outputs["one"][1]
     assert "batch: 1 worker(s) x 4000 tokens x update-freq 2 ~ 8000 tokens per step" in one_err
-    assert "STOP_AFTER=train: stopping here" in one_err and not (root / "one" / "checkpoints" /
-                                                                 "checkpoint_average.pt").exists()
+    assert (
+        "STOP_AFTER=train: stopping here" in one_err
+        and not (root / "one" / "checkpoints" / "checkpoint_average.pt").exists()
+    )
     two_log, one_log = root / launch / "checkpoints" / "train.log", root / "one" / "checkpoints" / "train.log"
     assert "'update_freq': [1]" in two_log.read_text() and "'update_freq': [2]" in one_log.read_text()
 
@@ -292,17 +345,32 @@ def test_eight_workers_train_then_node_0_averages_translates_and_scores(lane):
 NODES = dict(NUM_NODES="2", NODE_RANK="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
 
 
-@pytest.mark.parametrize("gpus,settings,message", [
-    (0, {**NODES, "MASTER_PORT": ""}, "NUM_NODES=2 needs MASTER_ADDR, MASTER_PORT (node 0's address and a free port) "
-                                      "and NODE_RANK (0 .. NUM_NODES-1) on every node"),
-    (8, {**NODES, "NODE_RANK": ""}, "NUM_NODES=2 needs MASTER_ADDR, MASTER_PORT (node 0's address and a free port) "
-                                    "and NODE_RANK (0 .. NUM_NODES-1) on every node"),
-    (0, {**NODES, "NODE_RANK": "2"}, "NODE_RANK=2: use 0 .. 1 (NUM_NODES=2)"),
-    (8, {**NODES, "NODE_RANK": "one"}, "NODE_RANK=one: use 0 .. 1 (NUM_NODES=2)"),
-    (0, {"NUM_NODES": "0"}, "NUM_NODES=0: use a number of nodes, 1 or more"),
-    (0, {"NUM_GPUS": "2"}, "NUM_GPUS=2: on CPU a node trains in one process, which uses every core; for more "
-                           "processes start more nodes (NUM_NODES, NODE_RANK)"),
-])
+@pytest.mark.parametrize(
+    "gpus,settings,message",
+    [
+        (
+            0,
+            {**NODES, "MASTER_PORT": ""},
+            "NUM_NODES=2 needs MASTER_ADDR, MASTER_PORT (node 0's address and a free port) "
+            "and NODE_RANK (0 .. NUM_NODES-1) on every node",
+        ),
+        (
+            8,
+            {**NODES, "NODE_RANK": ""},
+            "NUM_NODES=2 needs MASTER_ADDR, MASTER_PORT (node 0's address and a free port) "
+            "and NODE_RANK (0 .. NUM_NODES-1) on every node",
+        ),
+        (0, {**NODES, "NODE_RANK": "2"}, "NODE_RANK=2: use 0 .. 1 (NUM_NODES=2)"),
+        (8, {**NODES, "NODE_RANK": "one"}, "NODE_RANK=one: use 0 .. 1 (NUM_NODES=2)"),
+        (0, {"NUM_NODES": "0"}, "NUM_NODES=0: use a number of nodes, 1 or more"),
+        (
+            0,
+            {"NUM_GPUS": "2"},
+            "NUM_GPUS=2: on CPU a node trains in one process, which uses every core; for more "
+            "processes start more nodes (NUM_NODES, NODE_RANK)",
+        ),
+    ],
+)
 def test_node_settings_are_one_line_errors(gpus, settings, message, tmp_path):
     result = run_common(tmp_path, "detect_devices", gpus=gpus, CPU="1", **settings)
     assert result.returncode == 1 and result.stderr.strip() == f"test: error: {message}"
@@ -319,82 +387,154 @@ def test_bf16_auto_chooses_autocast_for_every_cpu_process(tmp_path):
         assert count == workers
         assert world == ([] if workers == "1" else ["[test] node 1: world size 2 (started as nodes)"])
         assert " --task vaswani_translation --bf16-autocast auto " in fairseq_train and " --cpu" in fairseq_train
-    assert bf16_autocast_enabled("auto", "cpu", flags=frozenset({"avx2", "avx512_bf16"})) == \
-        (True, "--bf16-autocast auto: this CPU has avx512_bf16")
+    assert bf16_autocast_enabled("auto", "cpu", flags=frozenset({"avx2", "avx512_bf16"})) == (
+        True,
+        "--bf16-autocast auto: this CPU has avx512_bf16",
+    )
 
 
 def slurm_step(tasks: int, nodes: int, rank: int, tmp_path: Path, **more) -> dict:
     """srun's variables for task RANK of TASKS on NODES nodes (tasks spread evenly), scontrol's stub on PATH."""
     per_node = tasks // nodes if tasks % nodes == 0 else 1
     settings = slurm_task(rank, tasks, 29500, stub_scontrol(tmp_path))
-    settings.update(SLURM_NNODES=nodes, SLURM_JOB_NUM_NODES=nodes, SLURM_STEP_NUM_NODES=nodes,
-                    SLURM_LOCALID=rank % per_node, SLURM_NODEID=rank // per_node, **more)
+    settings.update(
+        SLURM_NNODES=nodes,
+        SLURM_JOB_NUM_NODES=nodes,
+        SLURM_STEP_NUM_NODES=nodes,
+        SLURM_LOCALID=rank % per_node,
+        SLURM_NODEID=rank // per_node,
+        **more,
+    )
     return {key: str(value) for key, value in settings.items()}
 
 
-TORCHRUN = dict(RANK="5", WORLD_SIZE="8", LOCAL_RANK="5", LOCAL_WORLD_SIZE="8", MASTER_ADDR="127.0.0.1",
-                MASTER_PORT="29400")
+TORCHRUN = dict(
+    RANK="5", WORLD_SIZE="8", LOCAL_RANK="5", LOCAL_WORLD_SIZE="8", MASTER_ADDR="127.0.0.1", MASTER_PORT="29400"
+)
 
 
-@pytest.mark.parametrize("gpus,job,expected", [
-    # One task per GPU, each seeing all of its node's GPUs: task 11 is node 1's fourth, on its GPU 3.
-    (8, dict(tasks=16, nodes=2, rank=11), "workers=16 args=--distributed-world-size 16 --distributed-rank 11 "
-     "--distributed-init-method tcp://127.0.0.1:29500 --distributed-no-spawn --device-id 3 update_freq=1 "
-     "max_tokens=1563 run=task 11"),
-    # One GPU bound to each task (srun --gpus-per-task 1): it is the task's GPU 0.
-    (1, dict(tasks=16, nodes=2, rank=11), "workers=16 args=--distributed-world-size 16 --distributed-rank 11 "
-     "--distributed-init-method tcp://127.0.0.1:29500 --distributed-no-spawn --device-id 0 update_freq=1 "
-     "max_tokens=1563 run=task 11"),
-    # One task per node: it starts its node's 8 workers, as NUM_NODES does.
-    (8, dict(tasks=2, nodes=2, rank=1), "workers=16 args=--distributed-world-size 16 --distributed-init-method "
-     "tcp://127.0.0.1:29500 --distributed-rank 8 update_freq=1 max_tokens=1563 run=node 1"),
-    # No MASTER_PORT: every task of the step derives the same one from the job's numbers (job 4242, step 0).
-    (8, dict(tasks=8, nodes=1, rank=0, MASTER_PORT=""), "workers=8 args=--distributed-world-size 8 "
-     "--distributed-rank 0 --distributed-init-method tcp://127.0.0.1:47872 --distributed-no-spawn --device-id 0 "
-     "update_freq=1 max_tokens=3125 run=task 0"),
-    # A step of one task (srun --pty bash, say) is one node, with no master to agree on (no scontrol needed).
-    (8, dict(tasks=1, nodes=1, rank=0, PATH="/usr/bin:/bin"), "workers=8 args=--distributed-world-size 8 "
-     "update_freq=1 max_tokens=3125 run=node 0"),
-    # torchrun's worker 5 of 8 meets the others through torchrun's store.
-    (8, "torchrun", "workers=8 args=--distributed-world-size 8 --distributed-rank 5 --distributed-init-method env:// "
-     "--distributed-no-spawn --device-id 5 update_freq=1 max_tokens=3125 run=rank 5"),
-    # On CPU a task is one process, over gloo.
-    (0, dict(tasks=2, nodes=1, rank=1, CPU=1), "workers=2 args=--distributed-world-size 2 --distributed-rank 1 "
-     "--distributed-init-method tcp://127.0.0.1:29500 --distributed-no-spawn --device-id 0 --distributed-backend "
-     "gloo --ddp-backend legacy_ddp --cpu update_freq=4 max_tokens=3125 run=task 1"),
-])
+@pytest.mark.parametrize(
+    "gpus,job,expected",
+    [
+        # One task per GPU, each seeing all of its node's GPUs: task 11 is node 1's fourth, on its GPU 3.
+        (
+            8,
+            dict(tasks=16, nodes=2, rank=11),
+            "workers=16 args=--distributed-world-size 16 --distributed-rank 11 "
+            "--distributed-init-method tcp://127.0.0.1:29500 --distributed-no-spawn --device-id 3 update_freq=1 "
+            "max_tokens=1563 run=task 11",
+        ),
+        # One GPU bound to each task (srun --gpus-per-task 1): it is the task's GPU 0.
+        (
+            1,
+            dict(tasks=16, nodes=2, rank=11),
+            "workers=16 args=--distributed-world-size 16 --distributed-rank 11 "
+            "--distributed-init-method tcp://127.0.0.1:29500 --distributed-no-spawn --device-id 0 update_freq=1 "
+            "max_tokens=1563 run=task 11",
+        ),
+        # One task per node: it starts its node's 8 workers, as NUM_NODES does.
+        (
+            8,
+            dict(tasks=2, nodes=2, rank=1),
+            "workers=16 args=--distributed-world-size 16 --distributed-init-method "
+            "tcp://127.0.0.1:29500 --distributed-rank 8 update_freq=1 max_tokens=1563 run=node 1",
+        ),
+        # No MASTER_PORT: every task of the step derives the same one from the job's numbers (job 4242, step 0).
+        (
+            8,
+            dict(tasks=8, nodes=1, rank=0, MASTER_PORT=""),
+            "workers=8 args=--distributed-world-size 8 "
+            "--distributed-rank 0 --distributed-init-method tcp://127.0.0.1:47872 --distributed-no-spawn --device-id 0 "
+            "update_freq=1 max_tokens=3125 run=task 0",
+        ),
+        # A step of one task (srun --pty bash, say) is one node, with no master to agree on (no scontrol needed).
+        (
+            8,
+            dict(tasks=1, nodes=1, rank=0, PATH="/usr/bin:/bin"),
+            "workers=8 args=--distributed-world-size 8 update_freq=1 max_tokens=3125 run=node 0",
+        ),
+        # torchrun's worker 5 of 8 meets the others through torchrun's store.
+        (
+            8,
+            "torchrun",
+            "workers=8 args=--distributed-world-size 8 --distributed-rank 5 --distributed-init-method env:// "
+            "--distributed-no-spawn --device-id 5 update_freq=1 max_tokens=3125 run=rank 5",
+        ),
+        # On CPU a task is one process, over gloo.
+        (
+            0,
+            dict(tasks=2, nodes=1, rank=1, CPU=1),
+            "workers=2 args=--distributed-world-size 2 --distributed-rank 1 "
+            "--distributed-init-method tcp://127.0.0.1:29500 --distributed-no-spawn --device-id 0 --distributed-backend "
+            "gloo --ddp-backend legacy_ddp --cpu update_freq=4 max_tokens=3125 run=task 1",
+        ),
+    ],
+)
 def test_launchers_give_each_worker_its_rank_device_and_master(gpus, job, expected, tmp_path):
     settings = TORCHRUN if job == "torchrun" else slurm_step(tmp_path=tmp_path, **job)
     if settings.get("MASTER_PORT") == "":
         del settings["MASTER_PORT"]
-    result = run_common(tmp_path, 'DATA_BIN=d; detect_devices; batch_size_for_workers; echo "workers=$WORKERS '
-                        'args=${DEVICE_ARGS[*]} update_freq=$UPDATE_FREQ max_tokens=$MAX_TOKENS run=$RUN_NAME"',
-                        gpus=gpus, **settings)
+    result = run_common(
+        tmp_path,
+        'DATA_BIN=d; detect_devices; batch_size_for_workers; echo "workers=$WORKERS '
+        'args=${DEVICE_ARGS[*]} update_freq=$UPDATE_FREQ max_tokens=$MAX_TOKENS run=$RUN_NAME"',
+        gpus=gpus,
+        **settings,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == expected
 
 
-@pytest.mark.parametrize("gpus,job,message", [
-    (8, dict(tasks=2, nodes=1, rank=0, PATH="/usr/bin:/bin"),
-     "SLURM step of 2 task(s) on 1 node(s): scontrol is not on PATH, so the tasks cannot agree on a master; put "
-     "SLURM's scontrol on PATH or set MASTER_ADDR to the first node's address"),
-    (8, dict(tasks=3, nodes=2, rank=0), "SLURM step of 3 task(s) on 2 node(s): the nodes hold different numbers of "
-                                        "tasks; give each the same (--ntasks-per-node)"),
-    (8, dict(tasks=2, nodes=1, rank=2), "SLURM step of 2 task(s) on 1 node(s): SLURM_PROCID=2 is not one of its tasks"),
-    (8, dict(tasks=2, nodes=1, rank=1, NUM_NODES=2), "SLURM step of 2 task(s) on 1 node(s): SLURM gives the tasks "
-                                                     "their ranks; unset NUM_NODES and NODE_RANK"),
-    (4, dict(tasks=8, nodes=1, rank=1), "task 1 sees 4 GPUs, but slurm starts 8 processes a node: give each process "
-                                        "one GPU (srun --gpus-per-task 1) or each all 8"),
-    (8, dict(tasks=8, nodes=1, rank=1, NUM_GPUS=4), "NUM_GPUS=4 but slurm starts 8 processes a node, one per GPU: "
-                                                    "unset NUM_GPUS"),
-    (8, "batch", 'this SLURM job has 2 nodes but the recipe is not a task of an srun step: start it with srun '
-                 '(docs/recipes.md, "SLURM")'),
-    (8, "torchrun", "torchrun gives the workers their ranks; unset NUM_NODES and NODE_RANK"),
-])
+@pytest.mark.parametrize(
+    "gpus,job,message",
+    [
+        (
+            8,
+            dict(tasks=2, nodes=1, rank=0, PATH="/usr/bin:/bin"),
+            "SLURM step of 2 task(s) on 1 node(s): scontrol is not on PATH, so the tasks cannot agree on a master; put "
+            "SLURM's scontrol on PATH or set MASTER_ADDR to the first node's address",
+        ),
+        (
+            8,
+            dict(tasks=3, nodes=2, rank=0),
+            "SLURM step of 3 task(s) on 2 node(s): the nodes hold different numbers of "
+            "tasks; give each the same (--ntasks-per-node)",
+        ),
+        (
+            8,
+            dict(tasks=2, nodes=1, rank=2),
+            "SLURM step of 2 task(s) on 1 node(s): SLURM_PROCID=2 is not one of its tasks",
+        ),
+        (
+            8,
+            dict(tasks=2, nodes=1, rank=1, NUM_NODES=2),
+            "SLURM step of 2 task(s) on 1 node(s): SLURM gives the tasks their ranks; unset NUM_NODES and NODE_RANK",
+        ),
+        (
+            4,
+            dict(tasks=8, nodes=1, rank=1),
+            "task 1 sees 4 GPUs, but slurm starts 8 processes a node: give each process "
+            "one GPU (srun --gpus-per-task 1) or each all 8",
+        ),
+        (
+            8,
+            dict(tasks=8, nodes=1, rank=1, NUM_GPUS=4),
+            "NUM_GPUS=4 but slurm starts 8 processes a node, one per GPU: unset NUM_GPUS",
+        ),
+        (
+            8,
+            "batch",
+            "this SLURM job has 2 nodes but the recipe is not a task of an srun step: start it with srun "
+            '(docs/recipes.md, "SLURM")',
+        ),
+        (8, "torchrun", "torchrun gives the workers their ranks; unset NUM_NODES and NODE_RANK"),
+    ],
+)
 def test_a_job_whose_workers_cannot_agree_is_a_one_line_error(gpus, job, message, tmp_path):
     if job == "batch":  # the sbatch script itself, on the first of the job's 2 nodes
-        settings = dict(SLURM_JOB_ID="4242", SLURM_JOB_NUM_NODES="2", SLURM_NNODES="2", SLURM_NTASKS="16",
-                        SLURM_PROCID="0")
+        settings = dict(
+            SLURM_JOB_ID="4242", SLURM_JOB_NUM_NODES="2", SLURM_NNODES="2", SLURM_NTASKS="16", SLURM_PROCID="0"
+        )
     elif job == "torchrun":
         settings = dict(TORCHRUN, NUM_NODES="2")
     else:
@@ -415,14 +555,16 @@ def plan(tmp_path: Path, block_text: str, launcher: str, gpus: int = 8, **settin
         (folder / name).symlink_to(REPO / name)
     stub = folder / "bin" / launcher
     # srun's options, or torchrun's up to --no-python, are the launcher's; what follows is the worker's command.
-    skip = 'while [ "$1" != bash ]; do shift; done' if launcher == "srun" else \
-        'while [ "$1" != --no-python ]; do shift; done; shift'
-    stub.write_text(f"#!/bin/sh\n{skip}\nexec \"$@\"\n")
+    skip = (
+        'while [ "$1" != bash ]; do shift; done'
+        if launcher == "srun"
+        else 'while [ "$1" != --no-python ]; do shift; done; shift'
+    )
+    stub.write_text(f'#!/bin/sh\n{skip}\nexec "$@"\n')
     stub.chmod(0o755)
     env = dict(os.environ, PYTHON=sys.executable, DRY_RUN="1", NUM_GPUS=str(gpus), **settings)
     env["PATH"] = f"{folder / 'bin'}:{settings.get('PATH', os.environ['PATH'])}"
-    result = subprocess.run(["bash", "-c", block_text], cwd=folder, env=env, capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run(["bash", "-c", block_text], cwd=folder, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     (train,) = [shlex.split(line) for line in result.stdout.splitlines() if " -m fairseq_cli.train " in line]
     assert not (folder / "work").exists()  # planned: nothing prepared, trained or written
@@ -432,8 +574,9 @@ def plan(tmp_path: Path, block_text: str, launcher: str, gpus: int = 8, **settin
 def parsed_by_fairseq(argv):
     """fairseq-train's parser on these arguments (the plugin's options included): its namespace, or its error."""
     from fairseq import options
+
     at = argv.index("--user-dir") + 1  # the job folder's link to this package: the package imported here
-    argv = [*argv[:at], str(Path(argv[at]).resolve()), *argv[at + 1:]]
+    argv = [*argv[:at], str(Path(argv[at]).resolve()), *argv[at + 1 :]]
     return options.parse_args_and_arch(options.get_training_parser(), argv)
 
 
@@ -443,18 +586,28 @@ def test_the_sbatch_and_torchrun_blocks_plan_and_fairseq_accepts_their_arguments
     recipes_md = REPO / "docs" / "recipes.md"
     script = block(recipes_md, "test:sbatch")
     # srun's task 11 of 16: node 1's fourth GPU.
-    argv, err = plan(tmp_path / "sbatch", script, "srun",
-                     **slurm_step(tasks=16, nodes=2, rank=11, tmp_path=tmp_path))
+    argv, err = plan(tmp_path / "sbatch", script, "srun", **slurm_step(tasks=16, nodes=2, rank=11, tmp_path=tmp_path))
     args = parsed_by_fairseq(argv)
-    assert (args.arch, args.fp16, args.distributed_world_size, args.distributed_rank, args.device_id) == \
-        ("vaswani_transformer_big", True, 16, 11, 3)
+    assert (args.arch, args.fp16, args.distributed_world_size, args.distributed_rank, args.device_id) == (
+        "vaswani_transformer_big",
+        True,
+        16,
+        11,
+        3,
+    )
     assert (args.max_tokens, args.update_freq, args.max_update) == (1563, [1], 300000)
     assert args.save_dir == str(tmp_path / "sbatch" / "job" / "work" / "wmt14_en_de_big" / "checkpoints")
     assert "16 workers" in (REPO / "docs" / "recipes.md").read_text()  # what the text after the block says
     one_node, two_nodes = commands(block(recipes_md, "test:torchrun"))
-    for line, world, settings in ((one_node, 8, TORCHRUN),
-                                  (two_nodes, 16, dict(TORCHRUN, RANK="13", WORLD_SIZE="16", GROUP_RANK="1"))):
+    for line, world, settings in (
+        (one_node, 8, TORCHRUN),
+        (two_nodes, 16, dict(TORCHRUN, RANK="13", WORLD_SIZE="16", GROUP_RANK="1")),
+    ):
         argv, _ = plan(tmp_path / str(world), line, "torchrun", **settings)
         args = parsed_by_fairseq(argv)
-        assert (args.distributed_world_size, args.distributed_rank, args.device_id, args.max_tokens) == \
-            (world, int(settings["RANK"]), 5, 3125 if world == 8 else 1563)
+        assert (args.distributed_world_size, args.distributed_rank, args.device_id, args.max_tokens) == (
+            world,
+            int(settings["RANK"]),
+            5,
+            3125 if world == 8 else 1563,
+        )

@@ -6,10 +6,10 @@ import json
 from argparse import Namespace
 
 import pytest
+from cli_helpers import REPO, run
 from fairseq import checkpoint_utils
 from fairseq.logging import metrics
 
-from cli_helpers import REPO, run
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.scoring.bleu import read_hypotheses, score_lines
 from vaswani_plugin.scoring.evalb import COLLINS, evaluate
@@ -22,10 +22,22 @@ SENTENCES = 40  # of the reversal corpus' 101 valid sentences
 
 
 def dev_task(data, reversal_data, **settings):
-    settings = dict(dict(data=str(data), source_lang="src", target_lang="tgt", dataset_impl="mmap",
-                         required_seq_len_multiple=1, train_subset="train", search="paper", gnmt_alpha=0.6,
-                         dev_score="bleu", dev_score_reference=str(reversal_data / "valid.tgt"),
-                         dev_score_args=json.dumps(DECODING)), **settings)
+    settings = dict(
+        dict(
+            data=str(data),
+            source_lang="src",
+            target_lang="tgt",
+            dataset_impl="mmap",
+            required_seq_len_multiple=1,
+            train_subset="train",
+            search="paper",
+            gnmt_alpha=0.6,
+            dev_score="bleu",
+            dev_score_reference=str(reversal_data / "valid.tgt"),
+            dev_score_args=json.dumps(DECODING),
+        ),
+        **settings,
+    )
     return VaswaniTranslationTask.setup_task(VaswaniTranslationConfig(**settings))
 
 
@@ -38,8 +50,9 @@ def test_the_logged_bleu_is_fairseq_generates_scored(trained, reversal_data, tmp
     task.load_dataset("valid")
     task.dev_scoring.before_training_step(0)  # as fairseq-train's first step: the references read
     task.updates_done = 1
-    batches = task.get_batch_iterator(dataset=task.dataset("valid"), max_tokens=50,
-                                      max_positions=(1024, 1024)).next_epoch_itr(shuffle=False)
+    batches = task.get_batch_iterator(
+        dataset=task.dataset("valid"), max_tokens=50, max_positions=(1024, 1024)
+    ).next_epoch_itr(shuffle=False)
     with metrics.aggregate(new_root=True) as aggregate:
         for count, sample in enumerate(batches, 1):
             _, _, logged = task.valid_step(sample, model, criterion)
@@ -49,17 +62,39 @@ def test_the_logged_bleu_is_fairseq_generates_scored(trained, reversal_data, tmp
     # fairseq's stand-in batch (the first training batch, for a worker whose share of the split is done): not
     # decoded, counted as nothing.
     task.load_dataset("train")
-    for stand_in in task.get_batch_iterator(dataset=task.dataset("train"), max_tokens=50,
-                                            max_positions=(1024, 1024)).next_epoch_itr(shuffle=False):
+    for stand_in in task.get_batch_iterator(
+        dataset=task.dataset("train"), max_tokens=50, max_positions=(1024, 1024)
+    ).next_epoch_itr(shuffle=False):
         assert not of_the_valid_split(task, stand_in)
         counted = task.dev_scoring.statistics(task, stand_in, model, 1)
         assert counted["_dev_sentences"] == 0 and set(counted) == {key for key in logged if key.startswith("_dev_")}
 
     output = tmp_path / "generate.txt"
-    result = run("generate", data, "--user-dir", REPO / "vaswani_plugin", "--task", "vaswani_translation", "--path",
-                 checkpoint, "--gen-subset", "valid", "--dev-score-sentences", SENTENCES, "--search", "paper",
-                 "--gnmt-alpha", "0.6", *[f"--{k.replace('_', '-')}={v}" for k, v in DECODING.items()],
-                 "--batch-size", "64", "--required-batch-size-multiple", "1", "--cpu", cwd=tmp_path)
+    result = run(
+        "generate",
+        data,
+        "--user-dir",
+        REPO / "vaswani_plugin",
+        "--task",
+        "vaswani_translation",
+        "--path",
+        checkpoint,
+        "--gen-subset",
+        "valid",
+        "--dev-score-sentences",
+        SENTENCES,
+        "--search",
+        "paper",
+        "--gnmt-alpha",
+        "0.6",
+        *[f"--{k.replace('_', '-')}={v}" for k, v in DECODING.items()],
+        "--batch-size",
+        "64",
+        "--required-batch-size-multiple",
+        "1",
+        "--cpu",
+        cwd=tmp_path,
+    )
     output.write_text(result.stdout)
     hypotheses, ids = read_hypotheses(output)
     assert ids == subset_ids(101, SENTENCES).tolist()  # the same fixed subset, spread over the split
@@ -73,16 +108,30 @@ def test_the_logged_bleu_is_fairseq_generates_scored(trained, reversal_data, tmp
 def test_f1_from_summed_bracket_counts_is_evalbs(tmp_path):
     words = ["The cat sat .", "Dogs bark", "I saw her duck"]
     tags = ["DT NN VBD .", "NNS VBP", "PRP VBD PRP NN"]
-    gold = ["(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)))", "(TOP (S (NP (NNS Dogs)) (VP (VBP bark))))",
-            "(TOP (S (NP (PRP I)) (VP (VBD saw) (NP (PRP her) (NN duck)))))"]
-    outputs = ["(S (NP The cat )NP (VP sat )VP . )S", "(S (VP Dogs (VP bark )VP )VP )S",
-               "(S (NP I )NP (VP saw (S (NP her )NP duck )S )VP )S"]  # 11 brackets against the gold 10
+    gold = [
+        "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)))",
+        "(TOP (S (NP (NNS Dogs)) (VP (VBP bark))))",
+        "(TOP (S (NP (PRP I)) (VP (VBD saw) (NP (PRP her) (NN duck)))))",
+    ]
+    outputs = [
+        "(S (NP The cat )NP (VP sat )VP . )S",
+        "(S (VP Dogs (VP bark )VP )VP )S",
+        "(S (NP I )NP (VP saw (S (NP her )NP duck )S )VP )S",
+    ]  # 11 brackets against the gold 10
     for name, lines in (("text/valid.words", words), ("gold/valid.tags", tags), ("gold/valid.trees", gold)):
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text("\n".join(lines) + "\n")
-    scoring = DevScoring(Namespace(dev_score="f1", dev_score_interval_updates=0, dev_score_sentences=0,
-                                   dev_score_reference=str(tmp_path), dev_score_args="{}",
-                                   dev_score_post_process=None), None)
+    scoring = DevScoring(
+        Namespace(
+            dev_score="f1",
+            dev_score_interval_updates=0,
+            dev_score_sentences=0,
+            dev_score_reference=str(tmp_path),
+            dev_score_args="{}",
+            dev_score_post_process=None,
+        ),
+        None,
+    )
     scoring.before_training_step(0)
     batches = [scoring.counts([0, 2], [outputs[0], outputs[2]]), scoring.counts([1], [outputs[1]])]
     with metrics.aggregate(new_root=True) as aggregate:
@@ -96,8 +145,17 @@ def test_f1_from_summed_bracket_counts_is_evalbs(tmp_path):
 
 
 def test_scores_at_the_first_validation_after_each_interval():
-    scoring = DevScoring(Namespace(dev_score="bleu", dev_score_interval_updates=500, dev_score_sentences=0,
-                                   dev_score_reference=None, dev_score_args="{}", dev_score_post_process=None), "de")
+    scoring = DevScoring(
+        Namespace(
+            dev_score="bleu",
+            dev_score_interval_updates=500,
+            dev_score_sentences=0,
+            dev_score_reference=None,
+            dev_score_args="{}",
+            dev_score_post_process=None,
+        ),
+        "de",
+    )
     scoring.texts = {}  # nothing read: this test decides only when
     scored = []
     for update in range(1, 2001):  # a validation at each checkpoint, every 150 updates
@@ -108,10 +166,13 @@ def test_scores_at_the_first_validation_after_each_interval():
     assert scored == [600, 1050, 1500]  # the first checkpoint at or after 500, 1,000 and 1,500 (2,000: none after)
 
 
-@pytest.mark.parametrize("settings, message", [
-    ({"dev_score": "blue"}, "--dev-score blue: choose one of none, bleu, f1"),
-    ({"dev_score_args": "beam 4"}, "--dev-score-args 'beam 4': not a JSON object"),
-])
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"dev_score": "blue"}, "--dev-score blue: choose one of none, bleu, f1"),
+        ({"dev_score_args": "beam 4"}, "--dev-score-args 'beam 4': not a JSON object"),
+    ],
+)
 def test_bad_settings_are_one_line_errors(settings, message, reversal_data):
     with pytest.raises(VaswaniConfigError, match=message):
         dev_task(reversal_data / "joined", reversal_data, **settings)

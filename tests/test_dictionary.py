@@ -32,17 +32,34 @@ def random_ids(generator, rows=None):
 def test_every_argument_gives_fairseqs_text(dictionaries):
     theirs, ours = dictionaries
     generator = torch.Generator().manual_seed(0)
-    post_processes = [None, "none", "subword_nmt", "@@ ", "@@", "sentencepiece", "wordpiece", "letter", "silence",
-                      "_EOW"]
+    post_processes = [
+        None,
+        "none",
+        "subword_nmt",
+        "@@ ",
+        "@@",
+        "sentencepiece",
+        "wordpiece",
+        "letter",
+        "silence",
+        "_EOW",
+    ]
     checked = 0
     for bpe, escape, unk, eos, separator, extra in itertools.product(
-            post_processes, (False, True), (None, "UNK"), (False, True), (" ", ""), (None, [], [5, 7], {6})):
+        post_processes, (False, True), (None, "UNK"), (False, True), (" ", ""), (None, [], [5, 7], {6})
+    ):
         for _ in range(3):
             for ids in (random_ids(generator), random_ids(generator, rows=3)):
                 if ids.dim() == 2 and (unk is not None or separator != " "):
                     continue  # fairseq drops these two for a 2-D tensor; checked below
-                arguments = dict(bpe_symbol=bpe, escape_unk=escape, extra_symbols_to_ignore=extra, unk_string=unk,
-                                 include_eos=eos, separator=separator)
+                arguments = dict(
+                    bpe_symbol=bpe,
+                    escape_unk=escape,
+                    extra_symbols_to_ignore=extra,
+                    unk_string=unk,
+                    include_eos=eos,
+                    separator=separator,
+                )
                 assert ours.string(ids, **arguments) == theirs.string(ids, **arguments), (ids, arguments)
                 checked += 1
     assert checked > 2000
@@ -59,8 +76,9 @@ def test_other_inputs_and_what_fairseq_drops_for_rows(dictionaries):
     ids[2] = theirs.unk()
     empty = (np.array([], dtype=np.int64), torch.tensor([], dtype=torch.long))
     for given in (ids.tolist(), ids.numpy(), list(ids), *empty):
-        assert ours.string(given, "subword_nmt", escape_unk=True) == \
-            theirs.string(given, "subword_nmt", escape_unk=True)
+        assert ours.string(given, "subword_nmt", escape_unk=True) == theirs.string(
+            given, "subword_nmt", escape_unk=True
+        )
 
 
 def test_the_task_loads_it(tmp_path):

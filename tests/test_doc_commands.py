@@ -7,7 +7,6 @@ import shutil
 
 import pytest
 import torch
-
 from cli_helpers import TEST_SENTENCES, plugin_dir
 from doc_blocks import block, commands, run_here, substituted
 from test_quickstart import quickstart_run  # noqa: F401  (registers the second lane's job read here)
@@ -54,7 +53,7 @@ def test_averaging_three_ways_then_generating_and_scoring(folder):
     by_updates, by_epochs, by_files = commands(block(REFERENCE, "test:averaging"))
     checkpoints = folder / "checkpoints"
     interval = sorted(checkpoints.glob("checkpoint_*_*.pt"), key=lambda path: int(path.stem.split("_")[-1]))
-    epochs = sorted(checkpoints.glob("checkpoint[0-9]*.pt"), key=lambda path: int(path.stem[len("checkpoint"):]))
+    epochs = sorted(checkpoints.glob("checkpoint[0-9]*.pt"), key=lambda path: int(path.stem[len("checkpoint") :]))
     assert len(interval) == 2 and len(epochs) == 2  # 6 updates, 3 an epoch, one saved every 2 within an epoch
     # The blocks average 5; this training wrote 2 of each kind: the user's change, appended (the last counts).
     out = run(by_updates + " --num-update-checkpoints 2", folder)
@@ -69,8 +68,10 @@ def test_averaging_three_ways_then_generating_and_scoring(folder):
     run(by_files, folder)
     assert_average(folder / "avg.pt", [folder / "a.pt", folder / "b.pt", folder / "c.pt"])
 
-    paper, fairseq_rule = (substituted(block(REFERENCE, marker), {"fairseq-generate DATA": "fairseq-generate data-bin"})
-                           for marker in ("test:generate-paper", "test:generate-fairseq"))
+    paper, fairseq_rule = (
+        substituted(block(REFERENCE, marker), {"fairseq-generate DATA": "fairseq-generate data-bin"})
+        for marker in ("test:generate-paper", "test:generate-fairseq")
+    )
     for name, command in (("paper", paper), ("fairseq", fairseq_rule)):
         run(command.strip(), folder)
         found = re.findall(r"^H-(\d+)\t\S+\t.*$", (folder / "gen.out").read_text(), re.M)
@@ -124,8 +125,11 @@ def test_pictures_and_ctranslate2_of_the_quickstart(quickstart_folder):
     shutil.rmtree(folder / "pictures")
     run(substituted(second, {"--layer 6": "--layer 1"}), folder)
     # The chosen layer of each kind of attention: its head 3, and all its heads.
-    assert pictures_in(folder / "pictures") == sorted(f"{kind}_layer1_{which}.png" for which in ("head3", "all_heads")
-                                                      for kind in ("encoder_self", "decoder_self", "encoder_decoder"))
+    assert pictures_in(folder / "pictures") == sorted(
+        f"{kind}_layer1_{which}.png"
+        for which in ("head3", "all_heads")
+        for kind in ("encoder_self", "decoder_self", "encoder_decoder")
+    )
     (folder / "input.txt").write_text("A man is sleeping.\nTwo dogs play in the snow.\n")
     export, translate = commands(block(REFERENCE, "test:ctranslate2-reference"))
     run(export, folder)

@@ -31,29 +31,52 @@ SAMPLE = [
     ("(S (A (P That)) (B (Q is) (A (R a) (T test))))", GOLD),
     ("(S (A (P this)) (B (Q is) (A (R a) (T test))))", "(S (A-SBJ-1 (P this)) (B-WHATEVER (Q is) (A (R a) (T test))))"),
     (f"(S {LONG})", f"(S {LONG})"),
-    ("(S (A (P this)) (B (Q is) (A (R a) (T test))) (-NONE- *))", "(S (A (P this)) (B (Q is) (A (R a) (T test))) (-NONE- *))"),
+    (
+        "(S (A (P this)) (B (Q is) (A (R a) (T test))) (-NONE- *))",
+        "(S (A (P this)) (B (Q is) (A (R a) (T test))) (-NONE- *))",
+    ),
     ("(S (A (P this)) (B (Q is) (A (R a) (T test))) (: *))", "(S (A (P this)) (B (Q is) (A (R a) (T test))) (: *))"),
 ]
 # sample.rsl: (status, matched, gold, test, crossing, words, correct tags) per sentence.
 EXPECTED = [
-    (0, 4, 4, 4, 0, 4, 4), (0, 3, 4, 4, 0, 4, 4), (0, 4, 4, 4, 0, 4, 3), (0, 3, 4, 4, 0, 4, 3),
-    (0, 3, 4, 4, 0, 4, 4), (0, 2, 4, 3, 1, 4, 4), (0, 1, 4, 1, 0, 4, 4), (0, 0, 4, 0, 0, 4, 4),
-    (0, 4, 4, 5, 0, 4, 4), (0, 4, 4, 8, 0, 4, 4), (2,) + (0,) * 6, (1,) + (0,) * 6, (1,) + (0,) * 6,
-    (2,) + (0,) * 6, (0, 4, 4, 4, 0, 4, 4), (1,) + (0,) * 6, (1,) + (0,) * 6, (0, 4, 4, 4, 0, 4, 4),
-    (0, 4, 4, 4, 0, 4, 4), (1,) + (0,) * 6, (0, 4, 4, 4, 0, 4, 4), (0, 34, 34, 34, 0, 44, 44),
-    (0, 4, 4, 4, 0, 4, 4), (0, 4, 4, 4, 0, 4, 4),
+    (0, 4, 4, 4, 0, 4, 4),
+    (0, 3, 4, 4, 0, 4, 4),
+    (0, 4, 4, 4, 0, 4, 3),
+    (0, 3, 4, 4, 0, 4, 3),
+    (0, 3, 4, 4, 0, 4, 4),
+    (0, 2, 4, 3, 1, 4, 4),
+    (0, 1, 4, 1, 0, 4, 4),
+    (0, 0, 4, 0, 0, 4, 4),
+    (0, 4, 4, 5, 0, 4, 4),
+    (0, 4, 4, 8, 0, 4, 4),
+    (2,) + (0,) * 6,
+    (1,) + (0,) * 6,
+    (1,) + (0,) * 6,
+    (2,) + (0,) * 6,
+    (0, 4, 4, 4, 0, 4, 4),
+    (1,) + (0,) * 6,
+    (1,) + (0,) * 6,
+    (0, 4, 4, 4, 0, 4, 4),
+    (0, 4, 4, 4, 0, 4, 4),
+    (1,) + (0,) * 6,
+    (0, 4, 4, 4, 0, 4, 4),
+    (0, 34, 34, 34, 0, 44, 44),
+    (0, 4, 4, 4, 0, 4, 4),
+    (0, 4, 4, 4, 0, 4, 4),
 ]
 # sample.prm: COLLINS.prm without "." among the delete labels, with T = TT and This = this.
-SAMPLE_PRM = Parameters(delete_labels=frozenset({"TOP", "-NONE-", ",", ":", "``", "''"}),
-                        equivalent_labels=(("T", "TT"),), equivalent_words=(("This", "this"),))
+SAMPLE_PRM = Parameters(
+    delete_labels=frozenset({"TOP", "-NONE-", ",", ":", "``", "''"}),
+    equivalent_labels=(("T", "TT"),),
+    equivalent_words=(("This", "this"),),
+)
 
 
 def test_every_sentence_of_evalbs_sample_as_evalb_scores_it():
     for number, ((test, gold), expected) in enumerate(zip(SAMPLE, EXPECTED), 1):
         r = compare(gold, test, SAMPLE_PRM)
-        actual = (r.status,) if r.status else (r.status, r.matched, r.gold, r.test, r.crossing, r.words,
-                                                r.correct_tags)
-        assert actual == expected[:len(actual)], f"sentence {number}"
+        actual = (r.status,) if r.status else (r.status, r.matched, r.gold, r.test, r.crossing, r.words, r.correct_tags)
+        assert actual == expected[: len(actual)], f"sentence {number}"
 
 
 def test_evalbs_sample_summary():
@@ -72,16 +95,19 @@ def test_evalbs_sample_summary():
 WSJ_GOLD = "(TOP (S (NP-SBJ (DT The) (NN cat)) (VP (VBD sat) (PP-LOC (IN on) (NP (DT the) (NN mat)))) (. .)))"
 
 
-@pytest.mark.parametrize("test, expected", [
-    # Gold against gold: 100. Brackets S, NP, VP, PP, NP = 5 (TOP and the "." word are deleted).
-    (WSJ_GOLD, (5, 5, 5)),
-    # A missing bracket (the PP): precision 100, recall 80.
-    ("(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat) (IN on) (NP (DT the) (NN mat))) (. .)))", (4, 5, 4)),
-    # A wrong label (ADJP for the inner NP): 4 of 5 each way.
-    ("(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat) (PP (IN on) (ADJP (DT the) (NN mat)))) (. .)))", (4, 5, 5)),
-    # Only punctuation differs (attached inside the VP): the "." is deleted, so nothing changes.
-    ("(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat))) (. .))))", (5, 5, 5)),
-])
+@pytest.mark.parametrize(
+    "test, expected",
+    [
+        # Gold against gold: 100. Brackets S, NP, VP, PP, NP = 5 (TOP and the "." word are deleted).
+        (WSJ_GOLD, (5, 5, 5)),
+        # A missing bracket (the PP): precision 100, recall 80.
+        ("(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat) (IN on) (NP (DT the) (NN mat))) (. .)))", (4, 5, 4)),
+        # A wrong label (ADJP for the inner NP): 4 of 5 each way.
+        ("(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat) (PP (IN on) (ADJP (DT the) (NN mat)))) (. .)))", (4, 5, 5)),
+        # Only punctuation differs (attached inside the VP): the "." is deleted, so nothing changes.
+        ("(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat))) (. .))))", (5, 5, 5)),
+    ],
+)
 def test_hand_made_wsj_cases_under_collins_prm(test, expected):
     r = compare(WSJ_GOLD, test, COLLINS)
     assert r.status == 0 and (r.matched, r.gold, r.test) == expected and r.words == 6

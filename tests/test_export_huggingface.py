@@ -14,13 +14,13 @@ import sys
 
 import pytest
 import torch
-from fairseq.data import data_utils
-from fairseq.sequence_generator import SequenceGenerator
-
 from cli_helpers import REPO, benchmark
 from conftest import build_model, lane_job, make_dictionary, random_tokens, train_with_cross_entropy
 from doc_blocks import block, run_shell
+from fairseq.data import data_utils
+from fairseq.sequence_generator import SequenceGenerator
 from test_quickstart import quickstart_run  # noqa: F401  (registers the second lane's job this file reads)
+
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.serving import export_huggingface
 from vaswani_plugin.serving.export_huggingface import MarianMTModel, to_marian
@@ -28,13 +28,15 @@ from vaswani_plugin.serving.export_huggingface import MarianMTModel, to_marian
 # The benchmark's conversions between fairseq's batches and transformers' and its raw-text path (what
 # transformers 4's pipeline("translation") did), checked here.
 huggingface_speed = benchmark("huggingface_speed")
-right_padded, translate_raw, until_eos = (huggingface_speed.right_padded, huggingface_speed.translate_raw,
-                                          huggingface_speed.until_eos)
+right_padded, translate_raw, until_eos = (
+    huggingface_speed.right_padded,
+    huggingface_speed.translate_raw,
+    huggingface_speed.until_eos,
+)
 
 VARIANTS = {
     "shared embeddings and output (joined dictionary)": (dict(share_all_embeddings=True), 20, None),
-    "separate vocabularies, target embedding tied to the output": (
-        dict(share_decoder_input_output_embed=True), 20, 27),
+    "separate vocabularies, target embedding tied to the output": (dict(share_decoder_input_output_embed=True), 20, 27),
     "separate vocabularies, three matrices": (dict(), 20, 25),
     "joined dictionary, three matrices": (dict(), 20, None),
 }
@@ -114,13 +116,16 @@ def test_the_permutation_puts_sines_first_as_marian_does():
     assert not torch.allclose(expected, table, atol=1e-2)
 
 
-@pytest.mark.parametrize("options, message", [
-    (dict(encoder_learned_pos=True), "learned positional embeddings"),
-    (dict(decoder_normalize_before=True, encoder_normalize_before=True), "pre-norm"),
-    (dict(attention_key_dim=4, attention_value_dim=4), "d_k = d_v = d_model / h"),
-    (dict(attention_key_dim=8, attention_value_dim=4), "d_k = d_v = d_model / h"),
-    (dict(decoder_embed_dim=16), "one d_model"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(encoder_learned_pos=True), "learned positional embeddings"),
+        (dict(decoder_normalize_before=True, encoder_normalize_before=True), "pre-norm"),
+        (dict(attention_key_dim=4, attention_value_dim=4), "d_k = d_v = d_model / h"),
+        (dict(attention_key_dim=8, attention_value_dim=4), "d_k = d_v = d_model / h"),
+        (dict(decoder_embed_dim=16), "one d_model"),
+    ],
+)
 def test_what_marian_cannot_compute_is_refused_in_one_line(options, message):
     dictionary = make_dictionary(20)
     model = build_model(dictionary, **options)
@@ -132,8 +137,10 @@ def test_what_marian_cannot_compute_is_refused_in_one_line(options, message):
 def fairseq_generate(model, source, target, sources, beam, max_len_b):
     """fairseq's SequenceGenerator (what fairseq-generate runs for --search fairseq) on source word lists."""
     tokens = [torch.tensor([source.index(word) for word in words] + [source.eos()]) for words in sources]
-    net_input = {"src_tokens": data_utils.collate_tokens(tokens, source.pad(), left_pad=True),
-                 "src_lengths": torch.tensor([len(t) for t in tokens])}
+    net_input = {
+        "src_tokens": data_utils.collate_tokens(tokens, source.pad(), left_pad=True),
+        "src_lengths": torch.tensor([len(t) for t in tokens]),
+    }
     generator = SequenceGenerator([model], target, beam_size=beam, max_len_a=0, max_len_b=max_len_b)
     with torch.no_grad():
         hypotheses = generator.forward({"net_input": net_input})
@@ -158,8 +165,7 @@ def test_greedy_decoding_equals_fairseqs_on_a_trained_model(trained):
     dictionary = task.target_dictionary
     marian = to_marian(model, task.source_dictionary, dictionary)
     limit = max(len(words) for words in sources) + 5
-    expected, net_input = fairseq_generate(model, task.source_dictionary, dictionary, sources, beam=1,
-                                           max_len_b=limit)
+    expected, net_input = fairseq_generate(model, task.source_dictionary, dictionary, sources, beam=1, max_len_b=limit)
     actual = marian_generate(marian, dictionary, net_input, num_beams=1, max_new_tokens=limit + 1)
     assert actual == expected
 
@@ -185,15 +191,27 @@ def test_command_errors_are_one_line(tmp_path, capsys):
     """Missing files and options end as `PROG: error: ...`, without a traceback (the command run as a user runs it
     once; the other mistakes through main())."""
     command = ["--checkpoint", str(tmp_path / "none.pt"), "--data", str(tmp_path), "--output", str(tmp_path / "out")]
-    result = subprocess.run([sys.executable, "-m", "vaswani_plugin.serving.export_huggingface", *command,
-                             "--bpe-codes", str(tmp_path / "codes")], capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vaswani_plugin.serving.export_huggingface",
+            *command,
+            "--bpe-codes",
+            str(tmp_path / "codes"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     errors = [line for line in result.stderr.splitlines() if not line.startswith("INFO:")]  # fairseq's logging
     assert result.returncode != 0 and len(errors) == 1, result.stderr
     assert re.fullmatch(r"vaswani_plugin.serving.export_huggingface: error: --bpe-codes .*: no such file", errors[0])
     (tmp_path / "spm").write_text("")
-    for extra, message in (([], "one of the arguments --bpe-codes --sentencepiece is required"),
-                           (["--sentencepiece", str(tmp_path / "spm")], "--checkpoint .*none.pt: no such checkpoint"),
-                           (["--sentencepiece", str(tmp_path / "none")], "--sentencepiece .*: no such file")):
+    for extra, message in (
+        ([], "one of the arguments --bpe-codes --sentencepiece is required"),
+        (["--sentencepiece", str(tmp_path / "spm")], "--checkpoint .*none.pt: no such checkpoint"),
+        (["--sentencepiece", str(tmp_path / "none")], "--sentencepiece .*: no such file"),
+    ):
         with pytest.raises(SystemExit) as exit:
             export_huggingface.main(command + extra)
         text = str(exit.value.code) if exit.value.code != 2 else capsys.readouterr().err.strip().splitlines()[-1]
@@ -209,8 +227,13 @@ def train_tiny(task, updates: int):
     train = task.dataset("train")
     batches = train.batch_by_size(train.ordered_indices(), max_tokens=2048)
     order = torch.randperm(len(batches), generator=torch.Generator().manual_seed(0)).tolist()
-    train_with_cross_entropy(model, lambda step: train.collater([train[i] for i in batches[order[step % len(order)]]]),
-                             updates, lr=3e-3, pad=dictionary.pad())
+    train_with_cross_entropy(
+        model,
+        lambda step: train.collater([train[i] for i in batches[order[step % len(order)]]]),
+        updates,
+        lr=3e-3,
+        pad=dictionary.pad(),
+    )
     return model.eval()
 
 
@@ -224,13 +247,21 @@ def test_multi30k_greedy_and_the_pipeline_on_raw_text_equal_fairseqs(lane, tmp_p
     for ≥ 99%.
     Both stop at 30 tokens and a forced </s>, so that the limit is the same whatever the model has learnt."""
     from fairseq.tasks.translation import TranslationConfig, TranslationTask
+
     from vaswani_plugin.serving.text import TextPipeline
 
     root, _ = lane["quickstart_run"].result()
     data = root / "data"
-    task = TranslationTask.setup_task(TranslationConfig(data=str(data / "data-bin"), source_lang="en",
-                                                        target_lang="de", dataset_impl="mmap",
-                                                        required_seq_len_multiple=1, train_subset="train"))
+    task = TranslationTask.setup_task(
+        TranslationConfig(
+            data=str(data / "data-bin"),
+            source_lang="en",
+            target_lang="de",
+            dataset_impl="mmap",
+            required_seq_len_multiple=1,
+            train_subset="train",
+        )
+    )
     for split in ("train", "test"):
         task.load_dataset(split)
     dictionary = task.source_dictionary
@@ -244,7 +275,7 @@ def test_multi30k_greedy_and_the_pipeline_on_raw_text_equal_fairseqs(lane, tmp_p
     expected, actual = {}, {}
     generator = SequenceGenerator([model], dictionary, beam_size=1, max_len_a=0, max_len_b=limit)
     for start in range(0, len(order), 128):
-        sample = test.collater([test[i] for i in order[start:start + 128]])
+        sample = test.collater([test[i] for i in order[start : start + 128]])
         with torch.no_grad():
             hypotheses = generator.forward(sample)
         found = marian_generate(marian, dictionary, sample["net_input"], num_beams=1, max_new_tokens=limit + 1)
@@ -255,16 +286,27 @@ def test_multi30k_greedy_and_the_pipeline_on_raw_text_equal_fairseqs(lane, tmp_p
     assert same >= 990, f"{same} of 1000 greedy hypotheses are fairseq's"
 
     # Raw text: fairseq-interactive's pipeline against the exported directory's tokenizer and model.
-    export_huggingface.export(model, dictionary, dictionary, tmp_path / "model", source_lang="en", target_lang="de",
-                              bpe_codes=data / "bpe" / "codes")
+    export_huggingface.export(
+        model,
+        dictionary,
+        dictionary,
+        tmp_path / "model",
+        source_lang="en",
+        target_lang="de",
+        bpe_codes=data / "bpe" / "codes",
+    )
     lines = (data / "text" / "test.en").read_text(encoding="utf-8").splitlines()
     text = TextPipeline("en", "de", bpe_codes=data / "bpe" / "codes")
     interactive = []
     for start in range(0, len(lines), 128):
-        tokens = [dictionary.encode_line(" ".join(text.encode(line)), add_if_not_exist=False).long()
-                  for line in lines[start:start + 128]]
-        net_input = {"src_tokens": data_utils.collate_tokens(tokens, dictionary.pad(), left_pad=True),
-                     "src_lengths": torch.tensor([len(t) for t in tokens])}
+        tokens = [
+            dictionary.encode_line(" ".join(text.encode(line)), add_if_not_exist=False).long()
+            for line in lines[start : start + 128]
+        ]
+        net_input = {
+            "src_tokens": data_utils.collate_tokens(tokens, dictionary.pad(), left_pad=True),
+            "src_lengths": torch.tensor([len(t) for t in tokens]),
+        }
         with torch.no_grad():
             hypotheses = generator.forward({"net_input": net_input})
         interactive += [text.decode(dictionary.string(h[0]["tokens"]).split()) for h in hypotheses]
@@ -273,19 +315,25 @@ def test_multi30k_greedy_and_the_pipeline_on_raw_text_equal_fairseqs(lane, tmp_p
     assert same >= 990, f"{same} of 1000 translations of the raw lines are fairseq-interactive's"
 
 
-
 def test_without_transformers_the_command_says_how_to_install_it(monkeypatch):
     """An ImportError to code that imports the module; from `python -m`, one line (a VaswaniConfigError). No other
     module of the package imports it, so `import vaswani_plugin` never needs the [huggingface] extra."""
     monkeypatch.setitem(sys.modules, "transformers", None)
     monkeypatch.delitem(sys.modules, "vaswani_plugin.serving.export_huggingface")
-    with pytest.raises(ImportError, match=r'^this needs the package transformers: pip install -e "\.\[huggingface\]"') \
-            as error:
+    with pytest.raises(
+        ImportError, match=r'^this needs the package transformers: pip install -e "\.\[huggingface\]"'
+    ) as error:
         importlib.import_module("vaswani_plugin.serving.export_huggingface")
     assert isinstance(error.value, VaswaniConfigError)
-    importers = [path.name for path in (REPO / "vaswani_plugin").rglob("*.py")
-                 if re.search(r"^\s*(from|import) (transformers|vaswani_plugin\.serving\.export_huggingface)\b",
-                              path.read_text(encoding="utf-8"), re.M)]
+    importers = [
+        path.name
+        for path in (REPO / "vaswani_plugin").rglob("*.py")
+        if re.search(
+            r"^\s*(from|import) (transformers|vaswani_plugin\.serving\.export_huggingface)\b",
+            path.read_text(encoding="utf-8"),
+            re.M,
+        )
+    ]
     assert importers == ["export_huggingface.py"]
 
 
@@ -294,21 +342,29 @@ def test_command_exports_a_checkpoint_that_translates_raw_text_as_the_hub(traine
     AutoModelForSeq2SeqLM, beam 4 at fairseq's --lenpen 1): fairseq's hub (fairseq-interactive's pipeline)
     translations of the same raw lines; the written generation config is §6.1's beam with the measured penalty."""
     from test_hub import BPE_CODES, RAW
+
     from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerModel
 
     checkpoint, data, sources = trained
     codes = tmp_path / "codes"
     codes.write_text(BPE_CODES)
     output = tmp_path / "hf"
-    export_huggingface.main(["--checkpoint", str(checkpoint), "--data", str(data), "--output", str(output),
-                             "--bpe-codes", str(codes)])
+    export_huggingface.main(
+        ["--checkpoint", str(checkpoint), "--data", str(data), "--output", str(output), "--bpe-codes", str(codes)]
+    )
     assert f"exported {checkpoint} -> {output}: d_model 32, N 1/2" in capsys.readouterr().out
     config = export_huggingface.transformers.GenerationConfig.from_pretrained(output)
     assert (config.num_beams, config.length_penalty, config.max_new_tokens) == (4, 0.5, 200)
     lines = [" ".join(words) for words in sources[:20]] + RAW
     hub = VaswaniTransformerModel.from_pretrained(
-        str(checkpoint.parent), checkpoint_file=checkpoint.name, data_name_or_path=str(data), tokenizer="moses",
-        moses_no_escape=True, bpe="subword_nmt", bpe_codes=str(codes))
+        str(checkpoint.parent),
+        checkpoint_file=checkpoint.name,
+        data_name_or_path=str(data),
+        tokenizer="moses",
+        moses_no_escape=True,
+        bpe="subword_nmt",
+        bpe_codes=str(codes),
+    )
     assert translate_raw(output, lines, length_penalty=1.0, max_new_tokens=201) == hub.translate(lines, beam=4)
 
 
@@ -316,10 +372,12 @@ def test_command_exports_a_checkpoint_that_translates_raw_text_as_the_hub(traine
 def huggingface_readme_run(tmp_path_factory, lane):
     """README's "Share on the Hugging Face Hub" block as written, on the quickstart run of the second lane."""
     root, _ = lane["quickstart_run"].result()
-    command = block("README.md", "test:huggingface") \
-        .replace("work/quickstart/checkpoints", str(root / "seed1" / "vaswani_transformer" / "checkpoints")) \
-        .replace("work/quickstart/data", str(root / "data")) \
+    command = (
+        block("README.md", "test:huggingface")
+        .replace("work/quickstart/checkpoints", str(root / "seed1" / "vaswani_transformer" / "checkpoints"))
+        .replace("work/quickstart/data", str(root / "data"))
         .replace("work/quickstart/hf", str(tmp_path_factory.mktemp("readme") / "hf"))
+    )
     return command, run_shell(command, REPO)
 
 

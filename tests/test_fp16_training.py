@@ -11,26 +11,57 @@ import subprocess
 import sys
 
 import pytest
-
 from cli_helpers import BIN, REPO, TINY_MODEL, paper_options
 from conftest import lane_job, reversal_corpus
 
 MODELS = {
     "fairseq-transformer": ["--arch", "transformer", "--criterion", "label_smoothed_cross_entropy"],
-    "vaswani_transformer": ["--user-dir", "vaswani_plugin", "--arch", "vaswani_transformer",
-                            "--criterion", "vaswani_label_smoothed_cross_entropy"],
+    "vaswani_transformer": [
+        "--user-dir",
+        "vaswani_plugin",
+        "--arch",
+        "vaswani_transformer",
+        "--criterion",
+        "vaswani_label_smoothed_cross_entropy",
+    ],
 }
 FLOAT16 = {"fp16": ["--fp16"], "memory-efficient-fp16": ["--memory-efficient-fp16"]}
 UPDATES, OVERFLOW_AT, INIT_SCALE = 30, 21, 128
 # §5.3's Adam (fairseq's adam: its models and both its float16 optimizers take it; the plugin's vaswani_adam is
 # checked under --fp16 by benchmarks/host_cost.py's smoke run) with fairseq's inverse_sqrt (eq. 3's shape) warmed
 # up over 10 updates, so that 30 updates learn; no dropout, so that both precisions compute the same function.
-TRAINING = [*TINY_MODEL, "--share-all-embeddings", "--dropout", "0", "--optimizer", "adam",
-            *paper_options("training", "--label-smoothing", "--adam-betas", "--adam-eps"),
-            "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "10", "--lr", "3e-3", "--max-tokens", "200", "--cpu",
-            "--seed", "1", "--required-batch-size-multiple", "1", "--max-update", str(UPDATES),
-            "--fp16-init-scale", str(INIT_SCALE),
-            "--no-save", "--disable-validation", "--log-format", "json", "--log-interval", "1"]
+TRAINING = [
+    *TINY_MODEL,
+    "--share-all-embeddings",
+    "--dropout",
+    "0",
+    "--optimizer",
+    "adam",
+    *paper_options("training", "--label-smoothing", "--adam-betas", "--adam-eps"),
+    "--lr-scheduler",
+    "inverse_sqrt",
+    "--warmup-updates",
+    "10",
+    "--lr",
+    "3e-3",
+    "--max-tokens",
+    "200",
+    "--cpu",
+    "--seed",
+    "1",
+    "--required-batch-size-multiple",
+    "1",
+    "--max-update",
+    str(UPDATES),
+    "--fp16-init-scale",
+    str(INIT_SCALE),
+    "--no-save",
+    "--disable-validation",
+    "--log-format",
+    "json",
+    "--log-interval",
+    "1",
+]
 # float16 keeps 11 significant bits (relative rounding 2^-11 = 5e-4), so activations and logits differ from
 # float32 by ~1e-3 relative, and the measured losses by at most 0.005 bits per token per update. 0.05 leaves ten
 # times that for the two runs drifting apart, and is a 30th of the 1.5-2 bits float32 learns before the overflow;
@@ -56,7 +87,7 @@ def train(data, save_dir, model, float16=None):
     result = subprocess.run(list(map(str, arguments)), cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     log = result.stdout + result.stderr
     assert result.returncode == 0, f"{model} {float16 or 'float32'} failed:\n{log[-3000:]}"
-    records = [json.loads(line[line.index("{"):]) for line in log.splitlines() if "train_inner" in line]
+    records = [json.loads(line[line.index("{") :]) for line in log.splitlines() if "train_inner" in line]
     records = [{key: float(value) for key, value in record.items()} for record in records]
     return records, log
 
@@ -65,8 +96,11 @@ def train(data, save_dir, model, float16=None):
 def fp16_runs(tmp_path_factory, lane):
     """All six runs, one after another on the second lane, on the session's reversal corpus (conftest's)."""
     data = reversal_corpus(tmp_path_factory)
-    return {(model, float16): train(data, tmp_path_factory.mktemp("run"), model, float16)
-            for model in MODELS for float16 in (None, *FLOAT16)}
+    return {
+        (model, float16): train(data, tmp_path_factory.mktemp("run"), model, float16)
+        for model in MODELS
+        for float16 in (None, *FLOAT16)
+    }
 
 
 @pytest.fixture
@@ -100,8 +134,9 @@ def test_an_overflow_halves_the_loss_scale_and_training_goes_on(runs, model, flo
     assert f"setting loss scale to: {INIT_SCALE / 2}" in log
     assert [r["num_updates"] for r in half] == [r["num_updates"] for r in reference] == list(range(1, UPDATES + 1))
     assert [r["loss_scale"] for r in half] == [INIT_SCALE] * (OVERFLOW_AT - 1) + [INIT_SCALE / 2] * (
-        UPDATES - OVERFLOW_AT + 1)
-    after = half[OVERFLOW_AT - 1:]
+        UPDATES - OVERFLOW_AT + 1
+    )
+    after = half[OVERFLOW_AT - 1 :]
     assert all(math.isfinite(r["loss"]) and math.isfinite(r["gnorm"]) and r["gnorm"] > 0 for r in after)
     for r16, r32 in zip(after, reference[OVERFLOW_AT:]):  # float16's update k took float32's batch k + 1
         assert r16["loss"] == pytest.approx(r32["loss"], abs=SKIPPED_UPDATE_TOLERANCE), f"update {r16['num_updates']}"

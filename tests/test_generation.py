@@ -5,26 +5,26 @@ import re
 
 import pytest
 import torch
+from cli_helpers import TEST_SENTENCES, plugin_dir, run
+from conftest import build_model, make_dictionary, random_tokens
 from fairseq.dataclass.configs import GenerationConfig
 from fairseq.sequence_generator import SequenceGenerator
 from torch import nn
 
-from conftest import build_model, make_dictionary, random_tokens
-from cli_helpers import TEST_SENTENCES, plugin_dir, run
 from vaswani_plugin.errors import VaswaniConfigError
-from vaswani_plugin.scoring.bleu import read_hypotheses, score_files
 from vaswani_plugin.generation.generators import (
     GnmtSequenceGenerator,
     GnmtSequenceGeneratorWithAlignment,
     PlainSequenceGenerator,
 )
 from vaswani_plugin.generation.length import gnmt_length_penalty
+from vaswani_plugin.scoring.bleu import read_hypotheses, score_files
 from vaswani_plugin.tasks.vaswani_translation import VaswaniTranslationConfig, VaswaniTranslationTask
 
 
 def test_penalty_formula():
     assert gnmt_length_penalty(1, 0.6) == 1.0
-    assert gnmt_length_penalty(7, 0.6) == pytest.approx(2 ** 0.6)
+    assert gnmt_length_penalty(7, 0.6) == pytest.approx(2**0.6)
     assert gnmt_length_penalty(10, 0.0) == 1.0
 
 
@@ -42,8 +42,7 @@ class TableDecoder(nn.Module):
             listed = {"</s>": 1e-6, **listed}
             others = [s for s in self.dictionary.symbols if s not in listed and s != "<pad>"]
             rest = (1 - sum(listed.values())) / len(others)
-            rows.append([math.log(listed.get(s, rest)) if s != "<pad>" else -math.inf
-                         for s in self.dictionary.symbols])
+            rows.append([math.log(listed.get(s, rest)) if s != "<pad>" else -math.inf for s in self.dictionary.symbols])
         return (torch.tensor(rows).unsqueeze(1).expand(-1, prev_output_tokens.size(1), -1),)
 
 
@@ -59,10 +58,15 @@ class TableModel(nn.Module):
 
 
 # Beam 2 finishes "a </s>" (p = 0.4 · 0.9) at step 1 and "b b b </s>" (p = 0.55 · 0.9 · 0.9 · 0.5) at step 3.
-TABLE = {(): {"a": 0.4, "b": 0.55}, ("a",): {"</s>": 0.9}, ("b",): {"b": 0.9},
-         ("b", "b"): {"b": 0.9}, ("b", "b", "b"): {"</s>": 0.5}}
-SHORT = math.log(0.4 * 0.9)                 # -1.0217, |Y| = 2
-LONG = math.log(0.55 * 0.9 * 0.9 * 0.5)     # -1.5017, |Y| = 4
+TABLE = {
+    (): {"a": 0.4, "b": 0.55},
+    ("a",): {"</s>": 0.9},
+    ("b",): {"b": 0.9},
+    ("b", "b"): {"b": 0.9},
+    ("b", "b", "b"): {"</s>": 0.5},
+}
+SHORT = math.log(0.4 * 0.9)  # -1.0217, |Y| = 2
+LONG = math.log(0.55 * 0.9 * 0.9 * 0.5)  # -1.5017, |Y| = 4
 
 
 def generate(generator_class, **options):
@@ -71,8 +75,10 @@ def generate(generator_class, **options):
     dictionary.add_symbol("b")
     generator = generator_class([TableModel(dictionary, TABLE)], dictionary, beam_size=2, max_len_b=10, **options)
     sample = {"net_input": {"src_tokens": torch.tensor([[4, 2]]), "src_lengths": torch.tensor([2])}}
-    return [(dictionary.string(h["tokens"]), h["score"].item(), h["positional_scores"].sum().item())
-            for h in generator.generate(None, sample)[0]]
+    return [
+        (dictionary.string(h["tokens"]), h["score"].item(), h["positional_scores"].sum().item())
+        for h in generator.generate(None, sample)[0]
+    ]
 
 
 def test_gnmt_and_fairseq_normalisation_pick_different_winners():
@@ -88,7 +94,7 @@ def test_gnmt_and_fairseq_normalisation_pick_different_winners():
     # fairseq's --lenpen 0.6 divides by |Y|^0.6 and prefers the long one: -1.50171/2.29740 = -0.65366 > -0.67404.
     fairseq = generate(SequenceGenerator, len_penalty=0.6)
     assert [text for text, _, _ in fairseq] == ["b b b", "a"]
-    assert [score for _, score, _ in fairseq] == pytest.approx([LONG / 4 ** 0.6, SHORT / 2 ** 0.6], rel=1e-6)
+    assert [score for _, score, _ in fairseq] == pytest.approx([LONG / 4**0.6, SHORT / 2**0.6], rel=1e-6)
 
 
 def translation_task(**options):
@@ -127,8 +133,9 @@ def test_alignments_from_one_full_pass_equal_those_of_the_decoding_steps():
     torch.manual_seed(0)
     task, dictionary = translation_task(gnmt_alpha=0.6)
     model = build_model(dictionary).eval()
-    src_tokens = random_tokens(dictionary, 4, 7, lengths=[7, 6, 4, 3], generator=torch.Generator().manual_seed(2),
-                               left_pad=True)
+    src_tokens = random_tokens(
+        dictionary, 4, 7, lengths=[7, 6, 4, 3], generator=torch.Generator().manual_seed(2), left_pad=True
+    )
     sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": src_tokens.ne(dictionary.pad()).sum(1)}}
     generation = GenerationConfig(beam=4, max_len_b=12, print_alignment="soft")
     full_pass = task.build_generator([model], generation).generate([model], sample)
@@ -145,8 +152,9 @@ def test_alignments_from_one_full_pass_equal_those_of_the_decoding_steps():
             # Soft alignments: per target token, the probabilities of the source tokens, as strings.
             probabilities = [[[float(p) for p in row] for row in h["alignment"]] for h in (a, b)]
             assert len(probabilities[0]) == len(a["tokens"]) and len(probabilities[0][0]) >= 3
-            torch.testing.assert_close(torch.tensor(probabilities[0]), torch.tensor(probabilities[1]), rtol=0,
-                                       atol=1e-5)
+            torch.testing.assert_close(
+                torch.tensor(probabilities[0]), torch.tensor(probabilities[1]), rtol=0, atol=1e-5
+            )
 
 
 def test_without_gnmt_alpha_the_task_is_fairseqs_translation():
@@ -164,6 +172,7 @@ def test_gnmt_alpha_with_fairseqs_normalisation_is_an_error(option):
 
 # Through fairseq's command-line tools, on a checkpoint trained with fairseq's own --task translation.
 
+
 @pytest.fixture(scope="module")
 def checkpoint(reversal_data, reversal_training):
     """The tiny model tests/conftest.py trains with fairseq's --task translation."""
@@ -178,12 +187,26 @@ def gnmt():
 
 def test_generate_with_gnmt_alpha(checkpoint, gnmt, tmp_path):
     data, path = checkpoint
-    result = run("generate", data, "--path", path, *gnmt, "--required-batch-size-multiple", "1",
-                 "--batch-size", "16", "--print-alignment", cwd=tmp_path)
+    result = run(
+        "generate",
+        data,
+        "--path",
+        path,
+        *gnmt,
+        "--required-batch-size-multiple",
+        "1",
+        "--batch-size",
+        "16",
+        "--print-alignment",
+        cwd=tmp_path,
+    )
     lines = result.stdout.splitlines()
     scores = {m[1]: float(m[2]) for m in (re.match(r"H-(\d+)\t(\S+)\t", line) for line in lines) if m}
-    positional = {line.split("\t")[0][2:]: [float(x) for x in line.split("\t")[1].split()]
-                  for line in lines if line.startswith("P-")}
+    positional = {
+        line.split("\t")[0][2:]: [float(x) for x in line.split("\t")[1].split()]
+        for line in lines
+        if line.startswith("P-")
+    }
     assert sorted(int(i) for i in scores) == list(range(TEST_SENTENCES))
     for sid, score in scores.items():  # both in base 2; P- is rounded to 4 decimals
         tokens = positional[sid]
@@ -198,8 +221,19 @@ def test_generate_with_gnmt_alpha(checkpoint, gnmt, tmp_path):
 
 def test_interactive_with_gnmt_alpha(checkpoint, gnmt, tmp_path):
     data, path = checkpoint
-    result = run("interactive", data, "--path", path, *gnmt, "--source-lang", "src", "--target-lang", "tgt",
-                 cwd=tmp_path, stdin="w1 w2 w3\nw4 w5\nw6 w7 w8 w9\n")
+    result = run(
+        "interactive",
+        data,
+        "--path",
+        path,
+        *gnmt,
+        "--source-lang",
+        "src",
+        "--target-lang",
+        "tgt",
+        cwd=tmp_path,
+        stdin="w1 w2 w3\nw4 w5\nw6 w7 w8 w9\n",
+    )
     assert sum(line.startswith("H-") for line in result.stdout.splitlines()) == 3
 
 
@@ -208,4 +242,5 @@ def test_gnmt_alpha_with_lenpen_is_a_one_line_error(checkpoint, gnmt, tmp_path):
     result = run("generate", data, "--path", path, *gnmt, "--lenpen", "0.6", cwd=tmp_path, check=False)
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
-        "vaswani_plugin: error: --gnmt-alpha 0.6 replaces fairseq's length normalisation; drop --lenpen 0.6")
+        "vaswani_plugin: error: --gnmt-alpha 0.6 replaces fairseq's length normalisation; drop --lenpen 0.6"
+    )

@@ -19,11 +19,10 @@ import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import gpu_kit_jobs  # noqa: F401  (the second lane's jobs read below)
 import pytest
 import torch
-
 from cli_helpers import REPO
-import gpu_kit_jobs  # noqa: F401  (the second lane's jobs read below)
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 import gpu_acceptance  # noqa: E402
@@ -35,6 +34,7 @@ def fairseq_json_log(windows, notes=()):
     """A fairseq-train log: `windows` (stats of each log window) written by fairseq's JsonProgressBar with
     fairseq-train's line format, an end-of-epoch record, and `notes` (other log lines) after the first window."""
     from fairseq.logging.progress_bar import JsonProgressBar, logger
+
     text = io.StringIO()
     handler = logging.StreamHandler(text)
     handler.setFormatter(logging.Formatter("%(asctime)s | %(levelname)s | %(name)s | %(message)s"))
@@ -59,9 +59,17 @@ def fairseq_json_log(windows, notes=()):
 
 def window_stats(losses, wps, scales=None, every=25):
     """Stats of log windows of `every` updates, as fairseq's trainer logs them (loss_scale: fp16 and amp)."""
-    return [dict(loss=loss, nll_loss=loss - 0.3, wps=speed, ups=speed / 4000, num_updates=every * (i + 1),
-                 **({"loss_scale": scales[i]} if scales else {}))
-            for i, (loss, speed) in enumerate(zip(losses, wps))]
+    return [
+        dict(
+            loss=loss,
+            nll_loss=loss - 0.3,
+            wps=speed,
+            ups=speed / 4000,
+            num_updates=every * (i + 1),
+            **({"loss_scale": scales[i]} if scales else {}),
+        )
+        for i, (loss, speed) in enumerate(zip(losses, wps))
+    ]
 
 
 FP16_LOG = window_stats([13.1, 9.25, 8.5, 7.75], [900.0, 41000.0, 40000.0, 45000.0], scales=[128, 128, 64, 64])
@@ -80,20 +88,26 @@ def test_training_summary_from_fairseq_json_lines():
     assert summary["overflows"] == 1
 
 
-@pytest.mark.parametrize("losses, finite, falling", [
-    ([13.1, 9.2, float("nan"), 7.7], False, True),
-    ([13.1, 9.2, 8.5, float("inf")], False, False),
-    ([6.0, 6.5, 7.0, 7.5], True, False),
-])
+@pytest.mark.parametrize(
+    "losses, finite, falling",
+    [
+        ([13.1, 9.2, float("nan"), 7.7], False, True),
+        ([13.1, 9.2, 8.5, float("inf")], False, False),
+        ([6.0, 6.5, 7.0, 7.5], True, False),
+    ],
+)
 def test_a_loss_that_is_not_finite_or_does_not_fall_fails_the_check(losses, finite, falling):
     text = fairseq_json_log(window_stats(losses, [1.0, 2.0, 3.0, 4.0]))
     summary = gpu_acceptance.summarize_training(*gpu_acceptance.parse_train_log(text))
     assert (summary["finite"], summary["falling"]) == (finite, falling)
-    assert all(math.isnan(a) and math.isnan(b) or a == b for a, b in
-               zip((summary["first_loss"], summary["last_loss"]), (losses[0], losses[-1])))
+    assert all(
+        math.isnan(a) and math.isnan(b) or a == b
+        for a, b in zip((summary["first_loss"], summary["last_loss"]), (losses[0], losses[-1]))
+    )
     training = {("fp32", impl): summary for impl in gpu_acceptance.CRITERIA}
-    checks = dict(zip(gpu_acceptance.CRITERIA, gpu_acceptance.training_checks(training, ["fp32"],
-                                                                              gpu_acceptance.CRITERIA)))
+    checks = dict(
+        zip(gpu_acceptance.CRITERIA, gpu_acceptance.training_checks(training, ["fp32"], gpu_acceptance.CRITERIA))
+    )
     assert not checks["vaswani_transformer"][1]
     assert checks["transformer"][1] == finite  # the baseline: a finite loss is enough
 
@@ -109,33 +123,50 @@ def test_a_run_stopped_before_its_first_window_is_read_from_its_end_of_epoch_rec
     training = {("fp16", impl): dict(summary, peak_memory_mb=2200.0) for impl in gpu_acceptance.CRITERIA}
     checks = gpu_acceptance.training_checks(training, ["fp16"], gpu_acceptance.CRITERIA)
     assert checks == [
-        ("fp16 vaswani_transformer: trained 9 steps, loss finite and falling (no log window: the run's "
-         "end-of-epoch record)", False),
-        ("fp16 transformer (the baseline): trained 9 steps, loss finite (no log window: the run's end-of-epoch "
-         "record)", True)]
-    assert "| fp16 | 1000000000 (whole run, start-up included) | 1000000000 (whole run, start-up included) | 1.00 |" \
+        (
+            "fp16 vaswani_transformer: trained 9 steps, loss finite and falling (no log window: the run's "
+            "end-of-epoch record)",
+            False,
+        ),
+        (
+            "fp16 transformer (the baseline): trained 9 steps, loss finite (no log window: the run's end-of-epoch "
+            "record)",
+            True,
+        ),
+    ]
+    assert (
+        "| fp16 | 1000000000 (whole run, start-up included) | 1000000000 (whole run, start-up included) | 1.00 |"
         in "\n".join(gpu_acceptance.comparison_section(training, ["fp16"]))
+    )
     assert gpu_acceptance.summarize_training(*gpu_acceptance.parse_train_log("no record")) == {
-        "error": "no train_inner line in the log"}
+        "error": "no train_inner line in the log"
+    }
 
 
 def test_one_log_window_cannot_show_a_falling_loss():
     """The H100's first stage (b) run logged one window (20 updates in its 20 s): its first loss is its last."""
-    summary = gpu_acceptance.summarize_training(*gpu_acceptance.parse_train_log(
-        fairseq_json_log(window_stats([12.4], [7000.0]))))
+    summary = gpu_acceptance.summarize_training(
+        *gpu_acceptance.parse_train_log(fairseq_json_log(window_stats([12.4], [7000.0])))
+    )
     assert summary["windows"] == 1 and not summary["falling"]
     training = {("fp16", impl): dict(summary, peak_memory_mb=2044.0) for impl in gpu_acceptance.PLUGIN_ONLY}
     (check,) = gpu_acceptance.training_checks(training, ["fp16"], gpu_acceptance.PLUGIN_ONLY)
-    assert check == ("fp16 vaswani_transformer: trained 25 steps, loss finite and falling (one log window: no later "
-                     "loss to compare)", False)
-    assert "| 12.400 → 12.400 | NO (one log window: no later loss to compare) |" in \
-        gpu_acceptance.training_rows(training, ["fp16"], gpu_acceptance.PLUGIN_ONLY)[0]
+    assert check == (
+        "fp16 vaswani_transformer: trained 25 steps, loss finite and falling (one log window: no later "
+        "loss to compare)",
+        False,
+    )
+    assert (
+        "| 12.400 → 12.400 | NO (one log window: no later loss to compare) |"
+        in gpu_acceptance.training_rows(training, ["fp16"], gpu_acceptance.PLUGIN_ONLY)[0]
+    )
 
 
 def test_the_output_layers_float16_line_is_read_from_the_log(monkeypatch):
     """models/output_layer_loss.py's one line about a device's float16 products, as fairseq-train logs it (this
     CPU's torch refuses the out_dtype kernel), is what the report shows for the run."""
     from vaswani_plugin.models import output_layer_loss
+
     text = io.StringIO()
     handler = logging.StreamHandler(text)
     handler.setFormatter(logging.Formatter("%(asctime)s | %(levelname)s | %(name)s | %(message)s"))
@@ -151,8 +182,10 @@ def test_the_output_layers_float16_line_is_read_from_the_log(monkeypatch):
 
 
 def test_generate_timing_and_hypotheses():
-    log = ("2026-11-23 12:00:00 | INFO | fairseq_cli.generate | Translated 1,000 sentences (12,345 tokens) in 2.5s "
-           "(400.00 sentences/s, 4938.00 tokens/s)\n")
+    log = (
+        "2026-11-23 12:00:00 | INFO | fairseq_cli.generate | Translated 1,000 sentences (12,345 tokens) in 2.5s "
+        "(400.00 sentences/s, 4938.00 tokens/s)\n"
+    )
     ours = "S-0\ta b\nH-0\t-0.5\tx y\nP-0\t-0.1 -0.2\nH-1\t-0.7\tx\nH-2\t-0.1\tz z z\n"
     theirs = "H-1\t-0.6\tx\nH-0\t-0.4\tx y z\nH-3\t-0.1\tw\n"
     timing, hypotheses, scores = gpu_acceptance.parse_generate(log, ours)
@@ -174,22 +207,51 @@ amp       vaswani_transformer  vaswani_adam     380     33000  41.5%  92.0%  210
 
 
 def host_cost_run(name, tokens, tokens_per_s, busy, mfu="41.5%"):
-    output = HOST_COST_OUTPUT.replace("33000", str(tokens_per_s)).replace("92.0%", busy).replace("41.5%", mfu) \
+    output = (
+        HOST_COST_OUTPUT.replace("33000", str(tokens_per_s))
+        .replace("92.0%", busy)
+        .replace("41.5%", mfu)
         .replace("4096 tokens", f"{tokens} tokens")
-    return dict(name=name, tokens=tokens, command="python benchmarks/host_cost.py ...", output=output,
-                row=gpu_acceptance.parse_host_cost(output))
+    )
+    return dict(
+        name=name,
+        tokens=tokens,
+        command="python benchmarks/host_cost.py ...",
+        output=output,
+        row=gpu_acceptance.parse_host_cost(output),
+    )
 
 
 def test_host_cost_rows_and_the_targets_they_hold():
     row = gpu_acceptance.parse_host_cost(HOST_COST_OUTPUT)
-    assert row == dict(precision="amp", implementation="vaswani_transformer", optimizer="vaswani_adam", max_tokens=4096,
-                       updates=380, tokens_per_s=33000.0, mfu=0.415, busy=0.92, peak_memory_mb=21000.0,
-                       model_memory_mb=25200.0, model_over_peak=1.2, wall_ms=124.1,
-                       forward_backward_ms=60.2, optimizer_ms=1.5, idle_ms=9.9, host_ms=120.5, wait_ms=0.4,
-                       calls=797.0, syncs=6.0)
+    assert row == dict(
+        precision="amp",
+        implementation="vaswani_transformer",
+        optimizer="vaswani_adam",
+        max_tokens=4096,
+        updates=380,
+        tokens_per_s=33000.0,
+        mfu=0.415,
+        busy=0.92,
+        peak_memory_mb=21000.0,
+        model_memory_mb=25200.0,
+        model_over_peak=1.2,
+        wall_ms=124.1,
+        forward_backward_ms=60.2,
+        optimizer_ms=1.5,
+        idle_ms=9.9,
+        host_ms=120.5,
+        wait_ms=0.4,
+        calls=797.0,
+        syncs=6.0,
+    )
     assert gpu_acceptance.parse_host_cost("no table") is None
-    runs = [host_cost_run("plugin", 25000, 33000, "92.0%"), host_cost_run("plugin", 3125, 30000, "65.0%"),
-            host_cost_run("fairseq", 4096, 20000, "50.0%"), dict(name="fairseq, no cuDNN", error="not run")]
+    runs = [
+        host_cost_run("plugin", 25000, 33000, "92.0%"),
+        host_cost_run("plugin", 3125, 30000, "65.0%"),
+        host_cost_run("fairseq", 4096, 20000, "50.0%"),
+        dict(name="fairseq, no cuDNN", error="not run"),
+    ]
     assert gpu_acceptance.targets_held(runs) == [
         ("MFU of the plugin at the one-GPU default >= 40 %", True, "0.41"),
         ("tokens/s >= 1.5x fairseq's transformer as shipped", True, "1.65x"),
@@ -197,83 +259,134 @@ def test_host_cost_rows_and_the_targets_they_hold():
         ("kernel time >= 90 % of wall time at the one-GPU default", True, "0.92"),
         ("kernel time >= 70 % of wall time at 3,125 tokens a GPU", False, "0.65"),
         ("the memory model >= the measured peak at the one-GPU default", True, "1.20"),
-        ("the memory model >= the measured peak at 3,125 tokens a GPU", True, "1.20")]
+        ("the memory model >= the measured peak at 3,125 tokens a GPU", True, "1.20"),
+    ]
 
 
 def test_report_of_a_gpu_run_from_synthetic_logs():
     """What the CPU stand-in cannot show: fp16/amp rows with loss scales, MFU in %, a failed run, a failed check,
     GPU hypotheses that are not the CPU's; and the report as stage (a) leaves it, before stage (b) has run."""
-    fp16 = gpu_acceptance.summarize_training(*gpu_acceptance.parse_train_log(
-        fairseq_json_log(FP16_LOG, notes=[OVERFLOW_NOTE])))
+    fp16 = gpu_acceptance.summarize_training(
+        *gpu_acceptance.parse_train_log(fairseq_json_log(FP16_LOG, notes=[OVERFLOW_NOTE]))
+    )
     slower = [dict(w, wps=w["wps"] / 2) for w in FP16_LOG]
     fairseq_fp16 = gpu_acceptance.summarize_training(*gpu_acceptance.parse_train_log(fairseq_json_log(slower)))
     precisions = ["fp16", "amp", "bf16-autocast"]
-    plugin = {("fp16", "vaswani_transformer"): dict(fp16, peak_memory_mb=1000.0),
-              ("amp", "vaswani_transformer"): {"error": "not run: stage (a)'s 3 minutes were spent"},
-              ("bf16-autocast", "vaswani_transformer"): dict(fp16, loss_scales=[], peak_memory_mb=900.0)}
+    plugin = {
+        ("fp16", "vaswani_transformer"): dict(fp16, peak_memory_mb=1000.0),
+        ("amp", "vaswani_transformer"): {"error": "not run: stage (a)'s 3 minutes were spent"},
+        ("bf16-autocast", "vaswani_transformer"): dict(fp16, loss_scales=[], peak_memory_mb=900.0),
+    }
     training_a = {**{(p, "transformer"): {"note": "needs a GPU"} for p in precisions}, **plugin}
     timing = dict(sentences=100, tokens=1200, seconds=4.0, sentences_per_s=25.0, tokens_per_s=300.0)
     plugin["fp16", "vaswani_transformer"]["products"] = [
-        "float16 products on cuda:0: torch.mm(out_dtype=torch.float32), checked against float32"]
+        "float16 products on cuda:0: torch.mm(out_dtype=torch.float32), checked against float32"
+    ]
     hypotheses = {"cpu": {i: "a b" for i in range(100)}, "fp32": {**{i: "a b" for i in range(100)}, 7: "a c", 9: "b"}}
-    found = gpu_acceptance.agreement(hypotheses["cpu"], hypotheses["fp32"],
-                                     dict(drift=2e-5, tolerance=4e-5, rescored={"7": [-1.5, -1.50003],
-                                                                                "9": [-1.5, -2.5]}))
-    decoding = {"checkpoint": "the fp16 run's", "sentences": 100, "agreement": found,
-                "fp16_differing": [3, 7], "cpu": timing, "fp32": dict(timing, sentences_per_s=250.0),
-                "fp16": dict(timing, sentences_per_s=500.0), "hypotheses": hypotheses}
+    found = gpu_acceptance.agreement(
+        hypotheses["cpu"],
+        hypotheses["fp32"],
+        dict(drift=2e-5, tolerance=4e-5, rescored={"7": [-1.5, -1.50003], "9": [-1.5, -2.5]}),
+    )
+    decoding = {
+        "checkpoint": "the fp16 run's",
+        "sentences": 100,
+        "agreement": found,
+        "fp16_differing": [3, 7],
+        "cpu": timing,
+        "fp32": dict(timing, sentences_per_s=250.0),
+        "fp16": dict(timing, sentences_per_s=500.0),
+        "hypotheses": hypotheses,
+    }
     checks_a = gpu_acceptance.training_checks(training_a, precisions, gpu_acceptance.PLUGIN_ONLY)
     checks_a.append(("beam 4 in float32: no real difference between the GPU's hypotheses and the CPU's", False))
-    facts = dict(mode=gpu_acceptance.BASE, precisions=precisions, device="cuda",
-                 machine={"GPU": "NVIDIA H100 80GB HBM3"}, work=Path("/w"), data=Path("/d"),
-                 date="2026-11-23 12:00 UTC", command="python benchmarks/gpu_acceptance.py", wall_minutes=3.0,
-                 data_ready=1.25, commands=[("fairseq-train /d --fp16", {"seconds": 30.0})],
-                 a=dict(training=training_a, decoding=decoding, checks=checks_a, minutes=1.5, ended=3.0))
+    facts = dict(
+        mode=gpu_acceptance.BASE,
+        precisions=precisions,
+        device="cuda",
+        machine={"GPU": "NVIDIA H100 80GB HBM3"},
+        work=Path("/w"),
+        data=Path("/d"),
+        date="2026-11-23 12:00 UTC",
+        command="python benchmarks/gpu_acceptance.py",
+        wall_minutes=3.0,
+        data_ready=1.25,
+        commands=[("fairseq-train /d --fp16", {"seconds": 30.0})],
+        a=dict(training=training_a, decoding=decoding, checks=checks_a, minutes=1.5, ended=3.0),
+    )
     report = gpu_acceptance.render_report(facts)
     tokens = statistics.median(w["wps"] for w in FP16_LOG[1:])
-    assert f"| fp16 | vaswani_transformer | 100 | 13.100 → 7.750 | yes | {tokens:.0f} | 1000 | 128 → 64, min 64 " \
+    assert (
+        f"| fp16 | vaswani_transformer | 100 | 13.100 → 7.750 | yes | {tokens:.0f} | 1000 | 128 → 64, min 64 "
         "| 1 |" in report
+    )
     assert "| amp | vaswani_transformer | FAILED: not run: stage (a)'s 3 minutes were spent |" in report
     assert "- fp16, vaswani_transformer: 25: 128, 50: 128, 75: 64, 100: 64" in report
     assert "| GPU, float32 | 100 | 250.0 | 300.0 | 4.0 |" in report and "| CPU, float32 | 100 | 25.0 |" in report
     assert "GPU float32 against the CPU, of 100 sentences: 98 identical, 1 near-ties, 1 real differences " in report
     assert "a near-tie's scores differ by at most 4.00e-05: twice the drift between the devices, 2.00e-05," in report
-    assert "- sentence 7, near-tie (gap 3.00e-05): CPU `a b`; GPU `a c`\n" \
+    assert (
+        "- sentence 7, near-tie (gap 3.00e-05): CPU `a b`; GPU `a c`\n"
         "- sentence 9, REAL DIFFERENCE (gap 1.00e+00): CPU `a b`; GPU `b`" in report
+    )
     assert "fp16 / float32 sentences/s: 2.00; hypotheses that differ: 2 of 100" in report
     assert "- FAIL: beam 4 in float32: no real difference between the GPU's hypotheses and the CPU's" in report
-    assert "- fp16, vaswani_transformer: float16 products on cuda:0: torch.mm(out_dtype=torch.float32), checked " \
+    assert (
+        "- fp16, vaswani_transformer: float16 products on cuda:0: torch.mm(out_dtype=torch.float32), checked "
         "against float32" in report
-    assert "- wall time: 3.0 minutes from the command's start (the install and the data: 1.2; stage (a) 1.5, ended " \
+    )
+    assert (
+        "- wall time: 3.0 minutes from the command's start (the install and the data: 1.2; stage (a) 1.5, ended "
         "at minute 3.0 of at most 4)" in report
-    assert report.index("## (a) Checks") < report.index("## (b) Speed\n\nNot written yet: stage (b) is running, "
-                                                        "or the run was cut short before it ended.")
+    )
+    assert report.index("## (a) Checks") < report.index(
+        "## (b) Speed\n\nNot written yet: stage (b) is running, or the run was cut short before it ended."
+    )
     assert "## (b) Training" not in report
 
-    training_b = {**plugin, ("fp16", "transformer"): dict(fairseq_fp16, peak_memory_mb=1600.0, gpu_busy=88.0),
-                  ("amp", "vaswani_transformer"): dict(fp16, peak_memory_mb=1200.0),
-                  ("amp", "transformer"): {"error": "FloatingPointError: Minimum loss scale reached (0.0001)."},
-                  ("bf16-autocast", "transformer"): dict(fp16, loss_scales=[], peak_memory_mb=None)}
-    speed = [host_cost_run("the plugin at the one-GPU default", 4096, 33000, "92.0%"),
-             dict(name="the plugin at 3,125 tokens a GPU", tokens=3125, command="python benchmarks/host_cost.py",
-                  output="Killed", error="stopped after 70 s")]
+    training_b = {
+        **plugin,
+        ("fp16", "transformer"): dict(fairseq_fp16, peak_memory_mb=1600.0, gpu_busy=88.0),
+        ("amp", "vaswani_transformer"): dict(fp16, peak_memory_mb=1200.0),
+        ("amp", "transformer"): {"error": "FloatingPointError: Minimum loss scale reached (0.0001)."},
+        ("bf16-autocast", "transformer"): dict(fp16, loss_scales=[], peak_memory_mb=None),
+    }
+    speed = [
+        host_cost_run("the plugin at the one-GPU default", 4096, 33000, "92.0%"),
+        dict(
+            name="the plugin at 3,125 tokens a GPU",
+            tokens=3125,
+            command="python benchmarks/host_cost.py",
+            output="Killed",
+            error="stopped after 70 s",
+        ),
+    ]
     checks_b = gpu_acceptance.training_checks(training_b, precisions, gpu_acceptance.CRITERIA)
     checks_b += [(f"speed run: {run['name']}", "error" not in run) for run in speed]
     facts.update(wall_minutes=8.5, b=dict(training=training_b, speed=speed, checks=checks_b, minutes=5.5, ended=8.5))
     report = gpu_acceptance.render_report(facts)
-    assert "Not written yet" not in report and "(the install and the data: 1.2; stage (a) 1.5, ended at minute 3.0 " \
-        "of at most 4; stage (b) 5.5, ended at minute 8.5 of at most 9)" in report
-    assert "| amp | transformer | FAILED: FloatingPointError: Minimum loss scale reached (0.0001). |" in report
-    assert f"| bf16-autocast | vaswani_transformer | 100 | 13.100 → 7.750 | yes | {tokens:.0f} | 900 | - | 1 |" \
+    assert (
+        "Not written yet" not in report
+        and "(the install and the data: 1.2; stage (a) 1.5, ended at minute 3.0 "
+        "of at most 4; stage (b) 5.5, ended at minute 8.5 of at most 9)"
         in report
+    )
+    assert "| amp | transformer | FAILED: FloatingPointError: Minimum loss scale reached (0.0001). |" in report
+    assert (
+        f"| bf16-autocast | vaswani_transformer | 100 | 13.100 → 7.750 | yes | {tokens:.0f} | 900 | - | 1 |" in report
+    )
     # The plugin against fairseq (half its tokens/s): the ratios of their rows.
     assert f"| fp16 | {tokens:.0f} | {tokens / 2:.0f} | 2.00 | 1000 | 1600 | {1000 / 1600:.2f} |" in report
     assert f"| bf16-autocast | {tokens:.0f} | {tokens:.0f} | 1.00 | 900 | - | - |" in report
     assert "| amp | a run failed |" in report
-    assert "the median of its 250 ms samples; a step bound by the host leaves the GPU idle): fp16: plugin - %, " \
+    assert (
+        "the median of its 250 ms samples; a step bound by the host leaves the GPU idle): fp16: plugin - %, "
         "fairseq 88 %; amp: plugin - %, fairseq - %; bf16-autocast: plugin - %, fairseq - %" in report
-    assert "| the plugin at the one-GPU default | 4096 | 380 | 33000 | 41.5 % | 92.0 % | 21000 | 25200 | 124.1 | " \
+    )
+    assert (
+        "| the plugin at the one-GPU default | 4096 | 380 | 33000 | 41.5 % | 92.0 % | 21000 | 25200 | 124.1 | "
         "60.2 | 1.5 | 9.9 | 0.40 | 797 | 6 |" in report
+    )
     assert "- held: the memory model >= the measured peak at the one-GPU default (1.20)" in report
     assert "| the plugin at 3,125 tokens a GPU | 3125 | FAILED: stopped after 70 s |" in report
     assert "- held: MFU of the plugin at the one-GPU default >= 40 % (0.41)" in report
@@ -290,8 +403,10 @@ def test_gpu_busy_is_the_median_of_nvidia_smis_samples_within_each_run():
     """nvidia-smi's `timestamp, utilization.gpu` lines, local time as time.time() counts; a line cut short by the
     stop is left out; a run's share is the median of the samples within its start and end."""
     start = datetime(2026, 11, 26, 16, 16, 0)
-    lines = [f"{(start + timedelta(seconds=i / 4)).strftime('%Y/%m/%d %H:%M:%S.%f')[:-3]}, {percent}"
-             for i, percent in enumerate([10, 20, 90, 80, 70, 30])] + ["2026/11/26 16:16:0"]
+    lines = [
+        f"{(start + timedelta(seconds=i / 4)).strftime('%Y/%m/%d %H:%M:%S.%f')[:-3]}, {percent}"
+        for i, percent in enumerate([10, 20, 90, 80, 70, 30])
+    ] + ["2026/11/26 16:16:0"]
     samples = gpu_acceptance.parse_gpu_busy("\n".join(lines) + "\n")
     assert [percent for _, percent in samples] == [10, 20, 90, 80, 70, 30]
     assert samples[0][0] == pytest.approx(start.timestamp()) and samples[5][0] - samples[0][0] == pytest.approx(1.25)
@@ -313,7 +428,8 @@ def test_stage_a_decodes_the_first_precision_that_trained(tmp_path):
 
     def chosen(*rows):
         return gpu_acceptance.decoded_precision(
-            {(p, "vaswani_transformer"): row for p, row in zip(precisions, rows)}, precisions, tmp_path)
+            {(p, "vaswani_transformer"): row for p, row in zip(precisions, rows)}, precisions, tmp_path
+        )
 
     assert chosen(good, good, good) == "fp16"
     assert chosen({"error": "RuntimeError: CUDA error"}, good, good) == "amp"
@@ -337,9 +453,14 @@ def test_stage_a_s_worker_decodes_the_checkpoint_it_chooses_after_training(tmp_p
     precisions = ["fp16", "amp", "bf16-autocast"]
     checkpoint = work / "checkpoints" / "amp" / "checkpoint_last.pt"
     assert gpu_acceptance.decoded_checkpoint(work, precisions) == ("amp", checkpoint)
-    job = dict(name="decode", tool="subset", argv=[gpu_acceptance.CHOSEN, "test", "1", str(tmp_path / "dest")],
-               log=str(tmp_path / "decode.log"), result=str(tmp_path / "decode.json"),
-               decodes=dict(work=str(work), precisions=precisions))
+    job = dict(
+        name="decode",
+        tool="subset",
+        argv=[gpu_acceptance.CHOSEN, "test", "1", str(tmp_path / "dest")],
+        log=str(tmp_path / "decode.log"),
+        result=str(tmp_path / "decode.json"),
+        decodes=dict(work=str(work), precisions=precisions),
+    )
     (tmp_path / "jobs.json").write_text(json.dumps([job]))
 
     def decoded():
@@ -358,7 +479,9 @@ def test_near_ties_and_real_differences_between_two_devices(trained, tmp_path):
     give a hypothesis an exact tie with the CPU's; dropping a word from one is a real difference. The scores that
     compare them are the search's own (the H- lines' scores, base 2), and each is counted where it belongs."""
     from fairseq.data import Dictionary
+
     from vaswani_plugin.checkpoints.storage import load_checkpoint
+
     checkpoint, data, _ = trained
     dictionary = Dictionary.load(str(data / "dict.src.txt"))
     a, b = dictionary.index("x3"), dictionary.index("x11")
@@ -367,8 +490,12 @@ def test_near_ties_and_real_differences_between_two_devices(trained, tmp_path):
         if weight.dim() == 2 and weight.size(0) == len(dictionary):  # the embeddings and the output projection
             weight[b] = weight[a]
     torch.save(state, tmp_path / "tied.pt")
-    job = dict(name="generate", tool="generate", log=str(tmp_path / "generate.log"), argv=gpu_acceptance.generate_argv(
-        data, "test", tmp_path / "tied.pt", False, "cpu", tmp_path / "cpu"))
+    job = dict(
+        name="generate",
+        tool="generate",
+        log=str(tmp_path / "generate.log"),
+        argv=gpu_acceptance.generate_argv(data, "test", tmp_path / "tied.pt", False, "cpu", tmp_path / "cpu"),
+    )
     assert "error" not in gpu_acceptance.run_job(job)
     text = (tmp_path / "cpu" / "generate-test.txt").read_text()
     _, cpu, h_scores = gpu_acceptance.parse_generate("", text)
@@ -380,8 +507,9 @@ def test_near_ties_and_real_differences_between_two_devices(trained, tmp_path):
     device[real] = " ".join(cpu[real].split()[:-1])
     (tmp_path / "device.txt").write_text("".join(f"H-{i}\t{h_scores[i]}\t{h}\n" for i, h in device.items()))
 
-    comparison = gpu_acceptance.compare_on_both_devices(data, tmp_path / "tied.pt", tmp_path / "cpu" /
-                                                        "generate-test.txt", tmp_path / "device.txt", "cpu")
+    comparison = gpu_acceptance.compare_on_both_devices(
+        data, tmp_path / "tied.pt", tmp_path / "cpu" / "generate-test.txt", tmp_path / "device.txt", "cpu"
+    )
     for i, score in h_scores.items():  # fairseq-generate prints scores in base 2
         assert comparison["scores"][str(i)] == pytest.approx(score * math.log(2), abs=1e-4), i
     assert comparison["drift"] == 0 and comparison["tolerance"] == gpu_acceptance.TOLERANCE_FLOOR
@@ -434,16 +562,27 @@ def test_peak_memory_includes_every_steps_peak(monkeypatch):
     cuda = FakeCuda()
     for name in ("is_available", "empty_cache", "max_memory_allocated", "reset_peak_memory_stats"):
         monkeypatch.setattr(torch.cuda, name, getattr(cuda, name, lambda: True))
-    monkeypatch.setattr(gpu_acceptance, "write_first_sentences",
-                        lambda *argv: fairseq_steps(cuda, lambda: torch.cuda.reset_peak_memory_stats()))
+    monkeypatch.setattr(
+        gpu_acceptance,
+        "write_first_sentences",
+        lambda *argv: fairseq_steps(cuda, lambda: torch.cuda.reset_peak_memory_stats()),
+    )
     result = gpu_acceptance.run_job(dict(name="steps", tool="subset", argv=[], log=os.devnull))
     assert result["peak_memory_mb"] == 12
 
 
 def test_a_run_that_kills_the_worker_fails_alone_and_the_rest_still_run(tmp_path):
     """Each of these jobs kills the worker (its log cannot be opened): one worker per job, each job failed."""
-    jobs = [dict(name=f"job{i}", tool="train", argv=[], log=str(tmp_path / "missing" / f"job{i}.log"),
-                 result=str(tmp_path / f"job{i}.json")) for i in range(2)]
+    jobs = [
+        dict(
+            name=f"job{i}",
+            tool="train",
+            argv=[],
+            log=str(tmp_path / "missing" / f"job{i}.log"),
+            result=str(tmp_path / f"job{i}.json"),
+        )
+        for i in range(2)
+    ]
     results = gpu_acceptance.run_jobs(jobs, tmp_path, tmp_path / "worker.log")
     assert list(results) == ["job0", "job1"]
     for result in results.values():
@@ -453,8 +592,16 @@ def test_a_run_that_kills_the_worker_fails_alone_and_the_rest_still_run(tmp_path
 
 def test_no_job_starts_after_its_stage_deadline(tmp_path):
     """Jobs past the deadline are not run (these would kill the worker): their results say why."""
-    jobs = [dict(name=f"job{i}", tool="train", argv=[], log=str(tmp_path / "missing" / f"job{i}.log"),
-                 result=str(tmp_path / f"job{i}.json")) for i in range(2)]
+    jobs = [
+        dict(
+            name=f"job{i}",
+            tool="train",
+            argv=[],
+            log=str(tmp_path / "missing" / f"job{i}.log"),
+            result=str(tmp_path / f"job{i}.json"),
+        )
+        for i in range(2)
+    ]
     results = gpu_acceptance.run_jobs(jobs, tmp_path, tmp_path / "worker.log", time.time() - 1, "the end")
     assert results == {"job0": {"error": "not run: past the end"}, "job1": {"error": "not run: past the end"}}
 
@@ -463,8 +610,10 @@ def test_the_run_in_progress_at_the_deadline_is_stopped(tmp_path):
     """A run that would go on for ever (its log a FIFO nobody reads: opening it blocks) is stopped at the deadline,
     the worker killed; the run after it is not started."""
     os.mkfifo(tmp_path / "blocking.log")
-    jobs = [dict(name=name, tool="train", argv=[], log=str(tmp_path / log), result=str(tmp_path / f"{name}.json"))
-            for name, log in (("forever", "blocking.log"), ("next", "next.log"))]
+    jobs = [
+        dict(name=name, tool="train", argv=[], log=str(tmp_path / log), result=str(tmp_path / f"{name}.json"))
+        for name, log in (("forever", "blocking.log"), ("next", "next.log"))
+    ]
     started = time.monotonic()
     results = gpu_acceptance.run_jobs(jobs, tmp_path, tmp_path / "worker.log", time.time() + 2, "the end")
     assert 2 <= time.monotonic() - started < 30
@@ -475,18 +624,24 @@ def test_without_a_gpu_a_report_of_what_the_machine_showed_and_exit_1(tmp_path):
     """No GPU visible and no stand-in: nothing prepared or run; the report (in --report-dir, the kit command's
     $OUT) says so with torch's own view of CUDA, and the one line on stderr says where it is."""
     out = tmp_path / "out"
-    result = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_acceptance.sh"), "--report-dir", str(out)],
-                            capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                            env=dict(os.environ, CUDA_VISIBLE_DEVICES="", WORK_DIR=str(tmp_path / "work"),
-                                     PYTHON=sys.executable))
+    result = subprocess.run(
+        ["bash", str(REPO / "benchmarks" / "gpu_acceptance.sh"), "--report-dir", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=dict(os.environ, CUDA_VISIBLE_DEVICES="", WORK_DIR=str(tmp_path / "work"), PYTHON=sys.executable),
+    )
     assert result.returncode == 1 and result.stdout == ""
     try:
         torch.cuda.init()
         init = "no error"
     except Exception as error:
         init = " ".join(f"{type(error).__name__}: {error}".split())
-    assert result.stderr == (f"gpu_acceptance: error: no GPU visible (torch.cuda.is_available() is False; "
-                             f"torch.cuda.init(): {init}); report written to {out / 'gpu_acceptance_report.md'}\n")
+    assert result.stderr == (
+        f"gpu_acceptance: error: no GPU visible (torch.cuda.is_available() is False; "
+        f"torch.cuda.init(): {init}); report written to {out / 'gpu_acceptance_report.md'}\n"
+    )
     assert sorted(path.name for path in tmp_path.iterdir()) == ["out"]  # nothing prepared
     assert [path.name for path in out.iterdir()] == ["gpu_acceptance_report.md"]
     report = (out / "gpu_acceptance_report.md").read_text()
@@ -508,14 +663,30 @@ def test_multi30k_not_prepared_is_a_report_and_exit_1(case, tmp_path, monkeypatc
     monkeypatch.setenv("GPU_ACCEPTANCE_STARTED", str(int(time.time()) - 3600 * late))
     out, work = tmp_path / "out", tmp_path / "work"
     with pytest.raises(SystemExit) as exit:  # main(), in this process
-        gpu_acceptance.main(["--device", "cpu", "--tiny", "--raw-dir", str(tmp_path / "raw"), "--work-dir",
-                             str(work), "--report-dir", str(out)])
-    why = ("Multi30k not prepared: past stage (a)'s end, 20 s before minute 20 of the command" if late else
-           "preparing Multi30k failed (exit status 1)")
+        gpu_acceptance.main(
+            [
+                "--device",
+                "cpu",
+                "--tiny",
+                "--raw-dir",
+                str(tmp_path / "raw"),
+                "--work-dir",
+                str(work),
+                "--report-dir",
+                str(out),
+            ]
+        )
+    why = (
+        "Multi30k not prepared: past stage (a)'s end, 20 s before minute 20 of the command"
+        if late
+        else "preparing Multi30k failed (exit status 1)"
+    )
     printed = capsys.readouterr()
     assert exit.value.code == 1 and printed.out == ""
-    assert printed.err.splitlines()[-1] == \
-        f"gpu_acceptance: error: {why}; report written to {out / 'gpu_acceptance_report.md'}"
+    assert (
+        printed.err.splitlines()[-1]
+        == f"gpu_acceptance: error: {why}; report written to {out / 'gpu_acceptance_report.md'}"
+    )
     report = (out / "gpu_acceptance_report.md").read_text()
     assert report.startswith("# GPU acceptance of vaswani_plugin: NOT RUN, Multi30k not prepared\n")
     assert f"\n{why}. The last lines of {work / 'prepare.log'}:\n" in report
@@ -525,39 +696,64 @@ def test_multi30k_not_prepared_is_a_report_and_exit_1(case, tmp_path, monkeypatc
 
 
 def test_user_errors_are_one_line(tmp_path):
-    result = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu"], capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--device", "cpu"], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert result.stderr.splitlines()[-1] == \
-        "gpu_acceptance: error: --device cpu trains the base model for hours: add --tiny (the CPU stand-in)"
-    result = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--tiny", "--data", str(tmp_path)],
-                            capture_output=True, text=True, timeout=120)
+    assert (
+        result.stderr.splitlines()[-1]
+        == "gpu_acceptance: error: --device cpu trains the base model for hours: add --tiny (the CPU stand-in)"
+    )
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--device", "cpu", "--tiny", "--data", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert result.stderr == (f"gpu_acceptance: error: --data {tmp_path}: no binarised train and test splits there "
-                             "(fairseq-preprocess output)\n")
+    assert result.stderr == (
+        f"gpu_acceptance: error: --data {tmp_path}: no binarised train and test splits there "
+        "(fairseq-preprocess output)\n"
+    )
     (tmp_path / "unfinished").mkdir()
     (tmp_path / "unfinished" / "kit.json").write_text('{"complete": false}')
-    for argv, env, message in [(["--kit", str(tmp_path)], {}, f"--kit {tmp_path}: no kit.json there (made by "
-                                                                "benchmarks/gpu_kit.sh)"),
-                               (["--kit", str(tmp_path / "unfinished")], {}, f"--kit {tmp_path / 'unfinished'}: its "
-                                "build did not finish: run benchmarks/gpu_kit.sh again"),
-                               ([], {"GPU_ACCEPTANCE_STAND_IN": "yes"},
-                                "GPU_ACCEPTANCE_STAND_IN=yes: 1 (the CPU stand-in) or 0"),
-                               ([], {"GPU_ACCEPTANCE_STARTED": "$(date +%s)"},
-                                "GPU_ACCEPTANCE_STARTED=$(date +%s): the command's start in seconds since the epoch, "
-                                "as `date +%s` prints it")]:
-        result = subprocess.run([sys.executable, str(SCRIPT), *argv], capture_output=True, text=True, timeout=120,
-                                env=dict(os.environ, **env))
+    for argv, env, message in [
+        (["--kit", str(tmp_path)], {}, f"--kit {tmp_path}: no kit.json there (made by benchmarks/gpu_kit.sh)"),
+        (
+            ["--kit", str(tmp_path / "unfinished")],
+            {},
+            f"--kit {tmp_path / 'unfinished'}: its build did not finish: run benchmarks/gpu_kit.sh again",
+        ),
+        ([], {"GPU_ACCEPTANCE_STAND_IN": "yes"}, "GPU_ACCEPTANCE_STAND_IN=yes: 1 (the CPU stand-in) or 0"),
+        (
+            [],
+            {"GPU_ACCEPTANCE_STARTED": "$(date +%s)"},
+            "GPU_ACCEPTANCE_STARTED=$(date +%s): the command's start in seconds since the epoch, "
+            "as `date +%s` prints it",
+        ),
+    ]:
+        result = subprocess.run(
+            [sys.executable, str(SCRIPT), *argv],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=dict(os.environ, **env),
+        )
         assert result.returncode == 2 and result.stderr.splitlines()[-1] == f"gpu_acceptance: error: {message}"
 
 
 # ---------------------------------------------------------------------------------------------------------
 # The CPU stand-in, end to end.
 
+
 def run_acceptance(data, work, *options):
-    return subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--data", str(data), "--work-dir", str(work),
-                           *options], capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), "--tiny", "--data", str(data), "--work-dir", str(work), *options],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
 
 
 def stand_in(lane):
@@ -573,15 +769,16 @@ def table_row(report, section, *first_cells):
     (text,) = [part for part in report.split("\n## ") if part.startswith(section)]
     for line in text.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if line.startswith("|") and cells[:len(first_cells)] == list(first_cells):
+        if line.startswith("|") and cells[: len(first_cells)] == list(first_cells):
             return cells
     raise AssertionError(f"no row {first_cells} in the report")
 
 
 def log_windows(path):
     """The train_inner records of a fairseq json log, read here independently of gpu_acceptance."""
-    return [json.loads(line.split(" | ", 3)[3]) for line in path.read_text().splitlines()
-            if " | train_inner | " in line]
+    return [
+        json.loads(line.split(" | ", 3)[3]) for line in path.read_text().splitlines() if " | train_inner | " in line
+    ]
 
 
 STAND_IN = ("gpu_kit", "gpu_acceptance_stand_in")
@@ -598,14 +795,20 @@ def test_stand_in_reports_the_machine_and_passes_every_check(lane):
     cpu = re.search(r"^model name\s*: (.*)$", Path("/proc/cpuinfo").read_text(), re.M)[1]
     assert table_row(report, "Machine", "CPU") == ["CPU", f"{cpu}, {os.cpu_count()} cores"]
     assert re.search(r"^- date: \d{4}-\d\d-\d\d \d\d:\d\d UTC$", report, re.M)
-    assert f"- command: `GPU_ACCEPTANCE_STAND_IN=1 python benchmarks/gpu_acceptance.py --kit {kit} --raw-dir " \
+    assert (
+        f"- command: `GPU_ACCEPTANCE_STAND_IN=1 python benchmarks/gpu_acceptance.py --kit {kit} --raw-dir "
         f"{kit}/multi30k --work-dir {work} --report-dir {out}`" in report
+    )
     assert f"- data: {work / 'data' / 'data-bin'}" in report  # the kit's Multi30k, prepared there
     assert report.count("- pass: ") == 15 and "FAIL" not in report
     assert "\nGPU busy during each run: not measured (no GPU, or no nvidia-smi, on this machine)\n" in report
-    assert re.search(r"^- wall time: [\d.]+ minutes from the command's start \(the install and the data: [\d.]+; "
-                     r"stage \(a\) [\d.]+, ended at minute [\d.]+ of at most 20; stage \(b\) [\d.]+, ended at minute "
-                     r"[\d.]+ of at most 40\)$", report, re.M)
+    assert re.search(
+        r"^- wall time: [\d.]+ minutes from the command's start \(the install and the data: [\d.]+; "
+        r"stage \(a\) [\d.]+, ended at minute [\d.]+ of at most 20; stage \(b\) [\d.]+, ended at minute "
+        r"[\d.]+ of at most 40\)$",
+        report,
+        re.M,
+    )
 
 
 def stand_in_runs():
@@ -629,8 +832,12 @@ def test_stand_in_training_rows_are_those_of_the_logs(lane):
         tokens_per_s[section, precision, impl] = statistics.median(float(w["wps"]) for w in windows[1:])
         peak = json.loads((work / "results" / f"{name}.json").read_text())["peak_memory_mb"]
         cells = table_row(report, section, precision, impl)
-        assert cells[2:6] == ["20", f"{losses[0]:.3f} → {losses[-1]:.3f}", "yes",
-                              f"{tokens_per_s[section, precision, impl]:.0f}"]
+        assert cells[2:6] == [
+            "20",
+            f"{losses[0]:.3f} → {losses[-1]:.3f}",
+            "yes",
+            f"{tokens_per_s[section, precision, impl]:.0f}",
+        ]
         assert losses[-1] < losses[0] and all(map(math.isfinite, losses))
         assert cells[6:] == [f"{peak:.0f}", "-", "0"]
         # What fairseq ran, from its own config dump: the implementation, its criterion, the precision.
@@ -640,8 +847,7 @@ def test_stand_in_training_rows_are_those_of_the_logs(lane):
         assert ("'bf16_autocast': 'on'" in text) == (precision == "bf16-autocast")
         assert ("| precision: bfloat16 autocast (--bf16-autocast on)" in text) == (precision == "bf16-autocast")
         assert "'fp16': False" in text and "'amp': False" in text
-        saved = f"'save_dir': '{work / 'checkpoints' / precision}'" if name.startswith("train-a") else \
-            "'no_save': True"
+        saved = f"'save_dir': '{work / 'checkpoints' / precision}'" if name.startswith("train-a") else "'no_save': True"
         assert saved in text  # stage (a) saves each precision's checkpoint: the first that trained is decoded
     for precision in ("fp16", "amp"):
         assert table_row(report, "(a) Training", precision, "vaswani_transformer")[2] == "needs a GPU"
@@ -651,8 +857,10 @@ def test_stand_in_training_rows_are_those_of_the_logs(lane):
     with pytest.raises(AssertionError, match="no row"):  # stage (a) trains the plugin alone
         table_row(report, "(a) Training", "fp32", "transformer")
     for precision in ("fp32", "bf16-autocast"):
-        ratio = tokens_per_s["(b) Training", precision, "vaswani_transformer"] / \
-            tokens_per_s["(b) Training", precision, "transformer"]
+        ratio = (
+            tokens_per_s["(b) Training", precision, "vaswani_transformer"]
+            / tokens_per_s["(b) Training", precision, "transformer"]
+        )
         cells = table_row(report, "(b) The plugin against", precision)
         assert float(cells[3]) == pytest.approx(ratio, abs=0.006)
         assert float(cells[6]) == pytest.approx(float(cells[4]) / float(cells[5]), abs=0.01)
@@ -667,31 +875,43 @@ def test_stand_in_decodes_the_first_100_test_sentences_on_cpu_and_device_and_cou
     assert "from the fp32 run's checkpoint" in report
     sources = sources[:100]
     hypotheses = {}
-    for name, title in (("cpu", "CPU, float32"), ("fp32", "stand-in device (the CPU), float32"),
-                        ("fp16", "stand-in device (the CPU), fp16")):
+    for name, title in (
+        ("cpu", "CPU, float32"),
+        ("fp32", "stand-in device (the CPU), float32"),
+        ("fp16", "stand-in device (the CPU), fp16"),
+    ):
         text = (work / f"generate-{name}" / "generate-test.txt").read_text()
         hypotheses[name] = dict(line.split("\t")[::2] for line in text.splitlines() if line.startswith("H-"))
-        assert dict(line.split("\t") for line in text.splitlines() if line.startswith("S-")) == \
-            {f"S-{i}": source for i, source in enumerate(sources)}  # the first 100 of 103, each once
+        assert dict(line.split("\t") for line in text.splitlines() if line.startswith("S-")) == {
+            f"S-{i}": source for i, source in enumerate(sources)
+        }  # the first 100 of 103, each once
         log = (work / "logs" / f"generate-{name}.log").read_text()
         timing = re.search(r"Translated (\d+) sentences .* \(([\d.]+) sentences/s, ([\d.]+) tokens/s\)", log)
-        assert table_row(report, "(a) Beam-4", title)[1:4] == ["100", f"{float(timing[2]):.1f}",
-                                                             f"{float(timing[3]):.1f}"]
+        assert table_row(report, "(a) Beam-4", title)[1:4] == [
+            "100",
+            f"{float(timing[2]):.1f}",
+            f"{float(timing[3]):.1f}",
+        ]
         assert ("'fp16': True" in log) == (name == "fp16") and "'cpu': True" in log
         # On the device, an untimed run of the same decoding came first (CUDA's kernels load at their first use).
         warm_up = work / f"warm-up-{name}" / "generate-test.txt"
         assert warm_up.exists() == (name != "cpu")
         if name != "cpu":
             assert warm_up.read_text() == text
-            runs = report[report.index("## Runs"):]
-            assert runs.index(f"--results-path {warm_up.parent} ") < \
-                runs.index(f"--results-path {work / f'generate-{name}'} ")
+            runs = report[report.index("## Runs") :]
+            assert runs.index(f"--results-path {warm_up.parent} ") < runs.index(
+                f"--results-path {work / f'generate-{name}'} "
+            )
     same = sum(hypotheses["fp32"][i] == hypotheses["cpu"][i] for i in hypotheses["cpu"])
-    assert f"stand-in device (the CPU) float32 against the CPU, of 100 sentences: {same} identical, " \
+    assert (
+        f"stand-in device (the CPU) float32 against the CPU, of 100 sentences: {same} identical, "
         f"{100 - same} near-ties, 0 real differences" in report
+    )
     # Two CPUs: no drift, so the tolerance is its floor.
-    assert f"a near-tie's scores differ by at most {gpu_acceptance.TOLERANCE_FLOOR:.2e}: twice the drift between " \
+    assert (
+        f"a near-tie's scores differ by at most {gpu_acceptance.TOLERANCE_FLOOR:.2e}: twice the drift between "
         "the devices, 0.00e+00," in report
+    )
     changed = sum(hypotheses["fp16"][i] != hypotheses["fp32"][i] for i in hypotheses["fp32"])
     assert f"hypotheses that differ: {changed} of 100 " in report
 
@@ -707,8 +927,10 @@ def test_stand_in_speed_runs_are_host_costs(lane):
         row = gpu_acceptance.parse_host_cost(printed)
         assert row["implementation"] == ("transformer" if "fairseq" in name else "vaswani_transformer")
         assert row["optimizer"] == ("adam" if "fairseq" in name else "vaswani_adam")
-        assert f"| {name} | {gpu_acceptance.TINY.host_cost_tokens[which]} | {row['updates']} | " \
-            f"{row['tokens_per_s']:.0f} | - | - | {row['peak_memory_mb']:.0f} | " in report  # no GPU: no MFU, busy
+        assert (
+            f"| {name} | {gpu_acceptance.TINY.host_cost_tokens[which]} | {row['updates']} | "
+            f"{row['tokens_per_s']:.0f} | - | - | {row['peak_memory_mb']:.0f} | " in report
+        )  # no GPU: no MFU, busy
         assert (row["model_memory_mb"] is None) == (row["implementation"] == "transformer")  # the plugin's model
     assert "- not measured: MFU of the plugin at the one-GPU default >= 40 % (-)" in report  # no GPU
     assert "- held: tokens/s >= 1.5x" in report or "- not held: tokens/s >= 1.5x" in report  # the CPU's tokens/s

@@ -18,7 +18,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from cli_helpers import REPO
 from doc_blocks import block
 from gpu_kit_jobs import PYTHON_VERSION, git_status
@@ -29,8 +28,10 @@ import gpu_kit  # noqa: E402
 TAG = "cp" + PYTHON_VERSION.replace(".", "")
 OWN = {"vaswani_plugin", "prepare", "speed", "gpu_acceptance", "host_cost"}  # the repository's own modules
 # Imported by the repository's code but by no run of the acceptance, and left out of the kit on purpose.
-LEFT_OUT = {"ctranslate2": "the [ctranslate2] extra, a 43 MB wheel: no run of the acceptance exports to CTranslate2",
-            "fp16_on_cpu": "tests/fp16_on_cpu.py, which host_cost.py imports for fp16 or amp on a CPU only"}
+LEFT_OUT = {
+    "ctranslate2": "the [ctranslate2] extra, a 43 MB wheel: no run of the acceptance exports to CTranslate2",
+    "fp16_on_cpu": "tests/fp16_on_cpu.py, which host_cost.py imports for fp16 or amp on a CPU only",
+}
 
 
 def built_kit(lane):
@@ -63,8 +64,7 @@ def test_kit_is_at_most_50_mib_with_one_wheel_of_each_package_for_this_python(la
             assert version == importlib.metadata.version(name.replace("_", "-")), name
     manifest = json.loads((kit / "kit.json").read_text())
     assert manifest["complete"] and manifest["python"] == PYTHON_VERSION
-    names = ["test_2016_flickr.de.gz", "test_2016_flickr.en.gz", "train.de.gz", "train.en.gz", "val.de.gz",
-             "val.en.gz"]
+    names = ["test_2016_flickr.de.gz", "test_2016_flickr.en.gz", "train.de.gz", "train.en.gz", "val.de.gz", "val.en.gz"]
     assert sorted(path.name for path in (kit / "multi30k").iterdir()) == names
     for name in names:
         assert (kit / "multi30k" / name).read_bytes() == (raw / name).read_bytes()
@@ -92,8 +92,11 @@ print(json.dumps({{name: spec(sys.modules[name]) for name in set(sys.modules) - 
 
 def repository_imports():
     """Top-level modules that the code a GPU run executes imports anywhere (lazily too): module -> a file."""
-    files = [*(REPO / "vaswani_plugin").rglob("*.py"), *(REPO / "prepare").glob("*.py"),
-             *(REPO / "benchmarks" / f"{name}.py" for name in ("gpu_acceptance", "speed", "host_cost"))]
+    files = [
+        *(REPO / "vaswani_plugin").rglob("*.py"),
+        *(REPO / "prepare").glob("*.py"),
+        *(REPO / "benchmarks" / f"{name}.py" for name in ("gpu_acceptance", "speed", "host_cost")),
+    ]
     found = {}
     for path in files:
         for node in ast.walk(ast.parse(path.read_text())):
@@ -133,23 +136,42 @@ def standard(module):
 @pytest.mark.lane("gpu_kit")
 def test_every_module_a_run_imports_is_in_the_gpu_image_or_the_kit(lane):
     _, kit, _, _ = built_kit(lane)
-    done = subprocess.run([sys.executable, "-c", RECORD_IMPORTS.format(repo=str(REPO))], capture_output=True,
-                          text=True, timeout=300, cwd=REPO)
+    done = subprocess.run(
+        [sys.executable, "-c", RECORD_IMPORTS.format(repo=str(REPO))],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     # A name whose module's spec has another (Cython's shared modules, scipy's extensions registered twice) is
     # not imported by that name: its package is.
-    loaded = {name: "loaded by a run" for name, spec in json.loads(done.stdout.splitlines()[-1]).items()
-              if spec == name}
+    loaded = {
+        name: "loaded by a run" for name, spec in json.loads(done.stdout.splitlines()[-1]).items() if spec == name
+    }
     modules = {**loaded, **repository_imports()}
-    assert {"fairseq", "hydra", "omegaconf", "antlr4", "bitarray", "sacremoses", "subword_nmt", "sacrebleu",
-            "numpy", "torch", "ctranslate2"} <= set(modules)  # the walk sees what it must
+    assert {
+        "fairseq",
+        "hydra",
+        "omegaconf",
+        "antlr4",
+        "bitarray",
+        "sacremoses",
+        "subword_nmt",
+        "sacrebleu",
+        "numpy",
+        "torch",
+        "ctranslate2",
+    } <= set(modules)  # the walk sees what it must
     distributions = importlib.metadata.packages_distributions()
     in_kit = kit_modules(kit)
     missing = []
     for module, where in sorted(modules.items()):
         if standard(module) or module in OWN | set(LEFT_OUT) | in_kit:
             continue
-        if module not in distributions or not any(gpu_kit.normalize(dist) in gpu_kit.IMAGE_PACKAGES for dist in distributions[module]):
+        if module not in distributions or not any(
+            gpu_kit.normalize(dist) in gpu_kit.IMAGE_PACKAGES for dist in distributions[module]
+        ):
             missing.append(f"{module} ({', '.join(distributions.get(module, ['no distribution']))}; {where})")
     assert not missing, f"neither in the GPU image nor in the kit: {missing}"
 
@@ -161,8 +183,9 @@ def test_the_last_line_printed_is_the_command_and_fits_the_device_tool(lane):
     command = built.stdout.splitlines()[-1]
     assert built.stdout.count("\n") == 1  # the progress went to stderr
     assert kit == clone / ".gpu_kit" and len(command) <= 2000  # as the device tool runs it: carry [".gpu_kit"]
-    assert command.startswith("export GPU_ACCEPTANCE_STARTED=$(date +%s) && python3 -m pip install -q --no-index "
-                              "--no-deps --no-compile ")
+    assert command.startswith(
+        "export GPU_ACCEPTANCE_STARTED=$(date +%s) && python3 -m pip install -q --no-index --no-deps --no-compile "
+    )
     assert " .gpu_kit/*.whl && " in command and '--report-dir "${OUT:-.gpu_kit}"' in command
     assert command == gpu_kit.command(REPO / ".gpu_kit")  # the same from this checkout
     assert "outside the repository" not in built.stderr
@@ -199,10 +222,15 @@ def test_the_command_installs_the_kit_and_writes_both_stages_to_out(lane):
     assert f"| fairseq | ve-fairseq {importlib.metadata.version('ve-fairseq')}, {site / 'fairseq'} |" in report
     assert "| GPU kit | .gpu_kit: built " in report  # as the command names it
     assert "## (a) Checks" in report and "## (b) Checks" in report and "FAIL" not in report
-    archived = subprocess.run(["tar", "tzf", str(out / "gpu_acceptance_logs.tar.gz")], capture_output=True,
-                              text=True, check=True).stdout.split()
-    assert {"gpu_acceptance/logs/train-a-fp32.log", "gpu_acceptance/logs/train-b-fp32-transformer.log",
-            "gpu_acceptance/host_cost-0.txt", "gpu_acceptance/prepare.log"} <= set(archived)
+    archived = subprocess.run(
+        ["tar", "tzf", str(out / "gpu_acceptance_logs.tar.gz")], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert {
+        "gpu_acceptance/logs/train-a-fp32.log",
+        "gpu_acceptance/logs/train-b-fp32-transformer.log",
+        "gpu_acceptance/host_cost-0.txt",
+        "gpu_acceptance/prepare.log",
+    } <= set(archived)
 
 
 def test_docs_show_the_command_the_default_kit_prints():
@@ -218,13 +246,16 @@ def test_the_default_kit_folder_is_ignored_before_it_exists(tmp_path):
 def test_builder_errors_are_one_line(tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("mine")
     assert gpu_kit.main([str(tmp_path)]) == 1
-    assert capsys.readouterr().err == (f"gpu_kit: error: {tmp_path} is neither empty nor a kit (no kit.json): "
-                                       "name another folder\n")
+    assert capsys.readouterr().err == (
+        f"gpu_kit: error: {tmp_path} is neither empty nor a kit (no kit.json): name another folder\n"
+    )
     assert (tmp_path / "notes.txt").read_text() == "mine"  # nothing touched
     assert gpu_kit.main([str(REPO / "benchmarks" / "kit")]) == 1  # a folder git would take in
-    assert capsys.readouterr().err == (f"gpu_kit: error: {REPO / 'benchmarks' / 'kit'} is not git-ignored: the kit "
-                                       "holds Multi30k, whose licence forbids committing it (use .gpu_kit/, or ignore "
-                                       "the folder)\n")
+    assert capsys.readouterr().err == (
+        f"gpu_kit: error: {REPO / 'benchmarks' / 'kit'} is not git-ignored: the kit "
+        "holds Multi30k, whose licence forbids committing it (use .gpu_kit/, or ignore "
+        "the folder)\n"
+    )
     assert not (REPO / "benchmarks" / "kit").exists()
     with open(tmp_path / "big.whl", "wb") as big:  # sparse: 51 MiB that take no disk
         big.truncate(51 * 2**20)
@@ -232,5 +263,7 @@ def test_builder_errors_are_one_line(tmp_path, capsys):
         gpu_kit.check_size(tmp_path)
     with pytest.raises(SystemExit):
         gpu_kit.main(["--python-version", "312"])
-    assert capsys.readouterr().err.splitlines()[-1] == \
-        "gpu_kit: error: --python-version 312: a CPython version such as 3.12"
+    assert (
+        capsys.readouterr().err.splitlines()[-1]
+        == "gpu_kit: error: --python-version 312: a CPython version such as 3.12"
+    )

@@ -12,10 +12,10 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
-from torch.utils.flop_counter import FlopCounterMode
-
 from cli_helpers import benchmark
 from conftest import build_model, make_dictionary, random_tokens
+from torch.utils.flop_counter import FlopCounterMode
+
 from vaswani_plugin.criterions.vaswani_label_smoothed_cross_entropy import VaswaniLabelSmoothedCrossEntropy
 from vaswani_plugin.models import output_layer_loss
 from vaswani_plugin.models.output_layer_loss import SmoothedLoss, real_positions
@@ -31,9 +31,15 @@ def sample_for(dictionary, batch=4, generator=None, lengths=(6, 2, 4, 5)):
     target = random_tokens(dictionary, batch, max(lengths), generator, lengths=list(lengths)[:batch])
     prev = torch.cat([torch.full((batch, 1), dictionary.eos()), target[:, :-1]], dim=1)
     prev[target.eq(dictionary.pad())] = dictionary.pad()
-    return {"net_input": {"src_tokens": source, "src_lengths": source.ne(dictionary.pad()).sum(1),
-                          "prev_output_tokens": prev},
-            "target": target, "ntokens": int(target.ne(dictionary.pad()).sum())}
+    return {
+        "net_input": {
+            "src_tokens": source,
+            "src_lengths": source.ne(dictionary.pad()).sum(1),
+            "prev_output_tokens": prev,
+        },
+        "target": target,
+        "ntokens": int(target.ne(dictionary.pad()).sum()),
+    }
 
 
 def criterion_for(dictionary, **options):
@@ -134,8 +140,9 @@ def test_chunks_by_device(monkeypatch):
     V = 37,000) are one chunk on an 80 GB card and a few on a 16 GB one, and the loss is the same in any chunking."""
     assert output_layer_loss.chunk_logits_for(torch.device("cpu")) == 2**22
     for gigabytes, chunks in ((80, 1), (16, 4)):
-        monkeypatch.setattr(torch.cuda, "get_device_properties",
-                            lambda device, gb=gigabytes: SimpleNamespace(total_memory=gb * 10**9))
+        monkeypatch.setattr(
+            torch.cuda, "get_device_properties", lambda device, gb=gigabytes: SimpleNamespace(total_memory=gb * 10**9)
+        )
         rows = output_layer_loss.chunk_logits_for(torch.device("cuda")) // 37000
         assert -(-4096 // rows) == chunks
     dictionary = make_dictionary(30)
@@ -161,12 +168,22 @@ def test_no_host_sync_in_a_training_forward(dictionary):
     with pytest.raises(RuntimeError, match="padded before a real token"):
         criterion_for(dictionary)(model, left)
     from fairseq.models.transformer import TransformerModel, base_architecture
-    args = Namespace(encoder_embed_dim=32, decoder_embed_dim=32, encoder_ffn_embed_dim=64, decoder_ffn_embed_dim=64,
-                     encoder_attention_heads=4, decoder_attention_heads=4, encoder_layers=1, decoder_layers=1,
-                     share_all_embeddings=True)
+
+    args = Namespace(
+        encoder_embed_dim=32,
+        decoder_embed_dim=32,
+        encoder_ffn_embed_dim=64,
+        decoder_ffn_embed_dim=64,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_layers=1,
+        decoder_layers=1,
+        share_all_embeddings=True,
+    )
     base_architecture(args)
     fairseq_model = TransformerModel.build_model(
-        args, SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)).train()
+        args, SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
+    ).train()
     with host_cost.HostSyncs() as syncs:
         criterion_for(dictionary)(fairseq_model, sample)
     assert len(syncs.calls) >= 2
@@ -183,16 +200,21 @@ def test_left_padded_targets_train_as_the_task_declares_them(dictionary):
     sentence's loss is the one of its right-padded form (positions count from its first real token)."""
     sample = sample_for(dictionary)
     right = build_model(dictionary, dropout=0.0).train()
-    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary,
-                           cfg=SimpleNamespace(left_pad_target=True))
+    task = SimpleNamespace(
+        source_dictionary=dictionary, target_dictionary=dictionary, cfg=SimpleNamespace(left_pad_target=True)
+    )
     left = type(right).build_model(right.cfg, task).train()
     left.load_state_dict(right.state_dict())
     target = sample["target"]
     rows = [row[row.ne(dictionary.pad())] for row in target]
-    left_target = torch.stack([torch.cat([row.new_full((target.size(1) - len(row),), dictionary.pad()), row])
-                               for row in rows])
-    left_sample = {**sample, "target": left_target,
-                   "net_input": {**sample["net_input"], "prev_output_tokens": left_padded(sample, dictionary)}}
+    left_target = torch.stack(
+        [torch.cat([row.new_full((target.size(1) - len(row),), dictionary.pad()), row]) for row in rows]
+    )
+    left_sample = {
+        **sample,
+        "target": left_target,
+        "net_input": {**sample["net_input"], "prev_output_tokens": left_padded(sample, dictionary)},
+    }
     with host_cost.HostSyncs() as syncs:
         left_loss = criterion_for(dictionary)(left, left_sample)[0]
     assert not syncs.calls
@@ -202,8 +224,9 @@ def test_left_padded_targets_train_as_the_task_declares_them(dictionary):
 def ddp_worker(rank, folder):
     """Rank `rank` of 2: one step of DDP(find_unused_parameters=True) as fairseq wraps models (ModuleProxyWrapper),
     tied and untied output layers; saves its all-reduced gradients and the single-process reference."""
-    from torch.nn.parallel import DistributedDataParallel
     from fairseq.distributed import ModuleProxyWrapper
+    from torch.nn.parallel import DistributedDataParallel
+
     dist.init_process_group("gloo", init_method=f"file://{folder}/init", rank=rank, world_size=2)
     try:
         dictionary = make_dictionary(20)
@@ -218,8 +241,13 @@ def ddp_worker(rank, folder):
             criterion(wrapped, samples[rank])[0].backward()
             for sample in samples:  # DDP averages over ranks
                 (criterion(reference, sample)[0] / 2).backward()
-            torch.save(({n: p.grad for n, p in model.named_parameters()},
-                        {n: p.grad for n, p in reference.named_parameters()}), f"{folder}/{rank}-{tied}.pt")
+            torch.save(
+                (
+                    {n: p.grad for n, p in model.named_parameters()},
+                    {n: p.grad for n, p in reference.named_parameters()},
+                ),
+                f"{folder}/{rank}-{tied}.pt",
+            )
     finally:
         dist.destroy_process_group()
 
@@ -283,11 +311,14 @@ def float32_kernel(a, b):
 FAULTY_KERNELS = {  # what a GPU's kernel could get wrong, and what the check says
     "sums in float16": (lambda a, b: torch.mm(a, b).float(), "gave wrong numbers (relative error inf against"),
     "ignores a transposed operand's strides": (
-        lambda a, b: torch.mm(torch.as_strided(a, a.shape, (a.size(1), 1)).float(), b.float()), "gave wrong numbers"),
+        lambda a, b: torch.mm(torch.as_strided(a, a.shape, (a.size(1), 1)).float(), b.float()),
+        "gave wrong numbers",
+    ),
     "returns float16": (lambda a, b: torch.mm(a, b), "returned torch.float16 (16, 24) for float32 (16, 24)"),
-    "refuses": (lambda a, b: torch.mm(a, b, out_dtype=torch.float32), "refused (NotImplementedError: Could not "
-                                                                       "run 'aten::mm.dtype' with arguments from the "
-                                                                       "'CPU' backend)"),
+    "refuses": (
+        lambda a, b: torch.mm(a, b, out_dtype=torch.float32),
+        "refused (NotImplementedError: Could not run 'aten::mm.dtype' with arguments from the 'CPU' backend)",
+    ),
 }
 
 
@@ -308,15 +339,17 @@ def test_float16_products_fall_back_to_float32_where_the_kernel_fails(fault, mon
     assert len(calls) <= 2  # the check's two layouts; no product after it
     (record,) = caplog.records  # one line for the device, however many products
     assert record.levelname == "WARNING" and record.getMessage().startswith(
-        f"float16 products on cpu: torch.mm(out_dtype=torch.float32) {problem}")
+        f"float16 products on cpu: torch.mm(out_dtype=torch.float32) {problem}"
+    )
     assert record.getMessage().endswith("; the operands are converted to float32 instead")
 
 
 def test_float16_products_use_the_kernel_where_it_passes(monkeypatch, caplog):
     calls = []
     monkeypatch.setattr(output_layer_loss, "FLOAT16_PRODUCTS_IN_FLOAT32", {})
-    monkeypatch.setattr(output_layer_loss, "mm_out_float32", lambda a, b: calls.append(a.stride()) or
-                        float32_kernel(a, b))
+    monkeypatch.setattr(
+        output_layer_loss, "mm_out_float32", lambda a, b: calls.append(a.stride()) or float32_kernel(a, b)
+    )
     with caplog.at_level("INFO", logger=output_layer_loss.__name__):
         (x_grad, w_grad), (x64, w64) = fp16_output_layer_gradients()
     torch.testing.assert_close(w_grad.double(), w64, rtol=1e-2, atol=1e-3)
@@ -325,4 +358,5 @@ def test_float16_products_use_the_kernel_where_it_passes(monkeypatch, caplog):
     # The check's two layouts, then the products: ∂loss/∂z row-major for x, its transposed view for W.
     assert calls[:2] == [(128, 1), (1, 128)] and calls[2:] == [(100, 1), (1, 100)]
     assert [r.getMessage() for r in caplog.records] == [
-        "float16 products on cpu: torch.mm(out_dtype=torch.float32), checked against float32"]
+        "float16 products on cpu: torch.mm(out_dtype=torch.float32), checked against float32"
+    ]

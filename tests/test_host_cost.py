@@ -6,9 +6,8 @@ import subprocess
 import sys
 
 import torch
-from torch.profiler import ProfilerActivity, profile
-
 from cli_helpers import REPO, benchmark
+from torch.profiler import ProfilerActivity, profile
 
 host_cost = benchmark("host_cost")
 
@@ -16,15 +15,35 @@ ROW = re.compile(r"^(float32|fp16|amp) +(transformer|vaswani_transformer) +(adam
 
 
 def test_smoke_run_measures_every_configuration():
-    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "host_cost.py"), "--smoke"],
-                            capture_output=True, text=True, timeout=300, cwd=REPO)
+    result = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "host_cost.py"), "--smoke"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
-    rows = {match.group(1, 2, 3): [float(x) for x in match.group(4).split()]
-            for match in map(ROW.match, result.stdout.splitlines()) if match}
-    assert set(rows) == {(precision, *implementation) for precision in ("float32", "fp16", "amp")
-                         for implementation in (("transformer", "adam"), ("vaswani_transformer", "vaswani_adam"))}
-    for (precision, implementation, _), (host_ms, _, forward_backward, grads, optimizer, other, calls, syncs,
-                                         plugin_syncs) in rows.items():
+    rows = {
+        match.group(1, 2, 3): [float(x) for x in match.group(4).split()]
+        for match in map(ROW.match, result.stdout.splitlines())
+        if match
+    }
+    assert set(rows) == {
+        (precision, *implementation)
+        for precision in ("float32", "fp16", "amp")
+        for implementation in (("transformer", "adam"), ("vaswani_transformer", "vaswani_adam"))
+    }
+    for (precision, implementation, _), (
+        host_ms,
+        _,
+        forward_backward,
+        grads,
+        optimizer,
+        other,
+        calls,
+        syncs,
+        plugin_syncs,
+    ) in rows.items():
         assert host_ms > 0 and forward_backward > 0 and optimizer > 0
         assert calls == forward_backward + grads + optimizer + other
         assert plugin_syncs == 0 and syncs >= 3  # fairseq's own: its logging reads the loss every update
@@ -32,13 +51,15 @@ def test_smoke_run_measures_every_configuration():
         ours = rows[(precision, "vaswani_transformer", "vaswani_adam")]
         theirs = rows[(precision, "transformer", "adam")]
         (ratio,) = [line for line in result.stdout.splitlines() if line.startswith(f"ratio {precision} ")]
-        total, forward_backward = map(float, re.findall(r"calls (\d\.\d\d)", ratio) +
-                                      re.findall(r"backward (\d\.\d\d)", ratio))
+        total, forward_backward = map(
+            float, re.findall(r"calls (\d\.\d\d)", ratio) + re.findall(r"backward (\d\.\d\d)", ratio)
+        )
         assert abs(total - ours[6] / theirs[6]) < 0.01 and abs(forward_backward - ours[2] / theirs[2]) < 0.01
     # The memory model (vaswani_plugin/models/memory.py) against the peak measured in the same updates: an upper
     # bound, loose by at most 30 % (docs/results.md, "The memory model").
-    memory = dict(re.findall(r"^memory model (\w+) vaswani_transformer vaswani_adam: .* ratio ([\d.]+)$",
-                             result.stdout, re.M))
+    memory = dict(
+        re.findall(r"^memory model (\w+) vaswani_transformer vaswani_adam: .* ratio ([\d.]+)$", result.stdout, re.M)
+    )
     assert set(memory) == {"float32", "fp16"}  # amp on a CPU computes in float32: no model
     assert all(1.0 <= float(ratio) <= 1.3 for ratio in memory.values()), memory
     # Every sync is named by the frame that made it: fairseq's transformer syncs in its own model files.
@@ -79,7 +100,8 @@ def test_device_busy_is_the_union_of_kernels_and_copies_without_annotations():
 
     kernels = [(0, 10), (5, 12), (20, 30), (29, 31), (40, 40)]  # two streams overlap twice; one kernel is empty
     events = [event(*span) for span in kernels] + [
-        event(0, 50, annotation=True),            # a record_function range mirrored onto the device
-        event(0, 60, device=DeviceType.CPU)]      # the host op that launched them
+        event(0, 50, annotation=True),  # a record_function range mirrored onto the device
+        event(0, 60, device=DeviceType.CPU),
+    ]  # the host op that launched them
     covered = {t for start, end in kernels for t in range(start, end)}
     assert host_cost.device_busy_us(events) == len(covered) == 23

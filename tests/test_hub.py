@@ -15,18 +15,22 @@ import re
 import shutil
 
 import pytest
+from cli_helpers import plugin_dir, run
+from doc_blocks import block, run_shell, substituted
 from fairseq import hub_utils
 from fairseq.tasks.translation import TranslationTask
 
-from cli_helpers import plugin_dir, run
-from doc_blocks import block, run_shell, substituted
 from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerModel
 from vaswani_plugin.tasks.vaswani_translation import VaswaniTranslationTask
 
 # subword-nmt codes (version 0.2: </w> ends a word) that rebuild every source word w0..w14 whole; with no merges
 # BPE would split w12 into w@@ 1@@ 2, which the dictionary does not know.
-BPE_CODES = ("#version: 0.2\n" + "".join(f"w {i}</w>\n" for i in range(10)) + "w 1\n"
-             + "".join(f"w1 {i}</w>\n" for i in range(5)))
+BPE_CODES = (
+    "#version: 0.2\n"
+    + "".join(f"w {i}</w>\n" for i in range(10))
+    + "w 1\n"
+    + "".join(f"w1 {i}</w>\n" for i in range(5))
+)
 # Short outputs: the 6-update model rarely ends a sentence before the limit. Raw text: Moses splits off the
 # punctuation (read as <unk>), as the quickstart's sentences are tokenised.
 OPTIONS = dict(beam=4, max_len_a=1, max_len_b=3)
@@ -47,18 +51,49 @@ def model_files(reversal_data, reversal_training, tmp_path_factory):
 def load_hub(model_files, data=None, **overrides):
     save_dir, joined, codes, _ = model_files
     return VaswaniTransformerModel.from_pretrained(
-        str(save_dir), checkpoint_file="checkpoint_last.pt", data_name_or_path=str(data or joined),
-        tokenizer="moses", moses_no_escape=True, bpe="subword_nmt", bpe_codes=str(codes), **overrides)
+        str(save_dir),
+        checkpoint_file="checkpoint_last.pt",
+        data_name_or_path=str(data or joined),
+        tokenizer="moses",
+        moses_no_escape=True,
+        bpe="subword_nmt",
+        bpe_codes=str(codes),
+        **overrides,
+    )
 
 
 def interactive(model_files, sentences, *options, data=None, cwd):
     """fairseq-interactive on raw text with the hub's tokenizer and BPE: per sentence (score in base 2, D- text)."""
     save_dir, joined, codes, _ = model_files
-    result = run("interactive", data or joined, "--user-dir", plugin_dir(), "--path", save_dir / "checkpoint_last.pt",
-                 "--source-lang", "src", "--target-lang", "tgt", "--tokenizer", "moses", "--moses-no-escape",
-                 "--bpe", "subword_nmt", "--bpe-codes", codes, "--beam", str(OPTIONS["beam"]),
-                 "--max-len-a", str(OPTIONS["max_len_a"]), "--max-len-b", str(OPTIONS["max_len_b"]), "--cpu",
-                 *options, cwd=cwd, stdin="".join(f"{sentence}\n" for sentence in sentences))
+    result = run(
+        "interactive",
+        data or joined,
+        "--user-dir",
+        plugin_dir(),
+        "--path",
+        save_dir / "checkpoint_last.pt",
+        "--source-lang",
+        "src",
+        "--target-lang",
+        "tgt",
+        "--tokenizer",
+        "moses",
+        "--moses-no-escape",
+        "--bpe",
+        "subword_nmt",
+        "--bpe-codes",
+        codes,
+        "--beam",
+        str(OPTIONS["beam"]),
+        "--max-len-a",
+        str(OPTIONS["max_len_a"]),
+        "--max-len-b",
+        str(OPTIONS["max_len_b"]),
+        "--cpu",
+        *options,
+        cwd=cwd,
+        stdin="".join(f"{sentence}\n" for sentence in sentences),
+    )
     found = {int(m[1]): (float(m[2]), m[3]) for m in re.finditer(r"^D-(\d+)\t(\S+)\t(.*)$", result.stdout, re.M)}
     assert sorted(found) == list(range(len(sentences))), result.stdout[-2000:]
     return [found[i] for i in range(len(sentences))]
@@ -97,9 +132,20 @@ def test_gnmt_alpha_as_a_task_override_equals_fairseq_interactives(model_files, 
     assert hub.task.cfg.data == str(data) and (hub.task.cfg.source_lang, hub.task.cfg.target_lang) == ("src", "tgt")
     max_tokens = hub.cfg.dataset.max_tokens
     assert max_tokens == 1000 and hub.cfg.dataset.batch_size is None  # the training run's, tests/cli_helpers.py
-    expected = interactive(model_files, sentences, "--task", "vaswani_translation", "--gnmt-alpha", "0.6",
-                           "--buffer-size", str(len(sentences)), "--max-tokens", str(max_tokens), data=data,
-                           cwd=tmp_path)
+    expected = interactive(
+        model_files,
+        sentences,
+        "--task",
+        "vaswani_translation",
+        "--gnmt-alpha",
+        "0.6",
+        "--buffer-size",
+        str(len(sentences)),
+        "--max-tokens",
+        str(max_tokens),
+        data=data,
+        cwd=tmp_path,
+    )
     assert hub.translate(sentences, **OPTIONS) == [text for _, text in expected]
     gnmt_scores = hub_scores(hub, sentences)
     assert gnmt_scores == pytest.approx([score for score, _ in expected], abs=1e-5)
@@ -125,8 +171,12 @@ LANGUAGES = {"en": "src", "de": "tgt"}
 def test_the_readme_block_prints_what_fairseq_interactive_prints(model_files, tmp_path, monkeypatch, capsys):
     """Both of the README's ways to translate a sentence (shell, Python), run as written on the reversal model."""
     save_dir, joined, codes, _ = model_files
-    paths = {"work/quickstart/data/data-bin": str(joined), "work/quickstart/data/bpe/codes": str(codes),
-             "checkpoint_average.pt": "checkpoint_last.pt", SENTENCE: REVERSAL_SENTENCE}
+    paths = {
+        "work/quickstart/data/data-bin": str(joined),
+        "work/quickstart/data/bpe/codes": str(codes),
+        "checkpoint_average.pt": "checkpoint_last.pt",
+        SENTENCE: REVERSAL_SENTENCE,
+    }
     script = substituted(block("README.md", "test:hub"), {**paths, "work/quickstart/checkpoints": str(save_dir)})
     # The hub's languages (keyword arguments) and fairseq-interactive's (options) become the reversal pair.
     script = re.sub(r'\b(source_lang|target_lang)="(en|de)"', lambda m: f'{m[1]}="{LANGUAGES[m[2]]}"', script)
@@ -146,9 +196,14 @@ def test_the_readme_block_prints_what_fairseq_interactive_prints(model_files, tm
     printed = capsys.readouterr().out.splitlines()[-1]
     (score,) = scores
 
-    command = substituted(block("README.md", "test:interactive"),
-                          {**paths, "work/quickstart/checkpoints/": f"{save_dir}/",
-                           "--source-lang en --target-lang de": "--source-lang src --target-lang tgt"})
+    command = substituted(
+        block("README.md", "test:interactive"),
+        {
+            **paths,
+            "work/quickstart/checkpoints/": f"{save_dir}/",
+            "--source-lang en --target-lang de": "--source-lang src --target-lang tgt",
+        },
+    )
     assert "work/quickstart" not in command, command
     shell = run_shell(command, tmp_path)
     assert shell.returncode == 0, shell.stderr[-3000:]

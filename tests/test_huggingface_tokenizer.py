@@ -23,11 +23,11 @@ import io
 import random
 from collections import Counter
 
+import cli_helpers
 import pytest
 from fairseq.data import Dictionary
 from subword_nmt.learn_bpe import learn_bpe
 
-import cli_helpers
 from prepare import bpe as prepare_bpe
 from prepare import spm as prepare_spm
 from prepare.tokenize import Tokenizer
@@ -46,7 +46,7 @@ ENGLISH = [
 GERMAN = [
     "Die Katze & der Hund [Ball] | \"ja\" <nein> Haus-Tür 5,300 z.B. 'a'",
     "& | < > ' \" [ ] a I",
-    "Ein \"Zitat\" [x] <y> a|b a&b, der Hund's Ball.",
+    'Ein "Zitat" [x] <y> a|b a&b, der Hund\'s Ball.',
 ]
 
 
@@ -57,6 +57,7 @@ def read_lines(path):
 
 def auto_tokenizer(folder):
     from transformers import AutoTokenizer
+
     return AutoTokenizer.from_pretrained(str(folder))
 
 
@@ -64,8 +65,9 @@ def learn_codes(path, lines, merges):
     """subword-nmt's codes over the words of `lines` (already tokenised)."""
     counts = Counter(word for line in lines for word in line.split())
     with open(path, "w", encoding="utf-8") as out:
-        learn_bpe(io.StringIO("".join(f"{word} {count}\n" for word, count in counts.items())), out, merges,
-                  is_dict=True)
+        learn_bpe(
+            io.StringIO("".join(f"{word} {count}\n" for word, count in counts.items())), out, merges, is_dict=True
+        )
     return path
 
 
@@ -202,21 +204,25 @@ def test_fsmt_on_real_text(tmp_path):
 def sentencepiece_model(tmp_path_factory):
     folder = tmp_path_factory.mktemp("spm")
     rng = random.Random(0)
-    words = ("the a dog cat runs sleeps on grass under tree little big red ball with man woman child plays "
-             "in front of house street water blue green young old girl boy jumps sits stands near two three").split()
-    (folder / "train.txt").write_text("".join(" ".join(rng.choice(words) for _ in range(rng.randint(3, 9))) + " .\n"
-                                              for _ in range(500)))
+    words = (
+        "the a dog cat runs sleeps on grass under tree little big red ball with man woman child plays "
+        "in front of house street water blue green young old girl boy jumps sits stands near two three"
+    ).split()
+    (folder / "train.txt").write_text(
+        "".join(" ".join(rng.choice(words) for _ in range(rng.randint(3, 9))) + " .\n" for _ in range(500))
+    )
     return prepare_spm.train([folder / "train.txt"], folder / "spm", vocab_size=80, model_type="bpe")
 
 
 def test_marian_ids_equal_sentencepieces_through_the_dictionary(sentencepiece_model, tmp_path):
     import sentencepiece
+
     pieces = sentencepiece.SentencePieceProcessor(model_file=str(sentencepiece_model))
     prepare_spm.write_fairseq_dict(sentencepiece_model, tmp_path / "dict.txt")
     dictionary = Dictionary.load(str(tmp_path / "dict.txt"))
     dog = pieces.encode("dog", out_type=str)[0]
     missing = Dictionary()  # the source side lacks the first piece of "dog": it must become <unk>
-    for symbol in dictionary.symbols[dictionary.nspecial:]:
+    for symbol in dictionary.symbols[dictionary.nspecial :]:
         if symbol != dog:
             missing.add_symbol(symbol)
     write_marian_tokenizer(tmp_path, sentencepiece_model, missing, dictionary, "en", "de")

@@ -11,9 +11,24 @@ import pytest
 from recipes import launch
 
 REPO = Path(__file__).resolve().parent.parent
-LAUNCH_VARIABLES = ("SLURM_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NUM_NODES", "NODE_RANK",
-                    "MASTER_ADDR", "MASTER_PORT", "NUM_GPUS", "CPU", "FP16", "DRY_RUN", "TOKENS_PER_STEP",
-                    "MAX_TOKENS_PER_GPU", "TORCHELASTIC_RUN_ID")
+LAUNCH_VARIABLES = (
+    "SLURM_",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "NUM_NODES",
+    "NODE_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "NUM_GPUS",
+    "CPU",
+    "FP16",
+    "DRY_RUN",
+    "TOKENS_PER_STEP",
+    "MAX_TOKENS_PER_GPU",
+    "TORCHELASTIC_RUN_ID",
+)
 
 
 @pytest.fixture
@@ -30,14 +45,23 @@ def environment(monkeypatch, tmp_path):
     def set_variables(**variables):
         for name, value in variables.items():
             monkeypatch.setenv(name, str(value))
+
     return set_variables
 
 
 def slurm(tasks, nodes, procid, **more):
     per_node = tasks // nodes
-    return dict(SLURM_JOB_ID=4242, SLURM_STEP_ID=1, SLURM_STEP_NUM_TASKS=tasks, SLURM_STEP_NUM_NODES=nodes,
-                SLURM_PROCID=procid, SLURM_LOCALID=procid % per_node, SLURM_NODEID=procid // per_node,
-                SLURM_STEP_NODELIST="n[7-8]", **more)
+    return dict(
+        SLURM_JOB_ID=4242,
+        SLURM_STEP_ID=1,
+        SLURM_STEP_NUM_TASKS=tasks,
+        SLURM_STEP_NUM_NODES=nodes,
+        SLURM_PROCID=procid,
+        SLURM_LOCALID=procid % per_node,
+        SLURM_NODEID=procid // per_node,
+        SLURM_STEP_NODELIST="n[7-8]",
+        **more,
+    )
 
 
 def test_a_lone_run_is_node_0_of_1(environment):
@@ -51,8 +75,13 @@ def test_a_slurm_task_a_gpu_meets_the_others_at_the_first_node(environment):
     plan = launch.launcher("1")
     # The port every task derives alike: 20000 + (job * 16 + step) % 40000.
     assert plan.master_addr == "n7" and plan.master_port == str(20000 + (4242 * 16 + 1) % 40000)
-    assert (plan.kind, plan.task_workers, plan.task_rank, plan.task_local, plan.tasks_per_node) == \
-        ("slurm", 16, 11, 3, 8)
+    assert (plan.kind, plan.task_workers, plan.task_rank, plan.task_local, plan.tasks_per_node) == (
+        "slurm",
+        16,
+        11,
+        3,
+        8,
+    )
     assert plan.init_method == f"tcp://n7:{plan.master_port}" and plan.launch_id == "SLURM step 4242.1"
     devices = launch.on_gpus(plan, visible=8)  # all of the node's GPUs: its own is its place on the node
     assert devices.workers == 16 and devices.train == launch.worker(16, 11, plan.init_method, 3)
@@ -64,30 +93,44 @@ def test_a_slurm_task_a_node_is_a_node_of_num_nodes(environment):
     plan = launch.launcher("1")
     assert (plan.kind, plan.num_nodes, plan.node_rank, plan.run_name) == ("nodes", 2, 1, "node 1")
     devices = launch.on_gpus(plan, visible=8)
-    assert devices.train == ["--distributed-world-size", "16", "--distributed-init-method", "tcp://n7:29500",
-                             "--distributed-rank", "8"]
+    assert devices.train == [
+        "--distributed-world-size",
+        "16",
+        "--distributed-init-method",
+        "tcp://n7:29500",
+        "--distributed-rank",
+        "8",
+    ]
 
 
 def test_torchrun_workers_meet_through_its_store(environment):
-    environment(RANK=5, WORLD_SIZE=8, LOCAL_RANK=5, LOCAL_WORLD_SIZE=8, TORCHELASTIC_RUN_ID="r1",
-                MASTER_ADDR="h", MASTER_PORT=1)
+    environment(
+        RANK=5, WORLD_SIZE=8, LOCAL_RANK=5, LOCAL_WORLD_SIZE=8, TORCHELASTIC_RUN_ID="r1", MASTER_ADDR="h", MASTER_PORT=1
+    )
     plan = launch.launcher("1")
-    assert (plan.kind, plan.init_method, plan.run_name, plan.launch_id) == ("torchrun", "env://", "rank 5",
-                                                                            "torchrun r1 via h:1")
+    assert (plan.kind, plan.init_method, plan.run_name, plan.launch_id) == (
+        "torchrun",
+        "env://",
+        "rank 5",
+        "torchrun r1 via h:1",
+    )
     assert (plan.master_addr, plan.master_port) == ("h", "1")  # kept for env://, which reads them
 
 
-@pytest.mark.parametrize("variables,message", [
-    (dict(NUM_NODES=2, NODE_RANK=0, MASTER_ADDR="a"), "NUM_NODES=2 needs MASTER_ADDR, MASTER_PORT"),
-    (dict(NUM_NODES=2, NODE_RANK="", MASTER_ADDR="a", MASTER_PORT=1), "NUM_NODES=2 needs MASTER_ADDR, MASTER_PORT"),
-    (dict(NUM_NODES="02"), "NUM_NODES=02: use a number of nodes, 1 or more"),
-    (dict(NUM_NODES=2, NODE_RANK=2, MASTER_ADDR="a", MASTER_PORT=1), "NODE_RANK=2: use 0 .. 1 (NUM_NODES=2)"),
-    (dict(slurm(3, 2, 0)), "the nodes hold different numbers of tasks"),
-    (dict(slurm(2, 1, 0), SLURM_LOCALID=""), "SLURM_LOCALID and SLURM_NODEID must all be set"),
-    (dict(slurm(8, 1, 0), NODE_RANK=0), "SLURM gives the tasks their ranks; unset NUM_NODES and NODE_RANK"),
-    (dict(SLURM_JOB_NUM_NODES=2), "this SLURM job has 2 nodes but the recipe is not a task of an srun step"),
-    (dict(RANK=8, WORLD_SIZE=8, LOCAL_RANK=0, LOCAL_WORLD_SIZE=8), "do not describe a worker"),
-])
+@pytest.mark.parametrize(
+    "variables,message",
+    [
+        (dict(NUM_NODES=2, NODE_RANK=0, MASTER_ADDR="a"), "NUM_NODES=2 needs MASTER_ADDR, MASTER_PORT"),
+        (dict(NUM_NODES=2, NODE_RANK="", MASTER_ADDR="a", MASTER_PORT=1), "NUM_NODES=2 needs MASTER_ADDR, MASTER_PORT"),
+        (dict(NUM_NODES="02"), "NUM_NODES=02: use a number of nodes, 1 or more"),
+        (dict(NUM_NODES=2, NODE_RANK=2, MASTER_ADDR="a", MASTER_PORT=1), "NODE_RANK=2: use 0 .. 1 (NUM_NODES=2)"),
+        (dict(slurm(3, 2, 0)), "the nodes hold different numbers of tasks"),
+        (dict(slurm(2, 1, 0), SLURM_LOCALID=""), "SLURM_LOCALID and SLURM_NODEID must all be set"),
+        (dict(slurm(8, 1, 0), NODE_RANK=0), "SLURM gives the tasks their ranks; unset NUM_NODES and NODE_RANK"),
+        (dict(SLURM_JOB_NUM_NODES=2), "this SLURM job has 2 nodes but the recipe is not a task of an srun step"),
+        (dict(RANK=8, WORLD_SIZE=8, LOCAL_RANK=0, LOCAL_WORLD_SIZE=8), "do not describe a worker"),
+    ],
+)
 def test_launches_that_cannot_agree_are_refused(environment, variables, message):
     environment(**variables)
     with pytest.raises(launch.LaunchError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -97,8 +140,13 @@ def test_launches_that_cannot_agree_are_refused(environment, variables, message)
 def test_cpu_processes_join_over_gloo(environment):
     environment(CPU=1, NUM_NODES=2, NODE_RANK=1, MASTER_ADDR="a", MASTER_PORT=1)
     devices = launch.on_cpu(launch.launcher("1"))
-    assert devices.train == launch.worker(2, 1, "tcp://a:1", 0) + ["--distributed-backend", "gloo", "--ddp-backend",
-                                                                   "legacy_ddp", "--cpu"]
+    assert devices.train == launch.worker(2, 1, "tcp://a:1", 0) + [
+        "--distributed-backend",
+        "gloo",
+        "--ddp-backend",
+        "legacy_ddp",
+        "--cpu",
+    ]
     assert devices.evaluate == ["--cpu"] and devices.cpu
 
 
@@ -110,8 +158,10 @@ def brute_force_batch(tokens, per_gpu, workers):
     return update_freq, max_tokens
 
 
-@pytest.mark.parametrize("tokens,per_gpu,workers", [(25000, 4096, 1), (25000, 4096, 8), (25000, 4096, 16),
-                                                    (8000, 4000, 2), (2048, 2048, 3), (25000, 3125, 8)])
+@pytest.mark.parametrize(
+    "tokens,per_gpu,workers",
+    [(25000, 4096, 1), (25000, 4096, 8), (25000, 4096, 16), (8000, 4000, 2), (2048, 2048, 3), (25000, 3125, 8)],
+)
 def test_a_step_holds_tokens_per_step_however_many_workers(environment, tokens, per_gpu, workers):
     """§5.1: about 25,000 tokens a step, the default from vaswani_plugin/paper.py."""
     environment(DRY_RUN=1, MAX_TOKENS_PER_GPU=per_gpu, **({} if tokens == 25000 else {"TOKENS_PER_STEP": tokens}))
@@ -125,16 +175,33 @@ def test_the_plan_is_bash_assignments_and_imports_neither_torch_nor_fairseq(tmp_
     assert launch.shell({"A": ["x y", "(0.9,0.98)"], "B": "it's"}) == "A=('x y' '(0.9,0.98)')\nB='it'\"'\"'s'"
     env = {name: value for name, value in os.environ.items() if not name.startswith(LAUNCH_VARIABLES)}
     env.update(CPU="1", RECIPE="test", PYTHONPATH=str(REPO), CUDA_VISIBLE_DEVICES="")
-    script = ('eval "$(python -m recipes.launch devices --shell-pid 7)"; '
-              'echo "$WORKERS|${DEVICE_ARGS[*]}|$RUN_NAME|$LAUNCH_ID|$MALLOC_MMAP_THRESHOLD_"')
-    result = subprocess.run(["bash", "-c", script.replace("python", sys.executable, 1)], env=env, cwd=tmp_path,
-                            capture_output=True, text=True, timeout=60)
+    script = (
+        'eval "$(python -m recipes.launch devices --shell-pid 7)"; '
+        'echo "$WORKERS|${DEVICE_ARGS[*]}|$RUN_NAME|$LAUNCH_ID|$MALLOC_MMAP_THRESHOLD_"'
+    )
+    result = subprocess.run(
+        ["bash", "-c", script.replace("python", sys.executable, 1)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.stdout.strip().split("|")[:3] == ["1", "--cpu", "node 0"], result.stderr
     assert result.stdout.strip().endswith(":7|4294967296")
     assert "no GPU: training on CPU because CPU=1" in result.stderr
-    imported = subprocess.run([sys.executable, "-c", "import sys, recipes.launch; print(sorted(m for m in sys.modules "
-                               "if m.split('.')[0] in ('torch', 'fairseq', 'numpy')))"], cwd=REPO, capture_output=True,
-                              text=True, timeout=60)
+    imported = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, recipes.launch; print(sorted(m for m in sys.modules "
+            "if m.split('.')[0] in ('torch', 'fairseq', 'numpy')))",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert imported.stdout.strip() == "[]", imported.stderr
 
 

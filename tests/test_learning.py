@@ -1,9 +1,9 @@
 """Learning, not just running: a tiny vaswani_transformer learns to reverse random token strings."""
 
 import torch
+from conftest import build_model, make_dictionary
 from fairseq.sequence_generator import SequenceGenerator
 
-from conftest import build_model, make_dictionary
 from vaswani_plugin import paper
 from vaswani_plugin.criterions.vaswani_label_smoothed_cross_entropy import VaswaniLabelSmoothedCrossEntropy
 from vaswani_plugin.lr_scheduler.noam import noam_learning_rate
@@ -19,9 +19,9 @@ def reversal_batch(dictionary, size, generator, min_len=3, max_len=8):
     prev = torch.full((size, width), pad)
     for row, n in enumerate(lengths.tolist()):
         words = torch.randint(dictionary.nspecial, len(dictionary), (n,), generator=generator)
-        source[row, :n + 1] = torch.cat([words, torch.tensor([eos])])
-        target[row, :n + 1] = torch.cat([words.flip(0), torch.tensor([eos])])
-        prev[row, :n + 1] = torch.cat([torch.tensor([eos]), words.flip(0)])
+        source[row, : n + 1] = torch.cat([words, torch.tensor([eos])])
+        target[row, : n + 1] = torch.cat([words.flip(0), torch.tensor([eos])])
+        prev[row, : n + 1] = torch.cat([torch.tensor([eos]), words.flip(0)])
     return source, lengths + 1, target, prev
 
 
@@ -29,8 +29,15 @@ def test_tiny_model_learns_to_reverse_with_beam_search():
     torch.manual_seed(0)
     generator = torch.Generator().manual_seed(0)
     dictionary = make_dictionary(12)
-    model = build_model(dictionary, encoder_embed_dim=64, decoder_embed_dim=64, encoder_ffn_embed_dim=128,
-                        decoder_ffn_embed_dim=128, share_all_embeddings=True, dropout=0.0)
+    model = build_model(
+        dictionary,
+        encoder_embed_dim=64,
+        decoder_embed_dim=64,
+        encoder_ffn_embed_dim=128,
+        decoder_ffn_embed_dim=128,
+        share_all_embeddings=True,
+        dropout=0.0,
+    )
     task = type("Task", (), {"target_dictionary": dictionary})()
     criterion = VaswaniLabelSmoothedCrossEntropy(task, label_smoothing=paper.LABEL_SMOOTHING, sentence_avg=False)
     optimizer = torch.optim.Adam(model.parameters(), betas=paper.ADAM_BETAS, eps=paper.ADAM_EPS)  # §5.3
@@ -41,8 +48,11 @@ def test_tiny_model_learns_to_reverse_with_beam_search():
             # rounding alone (the same losses to 1e-7 for 50 steps, then a different trajectory).
             group["lr"] = noam_learning_rate(step, 64, warmup_updates=200, factor=1.0)
         source, lengths, target, prev = reversal_batch(dictionary, 64, generator)
-        sample = {"net_input": {"src_tokens": source, "src_lengths": lengths, "prev_output_tokens": prev},
-                  "target": target, "ntokens": int(target.ne(dictionary.pad()).sum())}
+        sample = {
+            "net_input": {"src_tokens": source, "src_lengths": lengths, "prev_output_tokens": prev},
+            "target": target,
+            "ntokens": int(target.ne(dictionary.pad()).sum()),
+        }
         loss, sample_size, _ = criterion(model, sample)
         optimizer.zero_grad()
         (loss / sample_size).backward()
@@ -55,6 +65,7 @@ def test_tiny_model_learns_to_reverse_with_beam_search():
         hypotheses = generator_.generate([model], {"net_input": {"src_tokens": source, "src_lengths": lengths}})
     exact = sum(
         torch.equal(best[0]["tokens"], target[row][target[row].ne(dictionary.pad())])
-        for row, best in enumerate(hypotheses))
+        for row, best in enumerate(hypotheses)
+    )
     print(f"reversal exact match: {exact} of {len(hypotheses)}")
     assert exact / len(hypotheses) >= 0.95, f"{exact} of {len(hypotheses)} reversed exactly"

@@ -2,8 +2,8 @@
 
 import numpy
 import torch
-
 from cli_helpers import REPO
+
 from vaswani_plugin.generation.length import length_limit
 
 
@@ -19,6 +19,9 @@ def test_length_limit_is_floor_of_a_times_source_plus_b_capped_by_the_positions(
 
 def test_no_other_module_computes_the_limit():
     package = REPO / "vaswani_plugin"
-    computing = [str(path.relative_to(package)) for path in package.rglob("*.py")
-                 if "max_len_a *" in path.read_text(encoding="utf-8")]
+    computing = [
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if "max_len_a *" in path.read_text(encoding="utf-8")
+    ]
     assert computing == ["generation/length.py"]

@@ -8,9 +8,9 @@ import types
 
 import pytest
 import torch
-
 from cli_helpers import REPO, benchmark
 from conftest import build_model, make_dictionary, random_tokens
+
 from vaswani_plugin.models import memory
 from vaswani_plugin.tools import gpu_batch
 
@@ -28,8 +28,14 @@ def fake_gpu(monkeypatch, gib):
 @pytest.mark.parametrize("share", ["all", "output", "none"])
 def test_parameters_are_the_built_models(share):
     source, target = make_dictionary(30), make_dictionary(30 if share == "all" else 45)
-    model = build_model(source, target, encoder_layers=2, decoder_layers=3, share_all_embeddings=share == "all",
-                        share_decoder_input_output_embed=share == "output")
+    model = build_model(
+        source,
+        target,
+        encoder_layers=2,
+        decoder_layers=3,
+        share_all_embeddings=share == "all",
+        share_decoder_input_output_embed=share == "output",
+    )
     sizes = memory.Sizes(2, 32, 64, 4, len(source), len(target), share, decoder_layers=3)
     assert memory.parameters(sizes) == sum(p.numel() for p in model.parameters())
 
@@ -41,8 +47,11 @@ def test_the_largest_batch_is_the_brute_force_largest():
     for precision in memory.PRECISIONS:
         for gib in (16, 80):
             budget = int(gib * GIB * memory.GPU_MEMORY_SHARE)
-            fitting = [tokens for tokens in range(0, 400_000, memory.TOKENS_MULTIPLE)
-                       if memory.peak_bytes(sizes, precision, tokens, tokens, 300) <= budget]
+            fitting = [
+                tokens
+                for tokens in range(0, 400_000, memory.TOKENS_MULTIPLE)
+                if memory.peak_bytes(sizes, precision, tokens, tokens, 300) <= budget
+            ]
             assert memory.largest_batch(sizes, precision, budget, 300) == max(fitting) > 0
     assert memory.largest_batch(sizes, "float32", 16 * memory.parameters(sizes), 300) == 0  # the state alone
 
@@ -50,15 +59,30 @@ def test_the_largest_batch_is_the_brute_force_largest():
 def test_gpu_batch_reads_the_model_and_precision_of_the_command(monkeypatch, reversal_data, capsys):
     fake_gpu(monkeypatch, 80)
     data = reversal_data / "joined"
-    words = [str(data), "--user-dir", str(REPO / "vaswani_plugin"), "--task", "vaswani_translation", "--arch",
-             "vaswani_transformer_big", "--share-all-embeddings", "--encoder-ffn-embed-dim", "2048",
-             "--decoder-ffn-embed-dim", "2048"]
+    words = [
+        str(data),
+        "--user-dir",
+        str(REPO / "vaswani_plugin"),
+        "--task",
+        "vaswani_translation",
+        "--arch",
+        "vaswani_transformer_big",
+        "--share-all-embeddings",
+        "--encoder-ffn-embed-dim",
+        "2048",
+        "--decoder-ffn-embed-dim",
+        "2048",
+    ]
     vocabulary = len(make_dictionary(0).load(str(data / "dict.src.txt")))
     chunk = int(80 * GIB / 32) // memory.BYTES_PER_LOGIT  # output_layer_loss.chunk_logits_for an 80 GiB card
     for flags, precision in (([], "float32"), (["--fp16"], "fp16"), (["--bf16-autocast", "on"], "bf16")):
         gpu_batch.main(words + flags)
-        expected = memory.largest_batch(memory.Sizes(6, 1024, 2048, 16, vocabulary, vocabulary), precision,
-                                        int(80 * GIB * memory.GPU_MEMORY_SHARE), chunk)
+        expected = memory.largest_batch(
+            memory.Sizes(6, 1024, 2048, 16, vocabulary, vocabulary),
+            precision,
+            int(80 * GIB * memory.GPU_MEMORY_SHARE),
+            chunk,
+        )
         printed, said = capsys.readouterr()
         assert printed.strip() == str(expected) and f"in {precision} (" in said and "Fake GPU 80's 80 GiB" in said
 
@@ -72,8 +96,12 @@ def test_the_one_gpu_default_is_the_papers_step_in_the_fewest_batches(monkeypatc
     spec = types.SimpleNamespace(layers=6, dim=1024, ffn=4096, heads=16, precisions=["float32"])
     for gib in (80, 16):
         fake_gpu(monkeypatch, gib)
-        largest = memory.largest_batch(memory.Sizes(6, 1024, 4096, 16, 37004, 37004), "float32",
-                                       int(gib * GIB * memory.GPU_MEMORY_SHARE), int(gib * GIB / 32) // 12)
+        largest = memory.largest_batch(
+            memory.Sizes(6, 1024, 4096, 16, 37004, 37004),
+            "float32",
+            int(gib * GIB * memory.GPU_MEMORY_SHARE),
+            int(gib * GIB / 32) // 12,
+        )
         batches = -(-25000 // largest)
         assert host_cost.one_gpu_default(spec, tmp_path) == -(-25000 // batches)
     assert "--max-tokens 0: 8334 tokens a batch" in capsys.readouterr().out  # 16 GiB: three batches
@@ -101,26 +129,39 @@ def test_run_zero_chooses_the_batch_from_its_gpu_and_every_run_takes_it(reversal
     (tmp_path / "fake_gpu.py").write_text(FAKE_GPU_PYTHON)
     python.write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path / "fake_gpu.py"} "$@"\n')
     python.chmod(0o755)
-    script = (f"source {REPO}/recipes/common.sh; WORKERS=2 DATA_BIN={reversal_data / 'joined'}; "
-              'batch_size_for_workers --arch vaswani_transformer_big; echo "$MAX_TOKENS $UPDATE_FREQ"')
+    script = (
+        f"source {REPO}/recipes/common.sh; WORKERS=2 DATA_BIN={reversal_data / 'joined'}; "
+        'batch_size_for_workers --arch vaswani_transformer_big; echo "$MAX_TOKENS $UPDATE_FREQ"'
+    )
 
     def recipe(rank, gib, dry_run=0):
-        env = {name: value for name, value in os.environ.items()
-               if name not in ("MAX_TOKENS_PER_GPU", "TOKENS_PER_STEP")}
-        env.update(PYTHON=str(python), RECIPE="test", WORK_DIR=str(tmp_path / "work"), FAKE_GPU_GIB=str(gib),
-                   DRY_RUN=str(dry_run))
+        env = {
+            name: value for name, value in os.environ.items() if name not in ("MAX_TOKENS_PER_GPU", "TOKENS_PER_STEP")
+        }
+        env.update(
+            PYTHON=str(python),
+            RECIPE="test",
+            WORK_DIR=str(tmp_path / "work"),
+            FAKE_GPU_GIB=str(gib),
+            DRY_RUN=str(dry_run),
+        )
         # RUN_RANK and LAUNCH_ID as detect_devices sets them (common.sh resets them when sourced)
         script_for_rank = script.replace("WORKERS=2", f"WORKERS=2 RUN_RANK={rank} LAUNCH_ID='job 7'")
-        return subprocess.run(["bash", "-c", script_for_rank], env=env, cwd=REPO, capture_output=True, text=True,
-                              timeout=120)
+        return subprocess.run(
+            ["bash", "-c", script_for_rank], env=env, cwd=REPO, capture_output=True, text=True, timeout=120
+        )
 
     first = recipe(0, 80)
     assert first.returncode == 0, first.stderr
     assert first.stdout.split() == ["12500", "1"]
     assert "MAX_TOKENS_PER_GPU unset: " in first.stderr and "of Fake GPU 80's 80 GiB" in first.stderr
     vocabulary = len(make_dictionary(0).load(str(reversal_data / "joined" / "dict.src.txt")))
-    alone = memory.largest_batch(memory.Sizes(6, 1024, 4096, 16, vocabulary, vocabulary), "float32",
-                                 int(8 * GIB * memory.GPU_MEMORY_SHARE), int(8 * GIB / 32) // memory.BYTES_PER_LOGIT)
+    alone = memory.largest_batch(
+        memory.Sizes(6, 1024, 4096, 16, vocabulary, vocabulary),
+        "float32",
+        int(8 * GIB * memory.GPU_MEMORY_SHARE),
+        int(8 * GIB / 32) // memory.BYTES_PER_LOGIT,
+    )
     assert memory.step_split(25000, 2, alone)[0] > 1  # what run 1's card would choose
     second = recipe(1, 8)
     assert second.returncode == 0 and second.stdout.split() == ["12500", "1"], second.stderr
@@ -147,16 +188,21 @@ def test_saved_per_token_is_what_autograd_keeps(precision):
     def pack(tensor):
         storage = tensor.untyped_storage()
         is_weight = storage.data_ptr() in weights or (
-            tensor.dtype == torch.bfloat16 and tuple(sorted(tensor.shape)) in shapes)
+            tensor.dtype == torch.bfloat16 and tuple(sorted(tensor.shape)) in shapes
+        )
         if not is_weight:
             kept[storage.data_ptr()] = storage.nbytes()
         return tensor
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), \
-            torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+    with (
+        torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor),
+        torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"),
+    ):
         model(source, torch.full((batch,), source_length), target, features_only=True)  # as the criterion calls it
     vocabulary = len(dictionary)
     per_source, per_target = memory.saved_per_token(
-        memory.Sizes(2, 32, 64, 4, vocabulary, vocabulary, decoder_layers=3), precision, "cpu")
-    assert sum(kept.values()) == pytest.approx(per_source * batch * source_length + per_target * batch * target_length,
-                                               rel=0.01)
+        memory.Sizes(2, 32, 64, 4, vocabulary, vocabulary, decoder_layers=3), precision, "cpu"
+    )
+    assert sum(kept.values()) == pytest.approx(
+        per_source * batch * source_length + per_target * batch * target_length, rel=0.01
+    )

@@ -7,12 +7,12 @@ import torch
 from fairseq.optim.adam import FairseqAdam, FairseqAdamConfig
 from omegaconf import OmegaConf
 
-from vaswani_plugin.lr_scheduler.noam import NoamConfig, NoamSchedule
 from vaswani_plugin.errors import VaswaniConfigError
+from vaswani_plugin.lr_scheduler.noam import NoamConfig, NoamSchedule
 
 
 def eq3(step, d_model=512, warmup=4000):
-    return d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+    return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
 def adam():
@@ -22,11 +22,13 @@ def adam():
 
 def make_schedule(**noam_options):
     """A noam schedule inside a root config, as fairseq-train builds it (d_model from the model section)."""
-    root = OmegaConf.create({
-        "model": {"encoder_embed_dim": 512},
-        "optimization": {"lr": [0.25]},
-        "lr_scheduler": OmegaConf.structured(NoamConfig(**noam_options)),
-    })
+    root = OmegaConf.create(
+        {
+            "model": {"encoder_embed_dim": 512},
+            "optimization": {"lr": [0.25]},
+            "lr_scheduler": OmegaConf.structured(NoamConfig(**noam_options)),
+        }
+    )
     optimizer = adam()
     return NoamSchedule(root.lr_scheduler, optimizer), optimizer
 
@@ -64,7 +66,8 @@ def test_resuming_continues_the_schedule():
 
 def test_missing_model_dim_is_a_clear_error():
     optimizer = adam()
-    root = OmegaConf.create({"model": {}, "optimization": {"lr": [0.25]},
-                             "lr_scheduler": OmegaConf.structured(NoamConfig())})
+    root = OmegaConf.create(
+        {"model": {}, "optimization": {"lr": [0.25]}, "lr_scheduler": OmegaConf.structured(NoamConfig())}
+    )
     with pytest.raises(VaswaniConfigError, match="--model-dim"):
         NoamSchedule(root.lr_scheduler, optimizer)

@@ -11,16 +11,36 @@ import zipfile
 from pathlib import Path
 
 import numpy
-
 from cli_helpers import REPO
 
 PACKAGE = REPO / "vaswani_plugin"
 # What the package may import: itself, fairseq and what fairseq itself needs (omegaconf for its configs), torch,
 # numpy, the standard library and the [recipes], [ctranslate2] and [huggingface] extras of setup.py.
-ALLOWED = {"vaswani_plugin", "fairseq", "omegaconf", "torch", "numpy",
-           "sacremoses", "subword_nmt", "sentencepiece", "sacrebleu", "matplotlib", "ctranslate2", "transformers"}
-SUBPACKAGES = {"checkpoints", "scoring", "tools", "models", "criterions", "lr_scheduler", "tasks", "generation",
-               "serving"}
+ALLOWED = {
+    "vaswani_plugin",
+    "fairseq",
+    "omegaconf",
+    "torch",
+    "numpy",
+    "sacremoses",
+    "subword_nmt",
+    "sentencepiece",
+    "sacrebleu",
+    "matplotlib",
+    "ctranslate2",
+    "transformers",
+}
+SUBPACKAGES = {
+    "checkpoints",
+    "scoring",
+    "tools",
+    "models",
+    "criterions",
+    "lr_scheduler",
+    "tasks",
+    "generation",
+    "serving",
+}
 # What the build needs of the repository; the rest (tests, recipes, work/, checkpoints) stays out of the copy.
 BUILD_INPUTS = ("setup.py", "setup.cfg", "pyproject.toml", "MANIFEST.in", "README.md", "vaswani_plugin", "prepare")
 
@@ -38,10 +58,16 @@ def test_the_package_imports_nothing_of_the_repository():
     allowed = ALLOWED | set(sys.stdlib_module_names)
     modules = sorted(PACKAGE.rglob("*.py"))
     assert len(modules) > 20
-    outside = [f"{path.relative_to(REPO)}:{line}: {name}" for path in modules
-               for line, name in imported_modules(path) if name not in allowed]
-    assert not outside, "imports outside the package, fairseq, torch, numpy, the standard library and the " \
-                        "declared extras:\n" + "\n".join(outside)
+    outside = [
+        f"{path.relative_to(REPO)}:{line}: {name}"
+        for path in modules
+        for line, name in imported_modules(path)
+        if name not in allowed
+    ]
+    assert not outside, (
+        "imports outside the package, fairseq, torch, numpy, the standard library and the "
+        "declared extras:\n" + "\n".join(outside)
+    )
 
 
 def test_the_scan_sees_imports(tmp_path):
@@ -69,8 +95,9 @@ def package_imports(path: Path, name: str = None):
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join([*package.split(".")[: len(package.split(".")) - node.level + 1], *base.split(".")]
-                                ).strip(".")
+                base = ".".join(
+                    [*package.split(".")[: len(package.split(".")) - node.level + 1], *base.split(".")]
+                ).strip(".")
             targets = [f"{base}.{alias.name}" if is_module(f"{base}.{alias.name}") else base for alias in node.names]
         else:
             continue
@@ -109,8 +136,10 @@ def import_cycles(graph):
 
 
 def module_graph():
-    return {".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__"):
-            set(package_imports(path)) for path in sorted(PACKAGE.rglob("*.py"))}
+    return {
+        ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__"): set(package_imports(path))
+        for path in sorted(PACKAGE.rglob("*.py"))
+    }
 
 
 def test_no_import_circle_in_the_package():
@@ -126,8 +155,10 @@ def test_the_circle_check_finds_a_circle_and_a_function_level_import(tmp_path):
     assert "vaswani_plugin.errors" in found
     late = tmp_path / "late.py"
     late.write_text("def f():\n    from vaswani_plugin.checkpoints import storage\n    from . import bleu\n")
-    assert set(package_imports(late, "vaswani_plugin.scoring.late")) == {"vaswani_plugin.checkpoints.storage",
-                                                                         "vaswani_plugin.scoring.bleu"}
+    assert set(package_imports(late, "vaswani_plugin.scoring.late")) == {
+        "vaswani_plugin.checkpoints.storage",
+        "vaswani_plugin.scoring.bleu",
+    }
 
 
 # Run in the installed copy, with prepare/ made unimportable and the editable install's finder removed: the
@@ -166,8 +197,12 @@ def test_the_wheel_installed_alone_draws_pictures_from_raw_text(reversal_data, r
         elif (REPO / name).is_file():
             shutil.copy(REPO / name, source / name)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-cache-dir"]
-    built = subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q", "-w",
-                            tmp_path / "wheel", source], capture_output=True, text=True, timeout=300)
+    built = subprocess.run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q", "-w", tmp_path / "wheel", source],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert built.returncode == 0, built.stderr[-3000:]
     (wheel,) = (tmp_path / "wheel").glob("vaswani_plugin-*.whl")
 
@@ -179,8 +214,12 @@ def test_the_wheel_installed_alone_draws_pictures_from_raw_text(reversal_data, r
     assert not [name for name in names if not name.startswith(("vaswani_plugin/", "vaswani_plugin-"))]
 
     site = tmp_path / "site"
-    installed = subprocess.run([*pip, "install", "--no-deps", "--no-index", "-q", "--target", site, wheel],
-                               capture_output=True, text=True, timeout=300)
+    installed = subprocess.run(
+        [*pip, "install", "--no-deps", "--no-index", "-q", "--target", site, wheel],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert installed.returncode == 0, installed.stderr[-3000:]
 
     # Sentences in raw text: Moses splits off the full stop (unknown to the dictionary), BPE rebuilds w12 and
@@ -193,10 +232,31 @@ def test_the_wheel_installed_alone_draws_pictures_from_raw_text(reversal_data, r
     run_dir = tmp_path / "cwd"
     run_dir.mkdir()
     result = subprocess.run(
-        [sys.executable, "-c", STANDALONE, site, REPO, "--path", save_dir / "checkpoint_last.pt",
-         "--data", reversal_data / "joined", "--bpe-codes", codes, "--source", "w3 w12.", "--target", "x12 x3.",
-         "--output-dir", pictures],
-        cwd=run_dir, env=env, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-c",
+            STANDALONE,
+            site,
+            REPO,
+            "--path",
+            save_dir / "checkpoint_last.pt",
+            "--data",
+            reversal_data / "joined",
+            "--bpe-codes",
+            codes,
+            "--source",
+            "w3 w12.",
+            "--target",
+            "x12 x3.",
+            "--output-dir",
+            pictures,
+        ],
+        cwd=run_dir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"package: {site / 'vaswani_plugin' / '__init__.py'}" in result.stdout
     assert "source: w3 w12 <unk>\ntarget: x12 x3 <unk>\n" in result.stdout, result.stdout
@@ -220,9 +280,13 @@ def test_module_docstrings_and_option_help_are_short():
         if len(docstring.strip("\n").splitlines()) > 10:
             long.append(f"{path.relative_to(REPO)}: docstring")
         for node in ast.walk(tree):
-            helps = [node.value] if isinstance(node, ast.keyword) and node.arg == "help" else \
-                [v for k, v in zip(node.keys, node.values) if isinstance(k, ast.Constant) and k.value == "help"] \
-                if isinstance(node, ast.Dict) else []
+            helps = (
+                [node.value]
+                if isinstance(node, ast.keyword) and node.arg == "help"
+                else [v for k, v in zip(node.keys, node.values) if isinstance(k, ast.Constant) and k.value == "help"]
+                if isinstance(node, ast.Dict)
+                else []
+            )
             long += [f"{path.relative_to(REPO)}:{v.lineno}: help" for v in helps if v.end_lineno - v.lineno >= 3]
     assert not long, long
 
@@ -232,19 +296,28 @@ def test_commands_that_need_no_fairseq_start_without_it():
     -m; set so here with sys.orig_argv, to import the commands in one process): scoring, averaging, the
     resumption plan's reading of checkpoints, the training cost, the progress filter (in every recipe's training),
     the curves and the report import no fairseq (3 s); `import vaswani_plugin` registers (every other test)."""
-    commands = ["vaswani_plugin.checkpoints.average", "vaswani_plugin.checkpoints.resume",
-                "vaswani_plugin.tools.training_cost", "vaswani_plugin.scoring.bleu", "vaswani_plugin.scoring.parses",
-                "vaswani_plugin.tools.progress", "vaswani_plugin.tools.training_curves",
-                "vaswani_plugin.tools.run_report"]
-    code = (f"import sys; sys.argv, sys.orig_argv = ['-m'], ['python', '-m', '{commands[0]}']; "
-            f"import {', '.join(commands)}; "
-            "print(sorted(name for name in sys.modules if name.split('.')[0] == 'fairseq'))")
+    commands = [
+        "vaswani_plugin.checkpoints.average",
+        "vaswani_plugin.checkpoints.resume",
+        "vaswani_plugin.tools.training_cost",
+        "vaswani_plugin.scoring.bleu",
+        "vaswani_plugin.scoring.parses",
+        "vaswani_plugin.tools.progress",
+        "vaswani_plugin.tools.training_curves",
+        "vaswani_plugin.tools.run_report",
+    ]
+    code = (
+        f"import sys; sys.argv, sys.orig_argv = ['-m'], ['python', '-m', '{commands[0]}']; "
+        f"import {', '.join(commands)}; "
+        "print(sorted(name for name in sys.modules if name.split('.')[0] == 'fairseq'))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO).stdout
     assert out.strip() == "[]", out
 
 
 def test_only_python_m_of_one_of_its_commands_leaves_the_package_unregistered():
     from vaswani_plugin import locating_a_command
+
     python = "/usr/bin/python3"
     assert locating_a_command(["-m"], [python, "-m", "vaswani_plugin.scoring.bleu", "--help"])
     assert locating_a_command(["-m"], [python, "-X", "importtime", "-mvaswani_plugin"])

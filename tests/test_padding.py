@@ -3,8 +3,8 @@ padding; right-padded targets need only SDPA's causal flag."""
 
 import pytest
 import torch
-
 from conftest import build_model, random_tokens
+
 from vaswani_plugin.models.layers import causal_attention_mask, padding_attention_mask
 
 LENGTHS = [6, 3, 5, 1]
@@ -74,6 +74,7 @@ def test_training_masks_padding_as_validation_does(dictionary, autocast):
     outputs = []
     for training in (True, False):
         with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            outputs.append(model.train(training)(source, None, target, features_only=True,
-                                                 return_attention=False)[0].float())
+            outputs.append(
+                model.train(training)(source, None, target, features_only=True, return_attention=False)[0].float()
+            )
     torch.testing.assert_close(outputs[0], outputs[1], rtol=0, atol=1e-6)

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 from cli_helpers import REPO
+
 from vaswani_plugin import paper
 
 
@@ -49,11 +50,31 @@ print(sorted(name for name in ("fairseq", "torch", "numpy", "vaswani_plugin") if
 
 
 def test_the_recipes_read_the_arguments_without_importing_fairseq():
-    done = subprocess.run([sys.executable, "-c", READ_BY_THE_RECIPES], capture_output=True, text=True, timeout=60,
-                          cwd=REPO)
+    done = subprocess.run(
+        [sys.executable, "-c", READ_BY_THE_RECIPES], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n") == [
-        "--optimizer", "vaswani_adam", "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-9", "--lr-scheduler", "noam",
-        "--criterion", "vaswani_label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-        "--beam", "4", "--gnmt-alpha", "0.6", "--max-len-a", "1", "--max-len-b", "50",
-        "[]", ""]
+        "--optimizer",
+        "vaswani_adam",
+        "--adam-betas",
+        "(0.9,0.98)",
+        "--adam-eps",
+        "1e-9",
+        "--lr-scheduler",
+        "noam",
+        "--criterion",
+        "vaswani_label_smoothed_cross_entropy",
+        "--label-smoothing",
+        "0.1",
+        "--beam",
+        "4",
+        "--gnmt-alpha",
+        "0.6",
+        "--max-len-a",
+        "1",
+        "--max-len-b",
+        "50",
+        "[]",
+        "",
+    ]

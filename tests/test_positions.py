@@ -3,8 +3,8 @@
 import math
 
 import torch
-
 from conftest import build_model, random_tokens
+
 from vaswani_plugin.models.layers import position_indices, sinusoidal_positions
 
 
@@ -19,15 +19,20 @@ def test_encodings_equal_the_formula_element_wise():
     for d_model in (8, 7, 512):
         positions = torch.tensor([0, 1, 2, 17, 255, 4999])
         table = sinusoidal_positions(positions, d_model)
-        expected = torch.tensor([[formula(p, i, d_model) for i in range(d_model)] for p in positions.tolist()],
-                                dtype=torch.float64)
+        expected = torch.tensor(
+            [[formula(p, i, d_model) for i in range(d_model)] for p in positions.tolist()], dtype=torch.float64
+        )
         assert table.shape == (len(positions), d_model)
         torch.testing.assert_close(table, expected, rtol=0, atol=1e-12)
 
 
 def test_position_zero_is_the_first_real_token_whatever_the_padding():
-    pad = torch.tensor([[False, False, False, True, True],   # right-padded
-                        [True, True, False, False, False]])  # left-padded
+    pad = torch.tensor(
+        [
+            [False, False, False, True, True],  # right-padded
+            [True, True, False, False, False],
+        ]
+    )  # left-padded
     positions = position_indices(pad)
     assert positions[0, :3].tolist() == [0, 1, 2]
     assert positions[1, 2:].tolist() == [0, 1, 2]
@@ -80,7 +85,8 @@ def test_sinusoids_have_no_parameters_and_no_length_limit(dictionary):
 
 
 def test_learned_positions_option_is_a_table_of_max_positions(dictionary):
-    model = build_model(dictionary, encoder_learned_pos=True, decoder_learned_pos=True,
-                        max_source_positions=50, max_target_positions=40)
+    model = build_model(
+        dictionary, encoder_learned_pos=True, decoder_learned_pos=True, max_source_positions=50, max_target_positions=40
+    )
     assert model.encoder.embedding.learned_positions.weight.shape == (50, 32)
     assert model.decoder.embedding.learned_positions.weight.shape == (40, 32)

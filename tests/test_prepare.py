@@ -24,12 +24,13 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # prepare/ is used from the repository root, not installed
     sys.path.insert(0, str(REPO))
 
+from cli_helpers import SHARED_DATA  # noqa: E402
+from wmt_mirror import WMT14, build_mirror  # noqa: E402
+
 from prepare import PrepareError, clean, download, extract, tokenize  # noqa: E402
 from prepare._common import run_cli  # noqa: E402
 from prepare.multi30k import extract_multi30k  # noqa: E402
 from prepare.wmt14 import Pipeline, parse_args  # noqa: E402
-from cli_helpers import SHARED_DATA  # noqa: E402
-from wmt_mirror import WMT14, build_mirror  # noqa: E402
 
 SGM = WMT14 / "sgm"
 MULTI30K = SHARED_DATA / "multi30k"  # the real {train,val,test_2016_flickr}.{en,de}.gz, never copied here
@@ -47,8 +48,13 @@ def lines(path: Path):
 
 
 def prepare_cli(*args, cwd=REPO, module="wmt14"):
-    return subprocess.run([sys.executable, "-m", f"prepare.{module}", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", f"prepare.{module}", *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def one_line_error(result) -> str:
@@ -62,13 +68,17 @@ def one_line_error(result) -> str:
 
 # -- newstest2014 from the real SGM files ---------------------------------------------------------------
 
+
 @pytest.mark.shared_data
-@pytest.mark.parametrize("sgm, plain", [
-    ("newstest2014-deen-src.en.sgm", "newstest2014.en"),
-    ("newstest2014-deen-ref.de.sgm", "newstest2014.de"),
-    ("newstest2014-fren-src.en.sgm", "newstest2014-fr.en"),
-    ("newstest2014-fren-ref.fr.sgm", "newstest2014.fr"),
-])
+@pytest.mark.parametrize(
+    "sgm, plain",
+    [
+        ("newstest2014-deen-src.en.sgm", "newstest2014.en"),
+        ("newstest2014-deen-ref.de.sgm", "newstest2014.de"),
+        ("newstest2014-fren-src.en.sgm", "newstest2014-fr.en"),
+        ("newstest2014-fren-ref.fr.sgm", "newstest2014.fr"),
+    ],
+)
 def test_sgm_extraction_is_the_plain_newstest2014(sgm, plain):
     segments = extract.read_sgm(SGM / sgm)
     assert len(segments) == 3003
@@ -76,17 +86,23 @@ def test_sgm_extraction_is_the_plain_newstest2014(sgm, plain):
 
 
 def test_sgm_segments_are_unescaped_and_squeezed():
-    sgm = ['<srcset setid="x" srclang="any">\n', '<doc docid="d" genre="news">\n',
-           '<seg id="1">  Tom &amp; Jerry\t say &quot;hi&quot;  </seg>\n', "<p>\n",
-           '<seg id="2">a &lt;b&gt;\u00a0c</seg>\n', "</doc>\n"]
+    sgm = [
+        '<srcset setid="x" srclang="any">\n',
+        '<doc docid="d" genre="news">\n',
+        '<seg id="1">  Tom &amp; Jerry\t say &quot;hi&quot;  </seg>\n',
+        "<p>\n",
+        '<seg id="2">a &lt;b&gt;\u00a0c</seg>\n',
+        "</doc>\n",
+    ]
     assert list(extract.sgm_segments(sgm)) == ['Tom & Jerry say "hi"', "a <b> c"]
 
 
 # -- tokenisation and cleaning --------------------------------------------------------------------------
 
+
 def test_tokenisation_splits_compounds_with_at_dash_at():
     german = tokenize.Tokenizer("de")
-    assert german('Die Haus-Tür ist 3-mal so „groß“.') == 'Die Haus @-@ Tür ist 3 @-@ mal so " groß " .'
+    assert german("Die Haus-Tür ist 3-mal so „groß“.") == 'Die Haus @-@ Tür ist 3 @-@ mal so " groß " .'
     # no XML escaping; control characters become spaces (remove-non-printing-char.perl)
     assert tokenize.Tokenizer("en")("Tom's & Jerry's\x07cat") == "Tom 's & Jerry 's cat"
     assert tokenize.Tokenizer("fr")("L'homme au-dessus") == "L' homme au @-@ dessus"
@@ -102,15 +118,15 @@ def test_tokenize_command_line(tmp_path):
 def test_cleaning_drops_exactly_the_pairs_of_the_rule(tmp_path):
     pairs = [
         ("a b c", "x y z", True),
-        ("", "x", False),                        # fewer than 1 token
+        ("", "x", False),  # fewer than 1 token
         ("a", "   ", False),
-        ("a b", "x y z", True),                  # ratio 1.5 exactly: kept
+        ("a b", "x y z", True),  # ratio 1.5 exactly: kept
         ("a b c", "x y", True),
-        ("a b", "x y z w", False),               # 2.0
-        ("a b c d", "x y", False),               # 2.0 the other way
-        (" ".join(["a"] * 250), " ".join(["x"] * 250), True),   # 250 tokens: kept
+        ("a b", "x y z w", False),  # 2.0
+        ("a b c d", "x y", False),  # 2.0 the other way
+        (" ".join(["a"] * 250), " ".join(["x"] * 250), True),  # 250 tokens: kept
         (" ".join(["a"] * 251), " ".join(["x"] * 250), False),  # 251
-        ("  a\t b  ", "x   y", True),            # kept, whitespace squeezed
+        ("  a\t b  ", "x   y", True),  # kept, whitespace squeezed
     ]
     (tmp_path / "s").write_text("".join(p[0] + "\n" for p in pairs), encoding="utf-8")
     (tmp_path / "t").write_text("".join(p[1] + "\n" for p in pairs), encoding="utf-8")
@@ -142,6 +158,7 @@ def test_mirror_is_reproducible(tmp_path):
 
 
 # -- Multi30k -------------------------------------------------------------------------------------------
+
 
 def gzip_lines(path: Path):
     with gzip.open(path, "rt", encoding="utf-8", newline="\n") as text:
@@ -189,11 +206,14 @@ def test_a_missing_multi30k_raw_dir_file_is_a_one_line_error(tmp_path):
         if name != "val.de.gz":
             (raw / name).touch()
     result = prepare_cli("--work-dir", tmp_path / "w", "--raw-dir", raw, module="multi30k")
-    assert one_line_error(result) == (f"prepare: error: {raw}/val.de.gz is missing: download {MULTI30K_URL}val.de.gz "
-                                      f"into {raw}, or leave out --raw-dir to download it")
+    assert one_line_error(result) == (
+        f"prepare: error: {raw}/val.de.gz is missing: download {MULTI30K_URL}val.de.gz "
+        f"into {raw}, or leave out --raw-dir to download it"
+    )
 
 
 # -- user mistakes: one line, exit status 1 -------------------------------------------------------------
+
 
 @pytest.mark.shared_data
 def test_a_missing_raw_dir_file_is_a_one_line_error(tmp_path):
@@ -201,22 +221,27 @@ def test_a_missing_raw_dir_file_is_a_one_line_error(tmp_path):
     build_mirror(raw, "en-de", lines=5)
     (raw / "training-parallel-commoncrawl.tgz").unlink()
     result = prepare_cli("--pair", "en-de", "--work-dir", tmp_path / "w", "--raw-dir", raw)
-    assert one_line_error(result) == (f"prepare: error: {raw}/training-parallel-commoncrawl.tgz is missing: download "
-                                      f"http://statmt.org/wmt13/training-parallel-commoncrawl.tgz into {raw}, or "
-                                      "leave out --raw-dir to download it")
+    assert one_line_error(result) == (
+        f"prepare: error: {raw}/training-parallel-commoncrawl.tgz is missing: download "
+        f"http://statmt.org/wmt13/training-parallel-commoncrawl.tgz into {raw}, or "
+        "leave out --raw-dir to download it"
+    )
 
 
-@pytest.mark.parametrize("module, argv, message", [
-    ("wmt14", ["--pair", "en-xx", "--work-dir", "w"], "argument --pair: invalid choice: 'en-xx'"),
-    ("wmt14", ["--pair", "en-fr", "--work-dir", "w", "--bpe-merges", "100"], "--bpe-merges is for en-de"),
-    ("wmt14", ["--pair", "en-de", "--work-dir", "w", "--spm-vocab", "100"], "--spm-vocab is for en-fr"),
-    ("wmt14", ["--pair", "en-de", "--work-dir", "w", "--bpe-merges", "0"], "must be at least 1"),
-    ("wmt14", ["--pair", "en-de", "--work-dir", "w", "--raw-dir", "/nonexistent"], "is not a directory"),
-    ("multi30k", ["--work-dir", "w", "--raw-dir", "NOT_A_DIR"], "--raw-dir NOT_A_DIR is not a directory"),
-    ("multi30k", ["--work-dir", __file__], f"--work-dir {__file__} is not a directory"),
-    ("multi30k", ["--work-dir", "w", "--pair", "en-de"], "unrecognized arguments: --pair en-de"),
-    ("multi30k", ["--work-dir", "w", "--bpe-merges", "0"], "must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "module, argv, message",
+    [
+        ("wmt14", ["--pair", "en-xx", "--work-dir", "w"], "argument --pair: invalid choice: 'en-xx'"),
+        ("wmt14", ["--pair", "en-fr", "--work-dir", "w", "--bpe-merges", "100"], "--bpe-merges is for en-de"),
+        ("wmt14", ["--pair", "en-de", "--work-dir", "w", "--spm-vocab", "100"], "--spm-vocab is for en-fr"),
+        ("wmt14", ["--pair", "en-de", "--work-dir", "w", "--bpe-merges", "0"], "must be at least 1"),
+        ("wmt14", ["--pair", "en-de", "--work-dir", "w", "--raw-dir", "/nonexistent"], "is not a directory"),
+        ("multi30k", ["--work-dir", "w", "--raw-dir", "NOT_A_DIR"], "--raw-dir NOT_A_DIR is not a directory"),
+        ("multi30k", ["--work-dir", __file__], f"--work-dir {__file__} is not a directory"),
+        ("multi30k", ["--work-dir", "w", "--pair", "en-de"], "unrecognized arguments: --pair en-de"),
+        ("multi30k", ["--work-dir", "w", "--bpe-merges", "0"], "must be at least 1"),
+    ],
+)
 def test_bad_options_are_one_line_errors(module, argv, message, capsys):
     with pytest.raises(SystemExit) as exit:
         __import__(f"prepare.{module}", fromlist=["parse_args"]).parse_args(argv)
@@ -225,8 +250,9 @@ def test_bad_options_are_one_line_errors(module, argv, message, capsys):
     assert error.startswith("prepare: error: ") and message in error and error.count("\n") == 1
 
 
-@pytest.mark.parametrize("module", ["download", "extract", "tokenize", "clean", "bpe", "spm", "binarize", "wmt14",
-                                    "multi30k"])
+@pytest.mark.parametrize(
+    "module", ["download", "extract", "tokenize", "clean", "bpe", "spm", "binarize", "wmt14", "multi30k"]
+)
 def test_every_step_has_help(module, capsys):
     main = __import__(f"prepare.{module}", fromlist=["main"]).main
     with pytest.raises(SystemExit) as exit:
@@ -236,6 +262,7 @@ def test_every_step_has_help(module, capsys):
 
 
 # -- downloads ------------------------------------------------------------------------------------------
+
 
 class _Server:
     """A tiny HTTP server on 127.0.0.1 that serves files (name -> bytes) and honours Range requests (or not)."""
@@ -336,7 +363,7 @@ def test_download_failures_are_clear_errors(tmp_path, content):
         server.close()
     with pytest.raises(PrepareError, match=r"download of http://127.0.0.1:9/x.tgz failed: .*run again to resume"):
         download.fetch("http://127.0.0.1:9/x.tgz", tmp_path / "d.tgz")
-    big = download.RawFile("huge.tgz", "http://127.0.0.1:9/huge.tgz", 10 ** 18)
+    big = download.RawFile("huge.tgz", "http://127.0.0.1:9/huge.tgz", 10**18)
     with pytest.raises(PrepareError, match="not enough disk space"):
         download.check_disk_space(tmp_path, [big])
 
@@ -349,9 +376,16 @@ def test_obtain_downloads_every_file_of_the_pair_once(tmp_path, monkeypatch, cap
     monkeypatch.setenv("no_proxy", "127.0.0.1")
     for name, data in files.items():  # the mirror's files, sizes and (for test-full.tgz) checksum
         file = download.MANIFEST[name]
-        monkeypatch.setitem(download.MANIFEST, name, download.RawFile(
-            name, f"{server.base}/{name}", None if file.size is None else len(data),
-            md5=hashlib.md5(data).hexdigest() if file.md5 else None))
+        monkeypatch.setitem(
+            download.MANIFEST,
+            name,
+            download.RawFile(
+                name,
+                f"{server.base}/{name}",
+                None if file.size is None else len(data),
+                md5=hashlib.md5(data).hexdigest() if file.md5 else None,
+            ),
+        )
     try:
         paths = download.obtain("en-de", tmp_path / "raw")
         assert {name: path.read_bytes() for name, path in paths.items()} == files
@@ -369,8 +403,9 @@ def test_obtain_downloads_the_six_multi30k_files_once(tmp_path, monkeypatch, cap
     server = _Server(files)
     monkeypatch.setenv("no_proxy", "127.0.0.1")
     for name in files:  # the manifest's sizes and SHA-256, the URLs of the local server
-        monkeypatch.setitem(download.MANIFEST, name,
-                            dataclasses.replace(download.MANIFEST[name], url=f"{server.base}/{name}"))
+        monkeypatch.setitem(
+            download.MANIFEST, name, dataclasses.replace(download.MANIFEST[name], url=f"{server.base}/{name}")
+        )
     try:
         paths = download.obtain("multi30k", tmp_path / "raw")
         assert {name: path.read_bytes() for name, path in paths.items()} == files
@@ -383,6 +418,7 @@ def test_obtain_downloads_the_six_multi30k_files_once(tmp_path, monkeypatch, cap
 
 
 # -- the orchestrator end to end ------------------------------------------------------------------------
+
 
 def _prepare(tmp_path_factory, pair, *options):
     root = tmp_path_factory.mktemp(pair)
@@ -405,9 +441,13 @@ def en_fr(tmp_path_factory):
 
 def _binarized(work: Path, src: str, tgt: str):
     dictionary = Dictionary.load(str(work / "data-bin" / f"dict.{src}.txt"))
-    data = {(split, lang): data_utils.load_indexed_dataset(str(work / "data-bin" / f"{split}.{src}-{tgt}.{lang}"),
-                                                           dictionary)
-            for split in ("train", "valid", "test") for lang in (src, tgt)}
+    data = {
+        (split, lang): data_utils.load_indexed_dataset(
+            str(work / "data-bin" / f"{split}.{src}-{tgt}.{lang}"), dictionary
+        )
+        for split in ("train", "valid", "test")
+        for lang in (src, tgt)
+    }
     return dictionary, data
 
 
@@ -451,14 +491,19 @@ def test_en_de_end_to_end(en_de):
     codes = [line for line in lines(work / "bpe" / "codes") if not line.startswith("#version")]
     assert len(codes) == MERGES
     # the BPE vocabulary: every distinct token of the segmented training text, at most merges + 2 x characters
-    tokens = {token for lang in ("en", "de") for line in lines(work / "bpe" / f"train.{lang}")
-              for token in line.split()}
-    characters = {char for lang in ("en", "de") for line in lines(work / "tok" / f"train.{lang}")
-                  for char in line.replace(" ", "")}
+    tokens = {
+        token for lang in ("en", "de") for line in lines(work / "bpe" / f"train.{lang}") for token in line.split()
+    }
+    characters = {
+        char
+        for lang in ("en", "de")
+        for line in lines(work / "tok" / f"train.{lang}")
+        for char in line.replace(" ", "")
+    }
     assert len(tokens) <= MERGES + 2 * len(characters)
     assert len(tokens) > MERGES // 2
     padding = [symbol for symbol in dictionary.symbols if symbol.startswith("madeupword")]
-    assert set(dictionary.symbols[dictionary.nspecial:]) - set(padding) == tokens
+    assert set(dictionary.symbols[dictionary.nspecial :]) - set(padding) == tokens
     assert len(dictionary) == dictionary.nspecial + len(tokens) + len(padding) and len(dictionary) % 8 == 0
     assert (work / "data-bin" / "dict.en.txt").read_bytes() == (work / "data-bin" / "dict.de.txt").read_bytes()
     assert f"{len(tokens):,} distinct tokens in train" in en_de.result.stderr
@@ -469,6 +514,7 @@ def test_en_fr_end_to_end(en_fr):
     work = en_fr.work
     dictionary = _check_common(en_fr, "en", "fr", work / "spm")
     import sentencepiece
+
     model = sentencepiece.SentencePieceProcessor(model_file=str(work / "spm" / "spm.model"))
     assert model.get_piece_size() == SPM_VOCAB
     assert len(dictionary) == SPM_VOCAB - 3 + dictionary.nspecial  # spm's <unk> <s> </s> are fairseq's own
@@ -484,8 +530,17 @@ def test_a_rerun_skips_every_stage(run, request):
     prepared = request.getfixturevalue(run)
     before = {p.name: p.stat().st_mtime_ns for p in (prepared.work / "data-bin").iterdir()}
     started = time.monotonic()
-    result = prepare_cli("--pair", prepared.pair, "--work-dir", prepared.work, "--raw-dir", prepared.raw,
-                         "--workers", 2, *prepared.options)
+    result = prepare_cli(
+        "--pair",
+        prepared.pair,
+        "--work-dir",
+        prepared.work,
+        "--raw-dir",
+        prepared.raw,
+        "--workers",
+        2,
+        *prepared.options,
+    )
     assert result.returncode == 0, result.stderr
     assert time.monotonic() - started < 10
     skipped = re.findall(r"^\[(\d)/7\] (\w+): .*: done before, skipping", result.stderr, re.M)
@@ -501,12 +556,27 @@ def test_what_reruns_after_a_change(en_de, tmp_path):
     shutil.copytree(en_de.work, work)
 
     def first(*extra):
-        pipeline = Pipeline(parse_args(["--pair", "en-de", "--work-dir", str(work), "--raw-dir", str(en_de.raw),
-                                        "--bpe-merges", str(MERGES), *extra]))
+        pipeline = Pipeline(
+            parse_args(
+                [
+                    "--pair",
+                    "en-de",
+                    "--work-dir",
+                    str(work),
+                    "--raw-dir",
+                    str(en_de.raw),
+                    "--bpe-merges",
+                    str(MERGES),
+                    *extra,
+                ]
+            )
+        )
         stages = pipeline.stages()
-        stamps = [json.loads(pipeline.stamp(stage).read_text()) if pipeline.stamp(stage).is_file() else None
-                  for stage in stages]
-        return [stage.name for stage in stages][pipeline.first_to_run(stages, stamps):]
+        stamps = [
+            json.loads(pipeline.stamp(stage).read_text()) if pipeline.stamp(stage).is_file() else None
+            for stage in stages
+        ]
+        return [stage.name for stage in stages][pipeline.first_to_run(stages, stamps) :]
 
     assert first() == []
     # intermediate files may go once used

@@ -8,21 +8,25 @@ import subprocess
 import sys
 
 import pytest
-
 from cli_helpers import REPO
+
 from vaswani_plugin.tools.progress import Progress, parse_line, read_records, stitched, training_target
 
 
 def train_line(update, epoch=1, per_epoch=100, loss=5.0, wps=1000.0, ups=2.0):
-    return (f"2026-11-27 02:40:24 | INFO | train_inner | epoch {epoch:03d}:     {update % per_epoch} / {per_epoch} "
-            f"loss={loss}, nll_loss={loss - 0.5}, ppl=12.3, wps={wps}, ups={ups}, wpb=1459, bsz=117, "
-            f"num_updates={update}, lr=0.000209631, gnorm=1.578, train_wall=0, wall=2")
+    return (
+        f"2026-11-27 02:40:24 | INFO | train_inner | epoch {epoch:03d}:     {update % per_epoch} / {per_epoch} "
+        f"loss={loss}, nll_loss={loss - 0.5}, ppl=12.3, wps={wps}, ups={ups}, wpb=1459, bsz=117, "
+        f"num_updates={update}, lr=0.000209631, gnorm=1.578, train_wall=0, wall=2"
+    )
 
 
 def valid_line(update, bleu=None):
     scores = f" | bleu {bleu} | tok_bleu {bleu + 1}" if bleu is not None else ""
-    return (f"2026-11-27 02:54:34 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.646 | nll_loss 8.485"
-            f" | dev_sentences 30 | ppl 358.2{scores} | wps 616.7 | wpb 741.7 | bsz 26.7 | num_updates {update}")
+    return (
+        f"2026-11-27 02:54:34 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.646 | nll_loss 8.485"
+        f" | dev_sentences 30 | ppl 358.2{scores} | wps 616.7 | wpb 741.7 | bsz 26.7 | num_updates {update}"
+    )
 
 
 class Clock:
@@ -38,18 +42,26 @@ def test_log_lines_become_records():
     assert (record["kind"], record["update"], record["epoch"], record["epoch_updates"]) == ("train", 42, 3, 227)
     assert (record["loss"], record["nll_loss"], record["lr"], record["gnorm"]) == (5.0, 4.5, 0.000209631, 1.578)
     valid = parse_line(valid_line(50, bleu=12.5))
-    assert (valid["kind"], valid["update"], valid["bleu"], valid["tok_bleu"], valid["loss"]) == \
-        ("valid", 50, 12.5, 13.5, 8.646)
-    saved = parse_line("2026-11-27 02:40:24 | INFO | fairseq.checkpoint_utils | Saved checkpoint /w/checkpoint_1_4.pt "
-                       "(epoch 1 @ 4 updates, score None) (writing took 0.02 seconds)")
+    assert (valid["kind"], valid["update"], valid["bleu"], valid["tok_bleu"], valid["loss"]) == (
+        "valid",
+        50,
+        12.5,
+        13.5,
+        8.646,
+    )
+    saved = parse_line(
+        "2026-11-27 02:40:24 | INFO | fairseq.checkpoint_utils | Saved checkpoint /w/checkpoint_1_4.pt "
+        "(epoch 1 @ 4 updates, score None) (writing took 0.02 seconds)"
+    )
     assert saved == {"kind": "checkpoint", "path": "/w/checkpoint_1_4.pt", "epoch": 1, "update": 4}
     assert parse_line("2026-11-27 02:40:24 | INFO | fairseq_cli.train | begin training") is None
 
 
 def test_eta_is_the_updates_left_at_the_measured_rate_or_the_budget_left(tmp_path):
     clock = Clock()
-    progress = Progress(tmp_path / "p.jsonl", training_target(["--max-update", "1000", "--max-epoch", "30"]),
-                        clock=clock)
+    progress = Progress(
+        tmp_path / "p.jsonl", training_target(["--max-update", "1000", "--max-epoch", "30"]), clock=clock
+    )
     progress.line(train_line(100))
     clock.now += 50  # 100 updates in 50 s: 2 a second
     (said,) = progress.line(train_line(200))
@@ -66,8 +78,9 @@ def test_eta_is_the_updates_left_at_the_measured_rate_or_the_budget_left(tmp_pat
     assert " of 300 " in said and "0 min 30 s left (updates)" in said
 
     # A time budget of 0.1 h: 360 s, of which 60 s are gone, at 5 updates a second.
-    budget = Progress(tmp_path / "r.jsonl", training_target(["--stop-time-hours", "0.1", "--max-update", "100000"]),
-                      clock=clock)
+    budget = Progress(
+        tmp_path / "r.jsonl", training_target(["--stop-time-hours", "0.1", "--max-update", "100000"]), clock=clock
+    )
     clock.now += 30
     budget.line(train_line(150))
     clock.now += 30
@@ -112,8 +125,9 @@ def test_a_resumed_run_is_stitched_and_its_budget_counts_every_piece(tmp_path):
 def test_the_refresh_runs_after_checkpoints_at_most_once_an_interval(tmp_path):
     marks, clock = tmp_path / "marks", Clock()
     command = f"{sys.executable} -c \"open('{marks}', 'a').write('x')\""
-    progress = Progress(tmp_path / "p.jsonl", training_target([]), on_checkpoint=command, refresh_interval=60,
-                        clock=clock)
+    progress = Progress(
+        tmp_path / "p.jsonl", training_target([]), on_checkpoint=command, refresh_interval=60, clock=clock
+    )
     saved = "| Saved checkpoint /w/checkpoint_1_{0}.pt (epoch 1 @ {0} updates, score None)"
     progress.line(saved.format(2))  # 0 s after the start: waits for the interval
     assert progress.refresh is None and progress.refresh_pending
@@ -131,17 +145,37 @@ def test_the_refresh_runs_after_checkpoints_at_most_once_an_interval(tmp_path):
 
 def test_the_filter_passes_every_line_through(tmp_path):
     lines = [train_line(10), "anything else", valid_line(10, bleu=1.0)]
-    result = subprocess.run([sys.executable, "-m", "vaswani_plugin.tools.progress", "--records", tmp_path / "p.jsonl",
-                             "--", "--max-update", "20"], input="\n".join(lines) + "\n", capture_output=True,
-                            text=True, check=True, cwd=REPO)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vaswani_plugin.tools.progress",
+            "--records",
+            tmp_path / "p.jsonl",
+            "--",
+            "--max-update",
+            "20",
+        ],
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    )
     out = result.stdout.splitlines()
     assert [line for line in out if not line.startswith("[progress] ")] == lines
     assert out[1].startswith("[progress] update 10 of 20 (50.0 %)") and out[4].startswith("[progress] dev at update 10")
     assert json.loads((tmp_path / "p.jsonl").read_text().splitlines()[0])["max_update"] == 20
 
 
-@pytest.mark.parametrize("argv, expected", [([], (0, 0, 0.0)), (["--max-update", "5", "--max-update", "7"], (7, 0, 0.0)),
-                                            (["--stop-time-hours", "0.5", "--max-epoch", "3"], (0, 3, 0.5))])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        ([], (0, 0, 0.0)),
+        (["--max-update", "5", "--max-update", "7"], (7, 0, 0.0)),
+        (["--stop-time-hours", "0.5", "--max-epoch", "3"], (0, 3, 0.5)),
+    ],
+)
 def test_the_target_is_read_from_fairseq_trains_arguments(argv, expected):
     target = training_target(argv + ["--arch", "x"])
     assert (target.max_update, target.max_epoch, target.stop_time_hours) == expected
@@ -151,8 +185,12 @@ def test_a_failing_estimate_never_stops_the_lines(tmp_path, monkeypatch, capsys)
     """The filter stands between fairseq-train and its log: a failure of its own is said once, and every line still
     passes (a broken pipe would end the training)."""
     from vaswani_plugin.tools import progress as module
+
     monkeypatch.setattr(module.Progress, "line", lambda self, line: 1 / 0)
     monkeypatch.setattr(sys, "stdin", io.StringIO("one\ntwo\n"))
     module.main(["--records", str(tmp_path / "p.jsonl")])
     assert capsys.readouterr().out.splitlines() == [
-        "one", "[progress] no more estimates or records (ZeroDivisionError: division by zero); training goes on", "two"]
+        "one",
+        "[progress] no more estimates or records (ZeroDivisionError: division by zero); training goes on",
+        "two",
+    ]

@@ -15,21 +15,28 @@ from datetime import datetime
 import numpy
 import pytest
 import torch
-from matplotlib.image import imread
-
 from cli_helpers import NATIVE_BF16, SHARED_DATA
 from conftest import lane_job
 from doc_blocks import block, run_shell, substituted
+from matplotlib.image import imread
 from test_recipes import NEEDS_CPU_PATH, REPO, TINY, hypotheses, ran_the_documented_preparation, run_recipe
 
 pytestmark = pytest.mark.e2e  # the whole quickstart on the real Multi30k
 
 # 15 s of training: the 16 updates the checks below need (two log windows, the dev BLEU twice) with a margin on a
 # slow, loaded machine (a VM whose fairseq import took 9.7 s made 14 in 9 s under the suite's load).
-TINY_QUICKSTART = dict(RAW_DIR=str(SHARED_DATA / "multi30k"), BUDGET_MINUTES="0.25", BPE_MERGES="500",
-                       SAVE_INTERVAL_UPDATES="4", AVERAGE_LAST="2", EXTRA_TRAIN_ARGS=TINY,
-                       EXTRA_GENERATE_ARGS="--max-len-a 0 --max-len-b 3", DEV_SCORE="1", DEV_SCORE_EVERY="8",
-                       DEV_SCORE_SENTENCES="10")
+TINY_QUICKSTART = dict(
+    RAW_DIR=str(SHARED_DATA / "multi30k"),
+    BUDGET_MINUTES="0.25",
+    BPE_MERGES="500",
+    SAVE_INTERVAL_UPDATES="4",
+    AVERAGE_LAST="2",
+    EXTRA_TRAIN_ARGS=TINY,
+    EXTRA_GENERATE_ARGS="--max-len-a 0 --max-len-b 3",
+    DEV_SCORE="1",
+    DEV_SCORE_EVERY="8",
+    DEV_SCORE_SENTENCES="10",
+)
 DEV_EVERY = 8
 
 
@@ -50,8 +57,13 @@ def quickstart_benchmark_run(tmp_path_factory, lane):
     """benchmarks/quickstart_vs_fairseq.sh for seed 1 where quickstart_run left its runs."""
     root, _ = lane["quickstart_run"].result()
     env = dict(TINY_QUICKSTART, WORK_DIR=str(root), SEEDS="1", REPORT="0")  # its curves only: no report.md
-    return subprocess.run(["bash", str(REPO / "benchmarks" / "quickstart_vs_fairseq.sh")], capture_output=True,
-                          text=True, timeout=600, env=dict(os.environ, **env, PYTHON=sys.executable))
+    return subprocess.run(
+        ["bash", str(REPO / "benchmarks" / "quickstart_vs_fairseq.sh")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, **env, PYTHON=sys.executable),
+    )
 
 
 @NEEDS_CPU_PATH
@@ -61,8 +73,10 @@ def test_quickstart_from_raw_files_to_bleu_translations_and_pictures(lane):
     work, data = root / "seed1" / "vaswani_transformer", root / "data"
 
     # Data: the three real splits in full, joint BPE.
-    sizes = {split: len((data / "text" / f"{split}.de").read_text(encoding="utf-8").splitlines())
-             for split in ("train", "valid", "test")}
+    sizes = {
+        split: len((data / "text" / f"{split}.de").read_text(encoding="utf-8").splitlines())
+        for split in ("train", "valid", "test")
+    }
     assert sizes == {"train": 29000, "valid": 1014, "test": 1000}
     ran_the_documented_preparation(result.stderr, 2)
     # The dry run before it printed the very fairseq-train command the run then ran (its logged command line).
@@ -72,15 +86,16 @@ def test_quickstart_from_raw_files_to_bleu_translations_and_pictures(lane):
 
     # Training stopped by the wall-clock budget; the average is that of the last 2 interval checkpoints.
     log = (work / "checkpoints" / "train.log").read_text()
-    assert "Stopping training due to cumulative_training_time" in log and "'stop_time_hours': 0.004166666666666667" in log
+    assert (
+        "Stopping training due to cumulative_training_time" in log and "'stop_time_hours': 0.004166666666666667" in log
+    )
     # BF16=auto: bfloat16 autocast where this CPU multiplies bfloat16 natively, float32 elsewhere; the task
     # decides and says so.
     assert "'task': {'_name': 'vaswani_translation'" in log and "'bf16_autocast': 'auto'" in log
     assert ("| precision: bfloat16 autocast (--bf16-autocast auto: this CPU has " in log) == NATIVE_BF16
     assert ("| precision: float32 (--bf16-autocast auto: no native bfloat16 on this CPU)" in log) != NATIVE_BF16
     assert log.count("| precision: ") == 1
-    interval = sorted((work / "checkpoints").glob("checkpoint_*_*.pt"),
-                      key=lambda path: int(path.stem.split("_")[-1]))
+    interval = sorted((work / "checkpoints").glob("checkpoint_*_*.pt"), key=lambda path: int(path.stem.split("_")[-1]))
     assert len(interval) == 2
     states = [torch.load(path, weights_only=True)["model"] for path in interval]
     average = torch.load(work / "checkpoints" / "checkpoint_average.pt", weights_only=True)["model"]
@@ -102,8 +117,7 @@ def test_quickstart_from_raw_files_to_bleu_translations_and_pictures(lane):
     arrays = numpy.load(pictures / "attention.npz")
     assert arrays["encoder_decoder"].shape[-1] == len(arrays["source_tokens"])
     assert f"attention pictures:                      {pictures}" in result.stderr
-    assert f"model (average of the last checkpoints): {work / 'checkpoints' / 'checkpoint_average.pt'}" \
-        in result.stderr
+    assert f"model (average of the last checkpoints): {work / 'checkpoints' / 'checkpoint_average.pt'}" in result.stderr
     watched_training_is_recorded_drawn_and_reported(work, log)
 
 
@@ -143,6 +157,7 @@ def watched_training_is_recorded_drawn_and_reported(work, log):
     # The curves: what draw() plots is what fairseq logged, point for point at both ends.
     from vaswani_plugin.tools.progress import read_records, stitched
     from vaswani_plugin.tools.training_curves import draw
+
     plotted = draw({"run": stitched(read_records(work / "checkpoints" / "progress.jsonl"))}, work / "redrawn")
     panels = plotted["updates.png"]["run"]
     train = logged(lines, "train")
@@ -156,8 +171,9 @@ def watched_training_is_recorded_drawn_and_reported(work, log):
     # Against the clock: the hours between points are the seconds between fairseq's log lines (stamped in whole
     # seconds; the budget bounds training alone, not the start-up and validations the clock also counts).
     hours = plotted["wall_clock.png"]["run"]["training loss (bits)"]["loss"][0]
-    stamps = [datetime.strptime(line[:19], "%Y-%m-%d %H:%M:%S").timestamp() for line in lines
-              if "| train_inner |" in line]
+    stamps = [
+        datetime.strptime(line[:19], "%Y-%m-%d %H:%M:%S").timestamp() for line in lines if "| train_inner |" in line
+    ]
     assert hours == sorted(hours) and hours[0] > 0 and len(hours) == len(stamps)
     for hour, stamp in zip(hours, stamps):
         assert abs((hour - hours[0]) * 3600 - (stamp - stamps[0])) < 1.5, (hours, stamps)
@@ -216,8 +232,11 @@ def test_benchmark_against_fairseq_transformer(lane, tmp_path):
 @pytest.mark.lane("quickstart_run")
 def test_translating_your_own_sentence_as_the_readme_says(lane):
     root, _ = lane["quickstart_run"].result()
-    command = block("README.md", "test:interactive").replace("work/quickstart/data", str(root / "data")) \
+    command = (
+        block("README.md", "test:interactive")
+        .replace("work/quickstart/data", str(root / "data"))
         .replace("work/quickstart", str(root / "seed1" / "vaswani_transformer"))
+    )
     result = run_shell(command, REPO)
     assert result.returncode == 0, result.stderr[-3000:]
     # fairseq-interactive Moses-tokenised and BPE-segmented the sentence itself, then translated it.
@@ -234,13 +253,16 @@ def test_the_progress_filter_on_a_training_log_as_the_reference_shows(lane, tmp_
     root, _ = lane["quickstart_run"].result()
     log = root / "seed1" / "vaswani_transformer" / "checkpoints" / "train.log"
     (tmp_path / "checkpoints").mkdir()
-    command = substituted(block("docs/reference.md", "test:progress"),
-                          {"fairseq-train DATA ... --log-format simple --log-interval 100": f"cat {log}"})
+    command = substituted(
+        block("docs/reference.md", "test:progress"),
+        {"fairseq-train DATA ... --log-format simple --log-interval 100": f"cat {log}"},
+    )
     result = run_shell(command, tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     records = [json.loads(line) for line in (tmp_path / "checkpoints" / "progress.jsonl").read_text().splitlines()]
     assert sum(r["kind"] == "train" for r in records) == log.read_text().count("| train_inner |")
     assert records[0]["max_update"] == 100000
-    assert (tmp_path / "checkpoints" / "train.log").read_text().count("[progress] update ") == \
-        2 * log.read_text().count("[progress] update ")  # the log's own lines, and the filter's anew
+    assert (tmp_path / "checkpoints" / "train.log").read_text().count(
+        "[progress] update "
+    ) == 2 * log.read_text().count("[progress] update ")  # the log's own lines, and the filter's anew
     assert imread(tmp_path / "curves" / "updates.png").ndim == 3

@@ -6,7 +6,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from fairseq.tasks.translation import TranslationConfig
 
 from vaswani_plugin.criterions.vaswani_label_smoothed_cross_entropy import VaswaniLabelSmoothedCrossEntropyConfig
@@ -25,13 +24,22 @@ LINK = re.compile(r"\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 
 def own_fields(config):
     """The config's command-line options (fields with help), less those inherited from fairseq."""
-    inherited = {f.name for f in dataclasses.fields(TranslationConfig)} if issubclass(config, TranslationConfig) \
-        else set()
+    inherited = (
+        {f.name for f in dataclasses.fields(TranslationConfig)} if issubclass(config, TranslationConfig) else set()
+    )
     return [f for f in dataclasses.fields(config) if f.metadata.get("help") and f.name not in inherited]
 
 
-@pytest.mark.parametrize("config", [VaswaniTransformerConfig, NoamConfig, VaswaniLabelSmoothedCrossEntropyConfig,
-                                    VaswaniTranslationConfig, VaswaniAdamConfig])
+@pytest.mark.parametrize(
+    "config",
+    [
+        VaswaniTransformerConfig,
+        NoamConfig,
+        VaswaniLabelSmoothedCrossEntropyConfig,
+        VaswaniTranslationConfig,
+        VaswaniAdamConfig,
+    ],
+)
 def test_every_option_is_documented(config):
     assert own_fields(config)
     for option in own_fields(config):
@@ -40,9 +48,16 @@ def test_every_option_is_documented(config):
 
 
 def test_every_registered_name_is_documented():
-    for name in ("vaswani_transformer", "vaswani_transformer_big", "vaswani_transformer_big_en_fr",
-                 "vaswani_transformer_parsing", "noam", "vaswani_adam", "vaswani_label_smoothed_cross_entropy",
-                 "vaswani_translation"):
+    for name in (
+        "vaswani_transformer",
+        "vaswani_transformer_big",
+        "vaswani_transformer_big_en_fr",
+        "vaswani_transformer_parsing",
+        "noam",
+        "vaswani_adam",
+        "vaswani_label_smoothed_cross_entropy",
+        "vaswani_translation",
+    ):
         assert f"| `{name}` |" in REFERENCE, name
 
 
@@ -88,8 +103,11 @@ def test_the_module_to_tests_table_is_complete():
     rows = list(module_table_rows())
     listed = {module for modules, _ in rows for module in modules}
     package = REPO / "vaswani_plugin"
-    modules = {path.relative_to(package).as_posix() for path in package.rglob("*.py")
-               if path.name != "__init__.py" or path.parent == package}
+    modules = {
+        path.relative_to(package).as_posix()
+        for path in package.rglob("*.py")
+        if path.name != "__init__.py" or path.parent == package
+    }
     assert modules - listed == set(), "modules without a row in docs/design.md's module -> tests table"
     assert listed - modules == set(), "rows for modules that do not exist"
     missing = {test for _, tests in rows for test in tests if not (REPO / "tests" / test).is_file()}

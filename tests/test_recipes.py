@@ -19,15 +19,15 @@ from pathlib import Path
 import pytest
 import sentencepiece
 import torch
-from fairseq.data import Dictionary
-from fairseq.data.indexed_dataset import MMapIndexedDataset
-
 from cli_helpers import NATIVE_BF16, TINY_MODEL
 from conftest import lane_job
 from doc_blocks import block, commands
+from fairseq.data import Dictionary
+from fairseq.data.indexed_dataset import MMapIndexedDataset
+from wmt_mirror import build_mirror, newstest2014_sentences
+
 from vaswani_plugin import VaswaniConfigError
 from vaswani_plugin.precision import bf16_autocast_enabled
-from wmt_mirror import build_mirror, newstest2014_sentences
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = " ".join(TINY_MODEL)
@@ -41,8 +41,14 @@ def run_recipe(script, env_overrides, *args, check=True, cwd=None, command=None)
     """bash recipes/SCRIPT with this test environment's python first on PATH, on one thread: a second thread
     does not speed up a tiny model, and spinning OpenMP threads would slow a run on the second lane beside it.
     `command`: a documentation block's shell line that runs it, run as written (from the repository root)."""
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", PYTHON=sys.executable,
-               OMP_NUM_THREADS="1", **CPU_ONLY, **env_overrides)
+    env = dict(
+        os.environ,
+        PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        PYTHON=sys.executable,
+        OMP_NUM_THREADS="1",
+        **CPU_ONLY,
+        **env_overrides,
+    )
     argv = ["bash", "-c", command] if command else ["bash", str(REPO / "recipes" / script), *args]
     result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, cwd=cwd or REPO)
     if check and result.returncode != 0:
@@ -73,10 +79,21 @@ def tiny_env(work_dir, raw_dir, data_dir, **more):
     """A recipe run in seconds. No validation on the 3,000 dev sentences at every checkpoint (7 s a run): Table 3's
     test validates with fairseq-validate. No curves or report (REPORT=0: matplotlib, 1-4 s a run): the quickstart's
     tests read them."""
-    settings = dict(WORK_DIR=work_dir, RAW_DIR=raw_dir, DATA_DIR=data_dir, CPU=1, MAX_UPDATE=4, REPORT=0,
-                    SAVE_INTERVAL_UPDATES=2, AVERAGE_LAST=2, TOKENS_PER_STEP=2000, BPE_MERGES=300,
-                    SPM_VOCAB=400, EXTRA_TRAIN_ARGS=f"{TINY} --disable-validation",
-                    EXTRA_GENERATE_ARGS="--max-len-a 0 --max-len-b 3")
+    settings = dict(
+        WORK_DIR=work_dir,
+        RAW_DIR=raw_dir,
+        DATA_DIR=data_dir,
+        CPU=1,
+        MAX_UPDATE=4,
+        REPORT=0,
+        SAVE_INTERVAL_UPDATES=2,
+        AVERAGE_LAST=2,
+        TOKENS_PER_STEP=2000,
+        BPE_MERGES=300,
+        SPM_VOCAB=400,
+        EXTRA_TRAIN_ARGS=f"{TINY} --disable-validation",
+        EXTRA_GENERATE_ARGS="--max-len-a 0 --max-len-b 3",
+    )
     settings.update(more)
     return {key: str(value) for key, value in settings.items()}
 
@@ -120,7 +137,8 @@ def test_no_gpu_is_a_clear_error(tmp_path):
     assert result.returncode == 1
     assert result.stderr.strip() == (
         "wmt14_en_de_big: error: no GPU visible. The paper trains on 8 GPUs; to try the pipeline on CPU "
-        "(very slow, for testing only) set CPU=1")
+        "(very slow, for testing only) set CPU=1"
+    )
     assert not (tmp_path / "data").exists()  # failed before downloading anything
 
 
@@ -135,8 +153,9 @@ def test_en_de_base_from_nothing_to_bleu_then_skips_what_is_done(mirror, en_de_d
     # Data: joint BPE with 300 merges gives at most 300 + 2 x characters symbols; every dev/test sentence.
     dictionary = Dictionary.load(str(data_bin / "dict.en.txt"))
     assert (data_bin / "dict.de.txt").read_text() == (data_bin / "dict.en.txt").read_text()  # joined
-    merges = [line for line in (en_de_data / "bpe" / "codes").read_text().splitlines()
-              if not line.startswith("#version")]
+    merges = [
+        line for line in (en_de_data / "bpe" / "codes").read_text().splitlines() if not line.startswith("#version")
+    ]
     assert len(merges) == 300 and 300 < len(dictionary) - dictionary.nspecial < 300 + 2 * 200
     assert binarised_sentences(data_bin, "valid", "en-de") == 3000
     assert binarised_sentences(data_bin, "test", "en-de") == 3003
@@ -147,16 +166,20 @@ def test_en_de_base_from_nothing_to_bleu_then_skips_what_is_done(mirror, en_de_d
     train_log = (work / "checkpoints" / "train.log").read_text()
     assert "'model': {'_name': 'vaswani_transformer'," in train_log and "'dropout': 0.1" in train_log
     assert "'lr_scheduler': {'_name': 'noam'" in train_log
-    checkpoints = [torch.load(work / "checkpoints" / name, weights_only=True)["model"]
-                   for name in ("checkpoint_1_2.pt", "checkpoint_1_4.pt", "checkpoint_average.pt")]
+    checkpoints = [
+        torch.load(work / "checkpoints" / name, weights_only=True)["model"]
+        for name in ("checkpoint_1_2.pt", "checkpoint_1_4.pt", "checkpoint_average.pt")
+    ]
     for name, average in checkpoints[2].items():
         torch.testing.assert_close(average, (checkpoints[0][name] + checkpoints[1][name]) / 2)
 
     # Every newstest2014 sentence translated; both BLEU lines and the cost line.
     assert len(hypotheses(work / "newstest2014.generate.txt")) == 3003
     check_scores(result.stdout, 3003)
-    assert f"REPORT=0: no curves or report.md (python -m vaswani_plugin.tools.run_report {work} draws them)" in \
-        result.stderr
+    assert (
+        f"REPORT=0: no curves or report.md (python -m vaswani_plugin.tools.run_report {work} draws them)"
+        in result.stderr
+    )
     assert (work / "checkpoints" / "progress.jsonl").is_file()
     assert not (work / "report.md").exists() and not (work / "curves").exists()
 
@@ -182,8 +205,10 @@ def test_en_de_base_from_nothing_to_bleu_then_skips_what_is_done(mirror, en_de_d
     # Refused, one line each, nothing touched: a model setting, the data (MAX_UPDATE below the checkpoints:
     # test_resume.py).
     before = {path: path.stat().st_mtime_ns for path in [*data_bin.iterdir(), *(work / "checkpoints").iterdir()]}
-    for change, names in (({"EXTRA_TRAIN_ARGS": env["EXTRA_TRAIN_ARGS"] + " --dropout 0.3"}, ["--dropout"]),
-                          ({"BPE_MERGES": "200"}, ["BPE_MERGES changed from 300 to 200"])):
+    for change, names in (
+        ({"EXTRA_TRAIN_ARGS": env["EXTRA_TRAIN_ARGS"] + " --dropout 0.3"}, ["--dropout"]),
+        ({"BPE_MERGES": "200"}, ["BPE_MERGES changed from 300 to 200"]),
+    ):
         refused = run_recipe("wmt14_en_de_base.sh", {**env, **change}, check=False)
         assert refused.returncode == 1
         error = refused.stderr.strip().splitlines()[-1]
@@ -281,34 +306,53 @@ def run_common(tmp_path, commands, gpus=8, **settings):
     output on as the progress filter does (finding no TensorBoard), and prints any other command it is given
     (`python ARGS...`) instead of running it."""
     fake_python = tmp_path / "python"
-    fake_python.write_text(f'#!/bin/sh\nif [ "$1" = -c ]; then case "$2" in *find_spec*) exit 1;; esac; echo {gpus}; '
-                           f'elif [ "$2" = prepare.longest ]; then echo 100 train; '
-                           f'elif [ "$2" = vaswani_plugin.tools.gpu_batch ]; then echo 4096; echo "gpu_batch: 4096 '
-                           f'tokens a batch fit" >&2; '
-                           f'elif [ "$2" = prepare.records ] || [ "$2" = recipes.launch ]; then '
-                           f'exec {sys.executable} "$@"; elif [ "$2" = vaswani_plugin.tools.progress ]; then cat; '
-                           f'else echo "python $*"; fi\n')
+    fake_python.write_text(
+        f'#!/bin/sh\nif [ "$1" = -c ]; then case "$2" in *find_spec*) exit 1;; esac; echo {gpus}; '
+        f'elif [ "$2" = prepare.longest ]; then echo 100 train; '
+        f'elif [ "$2" = vaswani_plugin.tools.gpu_batch ]; then echo 4096; echo "gpu_batch: 4096 '
+        f'tokens a batch fit" >&2; '
+        f'elif [ "$2" = prepare.records ] || [ "$2" = recipes.launch ]; then '
+        f'exec {sys.executable} "$@"; elif [ "$2" = vaswani_plugin.tools.progress ]; then cat; '
+        f'else echo "python $*"; fi\n'
+    )
     fake_python.chmod(0o755)
     env = dict(os.environ, PYTHON=str(fake_python), RECIPE="test", WORK_DIR=str(tmp_path), **settings)
-    return subprocess.run(["bash", "-c", f"source {REPO}/recipes/common.sh; {commands}"], env=env,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        ["bash", "-c", f"source {REPO}/recipes/common.sh; {commands}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
-@pytest.mark.parametrize("settings,expected", [
-    # The paper's 8 GPUs: one step = 8 x 3125 tokens.
-    ({}, "workers=8 args=--distributed-world-size 8 update_freq=1 max_tokens=3125"),
-    # Fewer GPUs: --update-freq grows so that a step still holds about 25,000 tokens.
-    ({"NUM_GPUS": "1"}, "workers=1 args=--distributed-world-size 1 update_freq=7 max_tokens=3572"),
-    ({"NUM_GPUS": "4", "FP16": "1"}, "workers=4 args=--distributed-world-size 4 --fp16 update_freq=2 max_tokens=3125"),
-    # Two nodes of 8: this node's processes start at rank 8 and reach node 0 over TCP.
-    ({"NUM_NODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "node0", "MASTER_PORT": "29500"},
-     "workers=16 args=--distributed-world-size 16 --distributed-init-method tcp://node0:29500 "
-     "--distributed-rank 8 update_freq=1 max_tokens=1563"),
-])
+@pytest.mark.parametrize(
+    "settings,expected",
+    [
+        # The paper's 8 GPUs: one step = 8 x 3125 tokens.
+        ({}, "workers=8 args=--distributed-world-size 8 update_freq=1 max_tokens=3125"),
+        # Fewer GPUs: --update-freq grows so that a step still holds about 25,000 tokens.
+        ({"NUM_GPUS": "1"}, "workers=1 args=--distributed-world-size 1 update_freq=7 max_tokens=3572"),
+        (
+            {"NUM_GPUS": "4", "FP16": "1"},
+            "workers=4 args=--distributed-world-size 4 --fp16 update_freq=2 max_tokens=3125",
+        ),
+        # Two nodes of 8: this node's processes start at rank 8 and reach node 0 over TCP.
+        (
+            {"NUM_NODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "node0", "MASTER_PORT": "29500"},
+            "workers=16 args=--distributed-world-size 16 --distributed-init-method tcp://node0:29500 "
+            "--distributed-rank 8 update_freq=1 max_tokens=1563",
+        ),
+    ],
+)
 def test_gpu_batch_arithmetic(settings, expected, tmp_path):
     """The GPU path of recipes/common.sh (this machine has none)."""
-    result = run_common(tmp_path, "DATA_BIN=d; detect_devices; batch_size_for_workers; echo \"workers=$WORKERS "
-                        "args=${DEVICE_ARGS[*]} update_freq=$UPDATE_FREQ max_tokens=$MAX_TOKENS\"", **settings)
+    result = run_common(
+        tmp_path,
+        'DATA_BIN=d; detect_devices; batch_size_for_workers; echo "workers=$WORKERS '
+        'args=${DEVICE_ARGS[*]} update_freq=$UPDATE_FREQ max_tokens=$MAX_TOKENS"',
+        **settings,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == expected
 
@@ -316,8 +360,10 @@ def test_gpu_batch_arithmetic(settings, expected, tmp_path):
 def test_a_stage_runs_again_when_its_plan_changes_and_so_does_every_later_one(tmp_path):
     """Table row "nothing": every stage skipped. Row "decoding only": a stage whose commands changed runs again, its
     previous outputs kept aside under previous/, and every later stage runs again; the stages before it do not."""
-    recipe = 'stages train average translate; avg() { run_to "$WORK_DIR/average.txt" echo "average ${X:-}"; }; ' \
-             'stage train echo train; stage average --output "$WORK_DIR/average.txt" avg; stage translate echo translate'
+    recipe = (
+        'stages train average translate; avg() { run_to "$WORK_DIR/average.txt" echo "average ${X:-}"; }; '
+        'stage train echo train; stage average --output "$WORK_DIR/average.txt" avg; stage translate echo translate'
+    )
     assert run_common(tmp_path, recipe).stdout.split() == ["train", "translate"]
     unchanged = run_common(tmp_path, recipe)
     assert unchanged.stdout.split() == [] and unchanged.stderr.count("done before, skipped") == 3
@@ -347,13 +393,16 @@ def test_more_gpus_than_visible_is_an_error(tmp_path):
 TRAIN = 'detect_devices; DATA_BIN=data-bin MAX_TOKENS=1000 UPDATE_FREQ=1; train "$WORK_DIR/checkpoints" --arch a'
 
 
-@pytest.mark.parametrize("gpus,settings,passed,expected", [
-    (8, {}, "0", False),
-    (8, {"BF16": "1"}, "1", True),
-    (8, {"BF16": "auto"}, "auto", False),  # auto is for CPUs; GPUs have FP16=1
-    (0, {"BF16": "auto", "CPU": "1"}, "auto", NATIVE_BF16),
-    (0, {"BF16": "0", "CPU": "1"}, "0", False),
-])
+@pytest.mark.parametrize(
+    "gpus,settings,passed,expected",
+    [
+        (8, {}, "0", False),
+        (8, {"BF16": "1"}, "1", True),
+        (8, {"BF16": "auto"}, "auto", False),  # auto is for CPUs; GPUs have FP16=1
+        (0, {"BF16": "auto", "CPU": "1"}, "auto", NATIVE_BF16),
+        (0, {"BF16": "0", "CPU": "1"}, "0", False),
+    ],
+)
 def test_bf16_setting_goes_to_the_task_which_decides(gpus, settings, passed, expected, tmp_path):
     """The recipe passes BF16 as it is; the task decides (vaswani_plugin.precision, on the device it trains on and
     this CPU's flags; tests/test_bf16_autocast.py fakes other CPUs) and logs its `precision:` line."""
@@ -378,12 +427,28 @@ def test_fp16_with_bf16_is_the_tasks_one_line_error(tmp_path):
 @NEEDS_CPU_PATH
 def test_a_bad_bf16_setting_is_the_tasks_one_line_error(reversal_data, tmp_path):
     """fairseq-train itself, on a tiny corpus: the task refuses the value before the model is built."""
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", PYTHON=sys.executable,
-               OMP_NUM_THREADS="1", RECIPE="test", WORK_DIR=str(tmp_path), CPU="1", BF16="yes")
-    command = f'detect_devices; DATA_BIN={reversal_data / "joined"} MAX_TOKENS=1000 UPDATE_FREQ=1; ' \
-              f'train "$WORK_DIR/checkpoints" --arch vaswani_transformer {TINY}'
-    result = subprocess.run(["bash", "-c", f"source {REPO}/recipes/common.sh; {command}"], env=env, cwd=REPO,
-                            capture_output=True, text=True, timeout=300)
+    env = dict(
+        os.environ,
+        PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        PYTHON=sys.executable,
+        OMP_NUM_THREADS="1",
+        RECIPE="test",
+        WORK_DIR=str(tmp_path),
+        CPU="1",
+        BF16="yes",
+    )
+    command = (
+        f"detect_devices; DATA_BIN={reversal_data / 'joined'} MAX_TOKENS=1000 UPDATE_FREQ=1; "
+        f'train "$WORK_DIR/checkpoints" --arch vaswani_transformer {TINY}'
+    )
+    result = subprocess.run(
+        ["bash", "-c", f"source {REPO}/recipes/common.sh; {command}"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     message = "vaswani_plugin: error: --bf16-autocast yes: use auto, on (1) or off (0)"
     assert result.stdout.strip().splitlines()[-1] == message  # fairseq-train's output, through tee
@@ -393,18 +458,26 @@ def test_a_bad_bf16_setting_is_the_tasks_one_line_error(reversal_data, tmp_path)
 
 def test_translate_takes_the_decoding_as_arguments(tmp_path):
     """§6.1 (the WMT recipes) and §6.3 (parsing: no subwords to join) through the one translate function."""
-    translate = 'detect_devices; DATA_BIN=data-bin; translate --checkpoint model.pt --subset {} ' \
-                '--output "$WORK_DIR/out.txt" {}; cat "$WORK_DIR/out.txt"'
+    translate = (
+        "detect_devices; DATA_BIN=data-bin; translate --checkpoint model.pt --subset {} "
+        '--output "$WORK_DIR/out.txt" {}; cat "$WORK_DIR/out.txt"'
+    )
     wmt = run_common(tmp_path, translate.format("test", "--post-process subword_nmt"))
     assert wmt.returncode == 0, wmt.stderr
-    assert "--path model.pt --gen-subset test --search paper --beam 4 --gnmt-alpha 0.6 --max-len-a 1 --max-len-b 50 " \
-           "--batch-size 128 --required-batch-size-multiple 1 --post-process subword_nmt" in wmt.stdout
-    parsing = run_common(tmp_path, translate.format("valid", "--beam 21 --alpha 0.3 --max-len-b 300 --batch-size 32"),
-                         EXTRA_GENERATE_ARGS="--x 1")
+    assert (
+        "--path model.pt --gen-subset test --search paper --beam 4 --gnmt-alpha 0.6 --max-len-a 1 --max-len-b 50 "
+        "--batch-size 128 --required-batch-size-multiple 1 --post-process subword_nmt" in wmt.stdout
+    )
+    parsing = run_common(
+        tmp_path,
+        translate.format("valid", "--beam 21 --alpha 0.3 --max-len-b 300 --batch-size 32"),
+        EXTRA_GENERATE_ARGS="--x 1",
+    )
     assert parsing.returncode == 0, parsing.stderr
     assert parsing.stdout.strip().endswith(
         "--path model.pt --gen-subset valid --search paper --beam 21 --gnmt-alpha 0.3 --max-len-a 1 --max-len-b 300 "
-        "--batch-size 32 --required-batch-size-multiple 1 --x 1")
+        "--batch-size 32 --required-batch-size-multiple 1 --x 1"
+    )
     assert "--post-process" not in parsing.stdout
 
 
@@ -412,44 +485,65 @@ def test_translate_takes_the_decoding_as_arguments(tmp_path):
 def test_train_average_translate_takes_the_papers_values_as_arguments(settings, dropout, tmp_path):
     """--arch ARCH --paper big: the big model's steps, checkpoint cadence and average (paper.py), the user's
     variables over them; P_drop is the architecture's unless DROPOUT is set."""
-    stub = 'stage() { shift; while [ "$1" = --output ]; do shift 2; done; "$@"; }; train() { echo "train $*"; }; average() { echo "average $*"; }; ' \
-           'translate() { echo "translate $*"; }; score() { :; }; training_cost() { echo "cost $*"; }; ' \
-           'write_report() { echo report; }; '
-    run = stub + 'detect_devices; SUBWORDS=subword_nmt DATA_BIN=data-bin TEXT_DIR=text TARGET_LANG=de; ' \
-                 'train_average_translate --arch vaswani_transformer_big --paper big'
+    stub = (
+        'stage() { shift; while [ "$1" = --output ]; do shift 2; done; "$@"; }; train() { echo "train $*"; }; average() { echo "average $*"; }; '
+        'translate() { echo "translate $*"; }; score() { :; }; training_cost() { echo "cost $*"; }; '
+        "write_report() { echo report; }; "
+    )
+    run = (
+        stub + "detect_devices; SUBWORDS=subword_nmt DATA_BIN=data-bin TEXT_DIR=text TARGET_LANG=de; "
+        "train_average_translate --arch vaswani_transformer_big --paper big"
+    )
     result = run_common(tmp_path, run, **settings)
     assert result.returncode == 0, result.stderr
     checkpoints = tmp_path / "checkpoints"
-    dev = ' --dev-score bleu --dev-score-reference text/valid.de --search paper --gnmt-alpha 0.6 --dev-score-args ' \
-          '{"beam": 4, "max_len_a": 1, "max_len_b": 50} --dev-score-post-process subword_nmt ' \
-          '--dev-score-interval-updates 0 --dev-score-sentences 0'
+    dev = (
+        " --dev-score bleu --dev-score-reference text/valid.de --search paper --gnmt-alpha 0.6 --dev-score-args "
+        '{"beam": 4, "max_len_a": 1, "max_len_b": 50} --dev-score-post-process subword_nmt '
+        "--dev-score-interval-updates 0 --dev-score-sentences 0"
+    )
     assert result.stdout.splitlines() == [
-        f"train {checkpoints} --arch vaswani_transformer_big" + (f" --dropout {dropout}" if dropout else "")
-        + " --max-update 300000 --save-interval-updates 600 --keep-interval-updates 20" + dev,
+        f"train {checkpoints} --arch vaswani_transformer_big"
+        + (f" --dropout {dropout}" if dropout else "")
+        + " --max-update 300000 --save-interval-updates 600 --keep-interval-updates 20"
+        + dev,
         f"average {checkpoints} 20",
         f"translate --checkpoint {checkpoints}/checkpoint_average.pt --subset test --output "
         f"{tmp_path}/newstest2014.generate.txt --post-process subword_nmt",
-        f"cost --checkpoints {checkpoints} --table2-row big", "report"]
+        f"cost --checkpoints {checkpoints} --table2-row big",
+        "report",
+    ]
     overridden = run_common(tmp_path, run, MAX_UPDATE="8", SAVE_INTERVAL_UPDATES="2", AVERAGE_LAST="3")
-    assert overridden.stdout.splitlines()[0] == f"train {checkpoints} --arch vaswani_transformer_big " \
+    assert (
+        overridden.stdout.splitlines()[0] == f"train {checkpoints} --arch vaswani_transformer_big "
         "--max-update 8 --save-interval-updates 2 --keep-interval-updates 3" + dev
+    )
 
 
-@pytest.mark.parametrize("script,args,settings,stages", [
-    ("wmt14_en_de_base.sh", (), {}, "prepare train average translate"),
-    ("wmt14_en_de_big.sh", (), {}, "prepare train average translate"),
-    ("wmt14_en_fr_big.sh", (), {}, "prepare train average translate"),
-    ("quickstart.sh", (), {}, "prepare train average translate"),
-    ("table3.sh", ("B",), {}, "prepare train-B-1 translate-B-1 train-B-2 translate-B-2"),
-    ("wsj_parsing.sh", (), {"SAMPLE_DIR": "x"}, "prepare train average constrained_valid constrained_test"),
-    ("wsj_parsing.sh", (), {"SAMPLE_DIR": "x", "UNCONSTRAINED": "1"},
-     "prepare train average constrained_valid unconstrained_valid constrained_test unconstrained_test"),
-])
+@pytest.mark.parametrize(
+    "script,args,settings,stages",
+    [
+        ("wmt14_en_de_base.sh", (), {}, "prepare train average translate"),
+        ("wmt14_en_de_big.sh", (), {}, "prepare train average translate"),
+        ("wmt14_en_fr_big.sh", (), {}, "prepare train average translate"),
+        ("quickstart.sh", (), {}, "prepare train average translate"),
+        ("table3.sh", ("B",), {}, "prepare train-B-1 translate-B-1 train-B-2 translate-B-2"),
+        ("wsj_parsing.sh", (), {"SAMPLE_DIR": "x"}, "prepare train average constrained_valid constrained_test"),
+        (
+            "wsj_parsing.sh",
+            (),
+            {"SAMPLE_DIR": "x", "UNCONSTRAINED": "1"},
+            "prepare train average constrained_valid unconstrained_valid constrained_test unconstrained_test",
+        ),
+    ],
+)
 def test_stop_after_naming_no_stage_is_an_error_before_anything_runs(script, args, settings, stages, tmp_path):
     result = run_recipe(script, dict(WORK_DIR=str(tmp_path), STOP_AFTER="trian", **settings), *args, check=False)
     recipe = Path(script).stem
     assert result.returncode == 1
-    assert result.stderr.strip() == f"{recipe}: error: STOP_AFTER=trian is not a stage of {recipe}; its stages: {stages}"
+    assert (
+        result.stderr.strip() == f"{recipe}: error: STOP_AFTER=trian is not a stage of {recipe}; its stages: {stages}"
+    )
     assert list(tmp_path.iterdir()) == []  # nothing prepared, nothing trained
 
 
@@ -458,36 +552,48 @@ def test_stop_after_prepare_stops_once_the_data_is_prepared(tmp_path):
     result = run_common(tmp_path, recipe, STOP_AFTER="prepare")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("python -m prepare.multi30k --work-dir ") and "trained" not in result.stdout
-    assert result.stderr.strip().endswith("STOP_AFTER=prepare: stopping here; run again without it for the later "
-                                          "stages")
+    assert result.stderr.strip().endswith(
+        "STOP_AFTER=prepare: stopping here; run again without it for the later stages"
+    )
 
 
 def batch_for(data_bin: Path, workers: int, **settings):
     """batch_size_for_workers on DATA_BIN for WORKERS workers, with this environment's python."""
     env = dict(os.environ, PYTHON=sys.executable, RECIPE="test", **settings)
     command = f'WORKERS={workers} DATA_BIN={data_bin}; batch_size_for_workers; echo "$MAX_TOKENS $UPDATE_FREQ"'
-    return subprocess.run(["bash", "-c", f"source {REPO}/recipes/common.sh; {command}"], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        ["bash", "-c", f"source {REPO}/recipes/common.sh; {command}"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_a_batch_below_the_longest_sentence_is_a_one_line_error(reversal_data):
     """fairseq asserts `Sentences lengths should not exceed max_tokens` at its first batch; the recipe says so before
     training, with the numbers and what to set. The longest example, read here through fairseq's own dataset."""
     data_bin = reversal_data / "joined"
-    sides = {(split, lang): MMapIndexedDataset(str(data_bin / f"{split}.src-tgt.{lang}"))
-             for split in ("train", "valid") for lang in ("src", "tgt")}  # kept open while their sizes are read
+    sides = {
+        (split, lang): MMapIndexedDataset(str(data_bin / f"{split}.src-tgt.{lang}"))
+        for split in ("train", "valid")
+        for lang in ("src", "tgt")
+    }  # kept open while their sizes are read
     longest, split = max((int(dataset.sizes.max()), split) for (split, _), dataset in sides.items())
     short = batch_for(data_bin, 8, TOKENS_PER_STEP=str(8 * (longest - 1)))
     assert short.returncode == 1 and short.stderr.strip().splitlines()[-1] == (
         f"test: error: TOKENS_PER_STEP={8 * (longest - 1)} over 8 worker(s) gives each a batch of {longest - 1} "
-        f"tokens, below the longest {split} sentence ({longest} tokens): set TOKENS_PER_STEP to at least {8 * longest}")
+        f"tokens, below the longest {split} sentence ({longest} tokens): set TOKENS_PER_STEP to at least {8 * longest}"
+    )
     enough = batch_for(data_bin, 8, TOKENS_PER_STEP=str(8 * longest))
     assert enough.returncode == 0 and enough.stdout.split() == [str(longest), "1"], enough.stderr
 
     small = batch_for(data_bin, 8, MAX_TOKENS_PER_GPU=str(longest - 1))
     assert small.returncode == 1 and small.stderr.strip().splitlines()[-1] == (
         f"test: error: MAX_TOKENS_PER_GPU={longest - 1} is below the longest {split} sentence ({longest} tokens): "
-        f"set MAX_TOKENS_PER_GPU to at least {longest}")
+        f"set MAX_TOKENS_PER_GPU to at least {longest}"
+    )
     # A GPU that holds it, where the step's even split would round below it: batches of the longest sentence.
     tokens = 2 * (longest + 1) + 1  # 3 batches of at most longest + 1 tokens; split evenly, fewer than longest
     assert -(-tokens // 3) < longest
@@ -497,10 +603,12 @@ def test_a_batch_below_the_longest_sentence_is_a_one_line_error(reversal_data):
 
 
 def test_longest_of_a_folder_without_the_split_is_a_one_line_error(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "prepare.longest", str(tmp_path)], cwd=REPO, capture_output=True,
-                            text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "prepare.longest", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 1 and result.stderr.strip() == (
-        f"prepare: error: {tmp_path} holds no binarised train split (train.SRC-TGT.LANG.idx)")
+        f"prepare: error: {tmp_path} holds no binarised train split (train.SRC-TGT.LANG.idx)"
+    )
 
 
 def test_an_empty_cuda_visible_devices_hides_every_gpu(tmp_path):
@@ -511,14 +619,17 @@ def test_an_empty_cuda_visible_devices_hides_every_gpu(tmp_path):
     assert shown.returncode == 0 and shown.stdout.strip() == "8"
 
 
-@pytest.mark.parametrize("script, args, settings", [
-    ("quickstart.sh", [], {}),
-    ("wmt14_en_de_base.sh", [], {"NUM_GPUS": "8", "FP16": "1"}),
-    ("wmt14_en_de_big.sh", [], {"CPU": "1"}),
-    ("wmt14_en_fr_big.sh", [], {"NUM_GPUS": "2"}),
-    ("table3.sh", ["B"], {"NUM_GPUS": "8"}),
-    ("wsj_parsing.sh", [], {"SAMPLE_DIR": "../shared/data/ptb_sample"}),
-])
+@pytest.mark.parametrize(
+    "script, args, settings",
+    [
+        ("quickstart.sh", [], {}),
+        ("wmt14_en_de_base.sh", [], {"NUM_GPUS": "8", "FP16": "1"}),
+        ("wmt14_en_de_big.sh", [], {"CPU": "1"}),
+        ("wmt14_en_fr_big.sh", [], {"NUM_GPUS": "2"}),
+        ("table3.sh", ["B"], {"NUM_GPUS": "8"}),
+        ("wsj_parsing.sh", [], {"SAMPLE_DIR": "../shared/data/ptb_sample"}),
+    ],
+)
 def test_dry_run_prints_every_command_and_writes_nothing(script, args, settings, tmp_path):
     """DRY_RUN=1 on an empty WORK_DIR: the launch plan, what each stage would do and each command as it would run
     (stdout, shell-quoted); nothing downloaded, prepared, trained or created, on a machine without the GPUs."""
@@ -558,14 +669,19 @@ def test_dry_runs_plan_dev_scores_and_tensorboard_as_their_variables_say(tmp_pat
     base = dict(DRY_RUN="1", WORK_DIR=str(tmp_path / "work"), NUM_GPUS="8")
     train = train_words(run_recipe("wmt14_en_de_base.sh", dict(base, PYTHONPATH=str(stand_in.parent))))
     option = {word: train[index + 1] for index, word in enumerate(train[:-1]) if word.startswith("--dev-score")}
-    assert option == {"--dev-score": "bleu", "--dev-score-reference": str(tmp_path / "work/data/text/valid.de"),
-                      "--dev-score-args": json.dumps({"beam": 4, "max_len_a": 1, "max_len_b": 50}),
-                      "--dev-score-post-process": "subword_nmt", "--dev-score-interval-updates": "0",
-                      "--dev-score-sentences": "0"}
+    assert option == {
+        "--dev-score": "bleu",
+        "--dev-score-reference": str(tmp_path / "work/data/text/valid.de"),
+        "--dev-score-args": json.dumps({"beam": 4, "max_len_a": 1, "max_len_b": 50}),
+        "--dev-score-post-process": "subword_nmt",
+        "--dev-score-interval-updates": "0",
+        "--dev-score-sentences": "0",
+    }
     assert train[train.index("--search") + 1] == "paper" and train[train.index("--gnmt-alpha") + 1] == "0.6"
     assert train[train.index("--tensorboard-logdir") + 1] == str(tmp_path / "work/checkpoints/tensorboard")
-    train = train_words(run_recipe("wmt14_en_de_base.sh", dict(base, PYTHONPATH=str(stand_in.parent), DEV_SCORE="0",
-                                                             TENSORBOARD="0")))
+    train = train_words(
+        run_recipe("wmt14_en_de_base.sh", dict(base, PYTHONPATH=str(stand_in.parent), DEV_SCORE="0", TENSORBOARD="0"))
+    )
     assert "--dev-score" not in train and "--tensorboard-logdir" not in train
     train = train_words(run_recipe("quickstart.sh", dict(base, NUM_GPUS="")))
     assert "--disable-validation" in train and "--dev-score" not in train
@@ -577,8 +693,11 @@ def quickstart_plan(tmp_path_factory):
     (the interpreter `python`). One DRY_RUN for the module's tests."""
     work = tmp_path_factory.mktemp("plan") / "work"
     first = run_recipe("quickstart.sh", dict(DRY_RUN="1", WORK_DIR=str(work)))
-    (train,) = [line.replace(sys.executable, "python", 1) for line in first.stdout.splitlines()
-                if " -m fairseq_cli.train " in line]
+    (train,) = [
+        line.replace(sys.executable, "python", 1)
+        for line in first.stdout.splitlines()
+        if " -m fairseq_cli.train " in line
+    ]
     return lambda work_dir: train.replace(str(work), str(work_dir))
 
 
@@ -587,8 +706,13 @@ def test_dry_run_says_what_a_finished_stage_would_do(quickstart_plan, tmp_path):
     work = tmp_path / "work"
     train = quickstart_plan(work)
     for action in ("start", "finish"):
-        subprocess.run([sys.executable, "-m", "prepare.records", action, str(work), "train"], input=train, text=True,
-                       check=True, cwd=REPO)
+        subprocess.run(
+            [sys.executable, "-m", "prepare.records", action, str(work), "train"],
+            input=train,
+            text=True,
+            check=True,
+            cwd=REPO,
+        )
     (work / "checkpoints").mkdir()
     (work / "checkpoints" / "checkpoint_last.pt").touch()
     written = sorted(path.name for path in work.rglob("*"))
@@ -603,18 +727,28 @@ def test_a_run_started_under_fairseqs_adam_goes_on_with_it(quickstart_plan, tmp_
     resumes with adam, which fairseq requires (it resumes no checkpoint under another optimizer).
     (test_resume.py: which optimizer a folder's checkpoints name.)"""
     from vaswani_plugin.checkpoints.resume import training_config
+
     work = tmp_path / "work"
     train = quickstart_plan(work)
     assert " --optimizer vaswani_adam " in train
     cfg = training_config(train)  # the checkpoint fairseq-train would have written after 5 updates, under adam
     cfg["optimizer"]["_name"] = "adam"
     (work / "checkpoints").mkdir(parents=True)
-    torch.save({"cfg": cfg, "optimizer_history": [{"num_updates": 5, "optimizer_name": "FairseqAdam"}],
-                "last_optimizer_state": {}, "extra_state": {"train_iterator": {"epoch": 1}}},
-               work / "checkpoints" / "checkpoint_last.pt")
+    torch.save(
+        {
+            "cfg": cfg,
+            "optimizer_history": [{"num_updates": 5, "optimizer_name": "FairseqAdam"}],
+            "last_optimizer_state": {},
+            "extra_state": {"train_iterator": {"epoch": 1}},
+        },
+        work / "checkpoints" / "checkpoint_last.pt",
+    )
     result = run_recipe("quickstart.sh", dict(DRY_RUN="1", WORK_DIR=str(work)))
-    (resumed,) = [line.replace(sys.executable, "python", 1) for line in result.stdout.splitlines()
-                  if " -m fairseq_cli.train " in line]
+    (resumed,) = [
+        line.replace(sys.executable, "python", 1)
+        for line in result.stdout.splitlines()
+        if " -m fairseq_cli.train " in line
+    ]
     assert "stage train: would resume from update 5" in result.stderr
     assert resumed == train.replace(" --optimizer vaswani_adam ", " --optimizer adam ")
 
@@ -651,15 +785,25 @@ def test_the_documented_dry_run_plans_the_big_model_on_eight_gpus(tmp_path):
     assert sorted(path.name for path in tmp_path.iterdir()) == ["recipes"]
 
 
-@pytest.mark.parametrize("commands,message", [
-    ("DATA_BIN=d; batch_size_for_workers", "internal: batch_size_for_workers needs WORKERS, which detect_devices sets: "
-                                           "call detect_devices before it"),
-    ("detect_devices; train x --arch a", "internal: train needs MAX_TOKENS, which batch_size_for_workers sets: call "
-                                         "batch_size_for_workers before it"),
-    ("detect_devices; DATA_BIN=d; translate --checkpoint c --subset test --output o --beams 5",
-     "internal: translate takes --checkpoint --subset --output --beam --alpha --max-len-b --batch-size "
-     "--post-process, not --beams"),
-])
+@pytest.mark.parametrize(
+    "commands,message",
+    [
+        (
+            "DATA_BIN=d; batch_size_for_workers",
+            "internal: batch_size_for_workers needs WORKERS, which detect_devices sets: call detect_devices before it",
+        ),
+        (
+            "detect_devices; train x --arch a",
+            "internal: train needs MAX_TOKENS, which batch_size_for_workers sets: call "
+            "batch_size_for_workers before it",
+        ),
+        (
+            "detect_devices; DATA_BIN=d; translate --checkpoint c --subset test --output o --beams 5",
+            "internal: translate takes --checkpoint --subset --output --beam --alpha --max-len-b --batch-size "
+            "--post-process, not --beams",
+        ),
+    ],
+)
 def test_a_function_called_out_of_order_or_with_an_unknown_option_says_so(commands, message, tmp_path):
     result = run_common(tmp_path, commands)
     assert result.returncode == 1 and result.stderr.strip().splitlines()[-1] == f"test: error: {message}"

@@ -15,8 +15,9 @@ PREPARE = 'stages prepare train; detect_devices; prepare_data multi30k --bpe-mer
 
 
 def records(*args, plan=""):
-    return subprocess.run([sys.executable, "-m", "prepare.records", *map(str, args)], input=plan, text=True,
-                          capture_output=True, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "prepare.records", *map(str, args)], input=plan, text=True, capture_output=True, cwd=REPO
+    )
 
 
 def test_a_version_change_is_one_warning_line_never_a_rerun(tmp_path):
@@ -29,8 +30,8 @@ def test_a_version_change_is_one_warning_line_never_a_rerun(tmp_path):
     checked = records("check", tmp_path, "train", plan="python -m fairseq_cli.train data")
     assert checked.stdout.strip() == "same"
     assert checked.stderr.strip().splitlines() == [
-        f"warning: torch 1.0 -> {metadata.version('torch')} since stage train ran;"
-        " going on with its outputs"]
+        f"warning: torch 1.0 -> {metadata.version('torch')} since stage train ran; going on with its outputs"
+    ]
 
 
 def test_data_settings_prepare_again_before_training_and_are_refused_after(tmp_path):
@@ -41,8 +42,11 @@ def test_data_settings_prepare_again_before_training_and_are_refused_after(tmp_p
     first = run_common(work, PREPARE, M="100", CPU="1")
     assert first.returncode == 0 and "-m prepare.multi30k" in first.stdout, first.stderr
     again = run_common(work, PREPARE, M="200", CPU="1")
-    assert "stage prepare: BPE_MERGES changed from 100 to 200; no checkpoint was trained on the data: preparing it" \
-           " again" in again.stderr and "-m prepare.multi30k" in again.stdout
+    assert (
+        "stage prepare: BPE_MERGES changed from 100 to 200; no checkpoint was trained on the data: preparing it again"
+        in again.stderr
+        and "-m prepare.multi30k" in again.stdout
+    )
     (work / "checkpoints").mkdir()
     (work / "checkpoints" / "checkpoint_last.pt").touch()
     refused = run_common(work, PREPARE, M="300", CPU="1")
@@ -73,8 +77,12 @@ def test_a_changed_raw_file_is_refused_once_checkpoints_exist(tmp_path):
 
 
 def test_another_run_on_the_same_work_dir_stops_in_one_line(tmp_path):
-    holder = subprocess.Popen(["bash", "-c", f"source {REPO}/recipes/common.sh; detect_devices; sleep 5"],
-                              env={**run_env(tmp_path)}, stderr=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        ["bash", "-c", f"source {REPO}/recipes/common.sh; detect_devices; sleep 5"],
+        env={**run_env(tmp_path)},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 10
         while "since" not in ((tmp_path / ".lock").read_text() if (tmp_path / ".lock").exists() else ""):
@@ -82,16 +90,20 @@ def test_another_run_on_the_same_work_dir_stops_in_one_line(tmp_path):
             time.sleep(0.05)
         second = run_common(tmp_path, "detect_devices", LOCK_WAIT="0", CPU="1")
         assert second.returncode == 1
-        assert second.stderr.strip().splitlines()[-1].startswith(
-            f"test: error: {tmp_path} is in use by another run (nodes 1 via ")
+        assert (
+            second.stderr.strip()
+            .splitlines()[-1]
+            .startswith(f"test: error: {tmp_path} is in use by another run (nodes 1 via ")
+        )
     finally:
         holder.kill()
         holder.wait()
 
 
 def run_env(tmp_path):
-    return dict(os.environ, RECIPE="test", WORK_DIR=str(tmp_path), CPU="1", CUDA_VISIBLE_DEVICES="",
-                PYTHON=sys.executable)
+    return dict(
+        os.environ, RECIPE="test", WORK_DIR=str(tmp_path), CPU="1", CUDA_VISIBLE_DEVICES="", PYTHON=sys.executable
+    )
 
 
 def test_every_other_run_of_a_job_follows_run_0s_decision(tmp_path):
@@ -99,13 +111,19 @@ def test_every_other_run_of_a_job_follows_run_0s_decision(tmp_path):
     nodes = dict(NUM_NODES="2", NODE_RANK="1", MASTER_ADDR="10.0.0.1", MASTER_PORT="29500", CPU="1")
     (tmp_path / ".stages").mkdir()
     (tmp_path / ".stages" / "train.decision").write_text(
-        "nodes 2 via 10.0.0.1:29500\trefuse --dropout is 0.3 now, 0.1 in the checkpoints\n")
-    train = 'stages train; detect_devices; DATA_BIN=d MAX_TOKENS=10 UPDATE_FREQ=1; stage train --output ' \
-            '"$WORK_DIR/checkpoints" train "$WORK_DIR/checkpoints" --arch a'
+        "nodes 2 via 10.0.0.1:29500\trefuse --dropout is 0.3 now, 0.1 in the checkpoints\n"
+    )
+    train = (
+        "stages train; detect_devices; DATA_BIN=d MAX_TOKENS=10 UPDATE_FREQ=1; stage train --output "
+        '"$WORK_DIR/checkpoints" train "$WORK_DIR/checkpoints" --arch a'
+    )
     followed = run_common(tmp_path, train, **nodes)
     assert followed.returncode == 1
-    assert followed.stderr.strip().splitlines()[-1].startswith(
-        "test: error: stage train: --dropout is 0.3 now, 0.1 in the checkpoints. Nothing was changed")
+    assert (
+        followed.stderr.strip()
+        .splitlines()[-1]
+        .startswith("test: error: stage train: --dropout is 0.3 now, 0.1 in the checkpoints. Nothing was changed")
+    )
     # Another launch's decision is not this one's: node 1 waits, then says so.
     timed_out = run_common(tmp_path, train, **{**nodes, "MASTER_PORT": "29501", "DECISION_WAIT": "1"})
     assert timed_out.returncode == 1 and "decided nothing on stage train" in timed_out.stderr
@@ -118,8 +136,10 @@ def test_a_dictionary_changed_under_the_checkpoints_is_refused(tmp_path):
     work.mkdir()
     data_bin.mkdir()
     (data_bin / "dict.en.txt").write_text("the 10\n")
-    train = f'stages train; detect_devices; DATA_BIN={data_bin} MAX_TOKENS=10 UPDATE_FREQ=1; stage train --output ' \
-            '"$WORK_DIR/checkpoints" train "$WORK_DIR/checkpoints" --arch a'
+    train = (
+        f"stages train; detect_devices; DATA_BIN={data_bin} MAX_TOKENS=10 UPDATE_FREQ=1; stage train --output "
+        '"$WORK_DIR/checkpoints" train "$WORK_DIR/checkpoints" --arch a'
+    )
     assert run_common(work, train, CPU="1").returncode == 0
     record = json.loads((work / ".stages" / "train.json").read_text())
     assert record["inputs"]["dict.en.txt"][0] == 7 and record["started_from"] is None
@@ -127,6 +147,11 @@ def test_a_dictionary_changed_under_the_checkpoints_is_refused(tmp_path):
     (data_bin / "dict.en.txt").write_text("der 10\n")
     refused = run_common(work, train, CPU="1")
     assert refused.returncode == 1
-    assert refused.stderr.strip().splitlines()[-1].startswith(
-        "test: error: stage train: the data's dict.en.txt is not the one stage train read (7 bytes now), but "
-        f"{work}/checkpoints holds its checkpoints. Nothing was changed")
+    assert (
+        refused.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            "test: error: stage train: the data's dict.en.txt is not the one stage train read (7 bytes now), but "
+            f"{work}/checkpoints holds its checkpoints. Nothing was changed"
+        )
+    )

@@ -21,9 +21,14 @@ class Sentences(torch.utils.data.Dataset):
 
 def epoch(batches: int, shards: int = 1, shard: int = 0, plain: bool = False):
     """An iterator over `batches` one-sentence batches (sentence i is batch i), this process's shard of them."""
-    iterator = iterators.EpochBatchIterator(dataset=Sentences(batches), collate_fn=lambda items: items,
-                                            batch_sampler=[[i] for i in range(batches)], num_shards=shards,
-                                            shard_id=shard, seed=1)
+    iterator = iterators.EpochBatchIterator(
+        dataset=Sentences(batches),
+        collate_fn=lambda items: items,
+        batch_sampler=[[i] for i in range(batches)],
+        num_shards=shards,
+        shard_id=shard,
+        seed=1,
+    )
     return iterator if plain else resumable(iterator)
 
 

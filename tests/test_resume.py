@@ -17,21 +17,22 @@ import sys
 import time
 from pathlib import Path
 
+import doc_blocks
 import pytest
 import torch
-from fairseq import checkpoint_utils
-
-import doc_blocks
 from cli_helpers import REPO, plugin_dir, run
 from conftest import OWN_PIPELINE_COUNTS, OWN_PIPELINE_TINY, lane_job
+from fairseq import checkpoint_utils
 from test_recipes import BIG_RUN, NEEDS_CPU_PATH, check_scores, hypotheses, run_recipe, tiny_env
 from wmt_mirror import newstest2014_sentences
-from vaswani_plugin.checkpoints import average as average_checkpoints, convert_fairseq
+
+from vaswani_plugin.checkpoints import average as average_checkpoints
+from vaswani_plugin.checkpoints import convert_fairseq
+from vaswani_plugin.checkpoints.average import average_checkpoints as averaged
+from vaswani_plugin.checkpoints.resume import main as resume_main
+from vaswani_plugin.checkpoints.storage import unreadable_checkpoint_message
 from vaswani_plugin.scoring import bleu as score
 from vaswani_plugin.tools import attention_pictures, training_cost
-from vaswani_plugin.checkpoints.average import average_checkpoints as averaged
-from vaswani_plugin.checkpoints.storage import unreadable_checkpoint_message
-from vaswani_plugin.checkpoints.resume import main as resume_main
 
 PROG = "vaswani_plugin.checkpoints.resume"
 CUT_SHORT = "cut short: torch's zip archive without its end (a write or copy that was interrupted)"
@@ -97,8 +98,9 @@ def test_intact_or_missing_checkpoint_last_is_left_alone(training_state, tmp_pat
 
 def test_without_an_intact_checkpoint_training_starts_from_the_beginning(training_state, tmp_path, capsys):
     cut_to_half(with_updates(training_state, 2, tmp_path / "checkpoint_1_2.pt"), tmp_path / "checkpoint_1_2.pt")
-    torch.save(averaged([with_updates(training_state, 2, tmp_path / "average.source")]),
-               tmp_path / "checkpoint_average.pt")
+    torch.save(
+        averaged([with_updates(training_state, 2, tmp_path / "average.source")]), tmp_path / "checkpoint_average.pt"
+    )
     (tmp_path / "checkpoint_last.pt").write_text("not a checkpoint\n")
     resume_main([str(tmp_path)])
     out, err = capsys.readouterr()
@@ -127,13 +129,13 @@ def test_fairseq_generate_and_interactive_name_the_unreadable_file(reversal_data
     data, user_dir = reversal_data / "joined", plugin_dir()
     generate = run("generate", data, "--user-dir", user_dir, "--path", cut, "--cpu", cwd=tmp_path, check=False)
     assert one_line_error(generate) == f"vaswani_plugin: error: {cut}: {cut_problem}"
-    interactive = run("interactive", data, "--user-dir", user_dir, "--path", text, "--cpu", cwd=tmp_path,
-                      stdin="w1 w2\n", check=False)
+    interactive = run(
+        "interactive", data, "--user-dir", user_dir, "--path", text, "--cpu", cwd=tmp_path, stdin="w1 w2\n", check=False
+    )
     assert one_line_error(interactive) == f"vaswani_plugin: error: {text}: {text_problem}"
 
 
-def test_other_errors_of_fairseqs_checkpoint_loading_keep_their_traceback(training_state, bad_files, tmp_path,
-                                                                          capsys):
+def test_other_errors_of_fairseqs_checkpoint_loading_keep_their_traceback(training_state, bad_files, tmp_path, capsys):
     """torch's refusal of a class in an intact checkpoint explains itself; the hook passes it on unchanged."""
     assert getattr(sys.excepthook, "_vaswani_plugin", False)  # installed by `import vaswani_plugin`
     training_state["extra_state"]["ratio"] = fractions.Fraction(1, 3)
@@ -158,15 +160,21 @@ def test_the_hook_points_a_cut_off_checkpoint_last_to_the_resume_command(bad_fil
     with pytest.raises(Exception) as error:
         checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path / "checkpoint_last.pt"))
     assert unreadable_checkpoint_message(error.value).endswith(
-        f"; `python -m {PROG} {tmp_path}` resumes from the newest intact checkpoint there")
+        f"; `python -m {PROG} {tmp_path}` resumes from the newest intact checkpoint there"
+    )
 
 
 COMMANDS = {
     "checkpoints.average": (average_checkpoints.main, lambda path, tmp: ["--inputs", path, "--output", tmp / "o.pt"]),
     "tools.training_cost": (training_cost.main, lambda path, tmp: ["--checkpoint", path, "--gpus", "1"]),
-    "checkpoints.convert_fairseq": (convert_fairseq.main, lambda path, tmp: ["--input", path, "--output", tmp / "o.pt"]),
-    "tools.attention_pictures": (attention_pictures.main,
-                           lambda path, tmp: ["--path", path, "--data", tmp, "--source", "w1", "--output-dir", tmp]),
+    "checkpoints.convert_fairseq": (
+        convert_fairseq.main,
+        lambda path, tmp: ["--input", path, "--output", tmp / "o.pt"],
+    ),
+    "tools.attention_pictures": (
+        attention_pictures.main,
+        lambda path, tmp: ["--path", path, "--data", tmp, "--source", "w1", "--output-dir", tmp],
+    ),
 }
 
 
@@ -187,14 +195,25 @@ def test_a_generate_output_cut_short_is_one_line(tmp_path):
     data = output.encode()
     inside_a_character = data.index("ü".encode()) + 1
     for name, content, message in [
-        ("cut_in_a_character.out", data[:inside_a_character],
-         "not UTF-8 text (unexpected end of data: cut short inside a character, or another encoding)"),
-        ("cut_after_a_line.out", data[:data.index(b"S-2")], None),
+        (
+            "cut_in_a_character.out",
+            data[:inside_a_character],
+            "not UTF-8 text (unexpected end of data: cut short inside a character, or another encoding)",
+        ),
+        ("cut_after_a_line.out", data[: data.index(b"S-2")], None),
     ]:
         (tmp_path / name).write_bytes(content)
         with pytest.raises(SystemExit) as exit:
-            score.main(["--generate-output", str(tmp_path / name), "--reference", str(tmp_path / "ref.de"),
-                        "--target-lang", "de"])
+            score.main(
+                [
+                    "--generate-output",
+                    str(tmp_path / name),
+                    "--reference",
+                    str(tmp_path / "ref.de"),
+                    "--target-lang",
+                    "de",
+                ]
+            )
         expected = f"{tmp_path / name}: {message}" if message else "2 hypotheses for 3 reference lines"
         assert exit.value.code.startswith(f"vaswani_plugin.scoring.bleu: error: {expected}")
         assert "\n" not in exit.value.code
@@ -214,9 +233,18 @@ def kill_during_training(env: dict, update: int) -> None:
     log = Path(env["WORK_DIR"]) / "checkpoints" / "train.log"
     seen = log.stat().st_size if log.exists() else 0
     process = subprocess.Popen(
-        ["bash", str(REPO / "recipes" / RECIPE)], start_new_session=True,
-        env=dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", PYTHON=sys.executable,
-                 OMP_NUM_THREADS="1", **env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        ["bash", str(REPO / "recipes" / RECIPE)],
+        start_new_session=True,
+        env=dict(
+            os.environ,
+            PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+            PYTHON=sys.executable,
+            OMP_NUM_THREADS="1",
+            **env,
+        ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 300
     while not (log.exists() and f"num_updates={update}, ".encode() in log.read_bytes()[seen:]):
         assert process.poll() is None, f"the recipe ended (rc {process.returncode}) before update {update}"
@@ -229,6 +257,7 @@ def kill_during_training(env: dict, update: int) -> None:
 def resumable_update(checkpoints: Path) -> int:
     """Brute force, with torch alone: the update a correct resume goes on from. checkpoint_last.pt's, or, when it
     does not load, the newest interval checkpoint that does; 0 without either."""
+
     def updates(path):
         try:
             return torch.load(path, weights_only=True)["optimizer_history"][-1]["num_updates"]
@@ -308,8 +337,14 @@ def training_plan(reversal_data, reversal_training):
     the fixture's counts and sizes, as `python -m fairseq_cli.train`, and their folder as --save-dir."""
     save_dir, _ = reversal_training
     train = doc_blocks.commands(doc_blocks.block("README.md", "test:own-pipeline"))[0]
-    train = doc_blocks.substituted(train, {"fairseq-train DATA": f"python -m fairseq_cli.train {reversal_data / 'joined'}",
-                                           '"$(python -m vaswani_plugin)"': plugin_dir(), **OWN_PIPELINE_COUNTS})
+    train = doc_blocks.substituted(
+        train,
+        {
+            "fairseq-train DATA": f"python -m fairseq_cli.train {reversal_data / 'joined'}",
+            '"$(python -m vaswani_plugin)"': plugin_dir(),
+            **OWN_PIPELINE_COUNTS,
+        },
+    )
     return f"{train} {shlex.join(OWN_PIPELINE_TINY)} --save-dir {save_dir}"
 
 
@@ -326,25 +361,32 @@ def plan_decision(plan: str, capsys, *options) -> str:
     return out.out.strip()
 
 
-@pytest.mark.parametrize("change,decision", [
-    ("", "finished"),  # as trained: 6 updates reached
-    # MAX_UPDATE raised, with another hardware layout (the tokens per step kept), checkpoint cadence and logging.
-    ("--max-update 9 --max-tokens 500 --update-freq 2 --save-interval-updates 3 --log-interval 5", "resume 6"),
-    ("--distributed-world-size 2 --max-tokens 500", "finished"),
-    # A time budget (the quickstart's): raised past the training time so far, resumed; below it, finished.
-    ("--max-update 0 --stop-time-hours 1", "resume 6"),
-    ("--max-update 0 --stop-time-hours 0.00001", "finished"),
-    # The model, the optimisation (§5.3, eq. 3, §5.4), fp16, the tokens per step: refused by name.
-    ("--dropout 0.3", "refuse --dropout is 0.3 now, 0.1 in the checkpoints"),
-    ("--adam-betas (0.9,0.999)", "refuse --adam-betas is '(0.9,0.999)' now, '(0.9,0.98)' in the checkpoints"),
-    ("--warmup-updates 8000", "refuse --warmup-updates is 8000 now, 4000 in the checkpoints"),
-    ("--label-smoothing 0", "refuse --label-smoothing is 0.0 now, 0.1 in the checkpoints"),
-    ("--fp16", "refuse --fp16 is True now, False in the checkpoints"),
-    ("--max-tokens 2000", "refuse the tokens per step (TOKENS_PER_STEP) are 2,000 now, 1,000 in the checkpoints"),
-    ("--max-update 4", "refuse --max-update is 4 now (MAX_UPDATE), but the checkpoints in {save_dir} are at update 6"),
-])
-def test_a_training_plan_resumes_only_what_its_checkpoints_allow(training_plan, reversal_training, change, decision,
-                                                                 capsys):
+@pytest.mark.parametrize(
+    "change,decision",
+    [
+        ("", "finished"),  # as trained: 6 updates reached
+        # MAX_UPDATE raised, with another hardware layout (the tokens per step kept), checkpoint cadence and logging.
+        ("--max-update 9 --max-tokens 500 --update-freq 2 --save-interval-updates 3 --log-interval 5", "resume 6"),
+        ("--distributed-world-size 2 --max-tokens 500", "finished"),
+        # A time budget (the quickstart's): raised past the training time so far, resumed; below it, finished.
+        ("--max-update 0 --stop-time-hours 1", "resume 6"),
+        ("--max-update 0 --stop-time-hours 0.00001", "finished"),
+        # The model, the optimisation (§5.3, eq. 3, §5.4), fp16, the tokens per step: refused by name.
+        ("--dropout 0.3", "refuse --dropout is 0.3 now, 0.1 in the checkpoints"),
+        ("--adam-betas (0.9,0.999)", "refuse --adam-betas is '(0.9,0.999)' now, '(0.9,0.98)' in the checkpoints"),
+        ("--warmup-updates 8000", "refuse --warmup-updates is 8000 now, 4000 in the checkpoints"),
+        ("--label-smoothing 0", "refuse --label-smoothing is 0.0 now, 0.1 in the checkpoints"),
+        ("--fp16", "refuse --fp16 is True now, False in the checkpoints"),
+        ("--max-tokens 2000", "refuse the tokens per step (TOKENS_PER_STEP) are 2,000 now, 1,000 in the checkpoints"),
+        (
+            "--max-update 4",
+            "refuse --max-update is 4 now (MAX_UPDATE), but the checkpoints in {save_dir} are at update 6",
+        ),
+    ],
+)
+def test_a_training_plan_resumes_only_what_its_checkpoints_allow(
+    training_plan, reversal_training, change, decision, capsys
+):
     """docs/recipes.md's re-run table, training rows: fairseq's parsed configuration against the checkpoint's (the
     other commands of a plan are not read)."""
     save_dir, _ = reversal_training
@@ -370,8 +412,9 @@ def test_a_plan_without_checkpoints_runs(training_plan, tmp_path, capsys):
     assert plan_decision(f"{training_plan} --save-dir {tmp_path}", capsys) == "run"
 
 
-def test_plan_with_repair_first_makes_a_cut_off_checkpoint_last_resumable(training_plan, reversal_training, tmp_path,
-                                                                         capsys):
+def test_plan_with_repair_first_makes_a_cut_off_checkpoint_last_resumable(
+    training_plan, reversal_training, tmp_path, capsys
+):
     """The recipes decide and repair in one command (--plan --repair): the cut-off file kept aside, the newest intact
     interval checkpoint (update 4 of 6) in its place, and training resumes from it."""
     save_dir, _ = reversal_training

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from cli_helpers import REPO
 from conftest import lane_job
 from doc_blocks import block, substituted
@@ -53,8 +52,13 @@ def setup_on_python_3_12(tmp_path_factory, lane):
     """The set-up on 3.12, pip resolving all of it (--dry-run: nothing installed; the network, 30 s), started in the
     background at once: the lane goes on, the test waits for it."""
     folder = tmp_path_factory.mktemp("python3.12")
-    dry_run = substituted(SETUP, {"pip install -e": "pip install --dry-run --quiet --report report.json -e",
-                                  " && pip uninstall -y -q torchaudio": ""})
+    dry_run = substituted(
+        SETUP,
+        {
+            "pip install -e": "pip install --dry-run --quiet --report report.json -e",
+            " && pip uninstall -y -q torchaudio": "",
+        },
+    )
     return folder, set_up("3.12", folder, dry_run)
 
 
@@ -63,8 +67,10 @@ def test_pip_resolves_the_set_up_on_python_3_12(lane):
     folder, process = lane["setup_on_python_3_12"].result()
     status, _, err = finished(process, folder, 600)
     assert status == 0, err[-3000:]
-    installs = {item["metadata"]["name"].lower().replace("_", "-"): item["metadata"]["version"]
-                for item in json.loads((folder / "report.json").read_text())["install"]}
+    installs = {
+        item["metadata"]["name"].lower().replace("_", "-"): item["metadata"]["version"]
+        for item in json.loads((folder / "report.json").read_text())["install"]
+    }
     assert installs["ve-fairseq"] == "0.12.3" and installs["torch"] == "2.13.0"
     assert {"vaswani-plugin", "ctranslate2", "transformers", "sacremoses", "subword-nmt", "sacrebleu"} <= set(installs)
 
@@ -74,8 +80,10 @@ def test_another_python_stops_at_once_with_one_line(version, tmp_path):
     status, out, err = finished(set_up(version, tmp_path), tmp_path, 60)
     full = subprocess.run([interpreter(version), "--version"], capture_output=True, text=True).stdout.split()[1]
     assert status == 1 and out == ""
-    assert err == (f"vaswani_plugin needs Python 3.11 or 3.12 (ve-fairseq 0.12.3 has wheels for those only); this "
-                   f"is Python {full}: run the set-up with python3.11 or python3.12\n")
+    assert err == (
+        f"vaswani_plugin needs Python 3.11 or 3.12 (ve-fairseq 0.12.3 has wheels for those only); this "
+        f"is Python {full}: run the set-up with python3.11 or python3.12\n"
+    )
     assert not (tmp_path / ".venv").exists()  # nothing created, nothing downloaded
 
 

@@ -8,7 +8,6 @@ import sys
 
 import pytest
 import torch
-
 from cli_helpers import REPO
 from conftest import lane_job, reversal_corpus
 from doc_blocks import block, commands, run_shell, substituted
@@ -21,8 +20,9 @@ def run_smoke(*options):
 
 
 def run_benchmark(*options):
-    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "speed.py"), *options],
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "speed.py"), *options], capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
 
@@ -31,7 +31,7 @@ def check_table(output):
     rows = {}
     for name in ("transformer", "vaswani_transformer", "ratio plugin/fairseq"):
         (line,) = [line for line in output.splitlines() if re.match(rf"tiny +{re.escape(name)} +\d", line)]
-        rows[name] = [float(x) for x in re.findall(r"\d+\.\d+", line)[:len(COLUMNS)]]
+        rows[name] = [float(x) for x in re.findall(r"\d+\.\d+", line)[: len(COLUMNS)]]
     assert all(value > 0 for row in rows.values() for value in row)
     for ours, theirs, ratio in zip(rows["vaswani_transformer"], rows["transformer"], rows["ratio plugin/fairseq"]):
         # The printed figures are rounded to 0.05: small ones (a loaded machine) move their ratio that much more.
@@ -41,15 +41,21 @@ def check_table(output):
     # Every generator: the plugin's search under fairseq's rule finds fairseq-generate's hypotheses; the paper's
     # rule its own, at least as good by the GNMT score on average (beam 4).
     generators = {}
-    for name in ("transformer, fairseq's SequenceGenerator", "vaswani_transformer, fairseq's SequenceGenerator",
-                 "vaswani_transformer, --search fairseq", "vaswani_transformer, --search paper"):
+    for name in (
+        "transformer, fairseq's SequenceGenerator",
+        "vaswani_transformer, fairseq's SequenceGenerator",
+        "vaswani_transformer, --search fairseq",
+        "vaswani_transformer, --search paper",
+    ):
         (line,) = [line for line in output.splitlines() if line.startswith(f"tiny   {name} ")]
-        generators[name] = line[len(f"tiny   {name}"):].split()
+        generators[name] = line[len(f"tiny   {name}") :].split()
         assert all(float(x) > 0 for x in generators[name][:4])
     assert generators["transformer, fairseq's SequenceGenerator"][1:4:2] == ["1.00", "1.00"]
     assert generators["vaswani_transformer, --search fairseq"][4] == "yes"
-    assert float(generators["vaswani_transformer, --search paper"][5]) >= \
-        float(generators["vaswani_transformer, --search fairseq"][5]) - 1e-4
+    assert (
+        float(generators["vaswani_transformer, --search paper"][5])
+        >= float(generators["vaswani_transformer, --search fairseq"][5]) - 1e-4
+    )
     # CTranslate2 on the exported plugin model, every export on 1 and 2 threads, with BLEU printed: float32 greedy
     # finds the plugin's hypotheses. (Beam 4 may not on these barely trained models: CTranslate2 keeps </s> out of
     # the first step before its softmax, fairseq after, so every CTranslate2 score gains log 1/(1 - P(</s> first)),
@@ -65,10 +71,15 @@ def check_table(output):
             beam4, greedy, sentences = re.fullmatch(r"(\d+)/(\d+) of (\d+)", " ".join(figures[4:])).groups()
             if weights == "float32":
                 assert greedy == sentences, line
-    assert re.search(r"^tiny   BLEU, beam 4 .*: the plugin \d+\.\d\d, CTranslate2 float32 \d+\.\d\d, int8 \d+\.\d\d$",
-                     output, re.M)
-    assert re.search(r"^tiny   CTranslate2 float32 beam 4 with length_penalty p against the plugin's --search paper "
-                     r"\(GNMT alpha 0.6\): the same hypothesis for 0.2: \d+, .*, 1.0: \d+ of \d+ sentences$", output, re.M)
+    assert re.search(
+        r"^tiny   BLEU, beam 4 .*: the plugin \d+\.\d\d, CTranslate2 float32 \d+\.\d\d, int8 \d+\.\d\d$", output, re.M
+    )
+    assert re.search(
+        r"^tiny   CTranslate2 float32 beam 4 with length_penalty p against the plugin's --search paper "
+        r"\(GNMT alpha 0.6\): the same hypothesis for 0.2: \d+, .*, 1.0: \d+ of \d+ sentences$",
+        output,
+        re.M,
+    )
 
 
 @lane_job
@@ -83,8 +94,10 @@ def test_smoke_prints_both_implementations_ratios_and_same_hypotheses(lane):
     assert output.startswith("device: CPU") and "fp32" in output
     assert "\nthe plugin's training precision: float32 (--bf16-autocast off)\n" in output  # the default
     assert "the plugin's loss in chunks of 4,194,304 logits (by device)" in output
-    assert "tiny   same hypotheses (beam 4 and greedy): yes; the plugin's loss took 1.0 chunks per training batch" \
+    assert (
+        "tiny   same hypotheses (beam 4 and greedy): yes; the plugin's loss took 1.0 chunks per training batch"
         in output
+    )
     check_table(output)
 
 
@@ -94,8 +107,12 @@ def speed_full_run(tmp_path_factory, lane):
     counts) as a user would (25 s: on the second lane, which has the time)."""
     (command,) = commands(block("docs/results.md", "test:speed"))
     command = substituted(command, {"work/quickstart/data/data-bin": str(reversal_corpus(tmp_path_factory) / "joined")})
-    result = run_shell(f"{command} --sizes tiny --device cpu --pretrain-steps 20 --max-tokens 512 --warmup 1 "
-                       "--updates 2 --sentences 16 --bf16-autocast --loss-chunk-logits 2000", REPO, timeout=600)
+    result = run_shell(
+        f"{command} --sizes tiny --device cpu --pretrain-steps 20 --max-tokens 512 --warmup 1 "
+        "--updates 2 --sentences 16 --bf16-autocast --loss-chunk-logits 2000",
+        REPO,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
 
@@ -130,11 +147,14 @@ def speed_main(*argv):
     return speed_module().main(list(argv))
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--sizes", "small"], "--data DATA_BIN is needed"),
-    (["--data", "{tmp_path}"], "no binarised train and test splits there"),
-    (["--smoke", "--amp", "--bf16-autocast", "--device", "cuda"], "--amp and --bf16-autocast are two precisions"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--sizes", "small"], "--data DATA_BIN is needed"),
+        (["--data", "{tmp_path}"], "no binarised train and test splits there"),
+        (["--smoke", "--amp", "--bf16-autocast", "--device", "cuda"], "--amp and --bf16-autocast are two precisions"),
+    ],
+)
 def test_bad_combinations_are_one_line_errors(argv, message, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit:
         speed_main(*(argument.format(tmp_path=tmp_path) for argument in argv))
@@ -146,14 +166,16 @@ def test_bad_combinations_are_one_line_errors(argv, message, tmp_path, capsys):
 def test_without_ctranslate2_one_line_unless_left_out(monkeypatch, capsys):
     """The GPU kit has no ctranslate2: speed.py says so in one line, and --no-ctranslate2 is the way round."""
     find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *args: None if name == "ctranslate2" else find_spec(name, *args))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *args: None if name == "ctranslate2" else find_spec(name, *args)
+    )
     with pytest.raises(SystemExit) as exit:
         speed_main("--smoke", "--device", "cpu")
     assert exit.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "benchmarks/speed.py: error: ctranslate2 is not installed (the [ctranslate2] extra): install it, or pass "
-        "--no-ctranslate2")
+        "--no-ctranslate2"
+    )
 
 
 def test_pretraining_runs_on_the_measured_device(monkeypatch, tmp_path):
@@ -162,11 +184,13 @@ def test_pretraining_runs_on_the_measured_device(monkeypatch, tmp_path):
     speed = speed_module()
     moved = []
     to = torch.nn.Module.to
-    monkeypatch.setattr(torch.nn.Module, "to", lambda self, *args, **kwargs: moved.append(args) or to(self, *args,
-                                                                                                     **kwargs))
+    monkeypatch.setattr(
+        torch.nn.Module, "to", lambda self, *args, **kwargs: moved.append(args) or to(self, *args, **kwargs)
+    )
     batches = []
     to_device = speed.to_device
     monkeypatch.setattr(speed, "to_device", lambda sample, device: batches.append(device) or to_device(sample, device))
-    speed.pretrain(dict(size="tiny", data=None, device="cpu", max_tokens=256, steps=2,
-                        pretrain_to=str(tmp_path / "tiny.pt")))
+    speed.pretrain(
+        dict(size="tiny", data=None, device="cpu", max_tokens=256, steps=2, pretrain_to=str(tmp_path / "tiny.pt"))
+    )
     assert (torch.device("cpu"),) in moved and batches and set(batches) == {torch.device("cpu")}

@@ -7,16 +7,16 @@ import zlib
 import numpy as np
 import pytest
 import torch
+from cli_helpers import SHARED_DATA
+from conftest import build_model, random_tokens
 from fairseq.data import Dictionary, LanguagePairDataset
 from fairseq.dataclass.configs import GenerationConfig
 
-from cli_helpers import SHARED_DATA
-from conftest import build_model, random_tokens
 from vaswani_plugin.errors import VaswaniConfigError
-from vaswani_plugin.scoring.trees import Tree, clean, delinearise, is_one_tree, linearise, read_trees, repair
 from vaswani_plugin.generation.beam_search import BeamSearchGenerator
 from vaswani_plugin.generation.generators import GnmtSequenceGenerator
 from vaswani_plugin.generation.tree_constraint import TreeConstrainedBeamSearch, TreeConstraint
+from vaswani_plugin.scoring.trees import Tree, clean, delinearise, is_one_tree, linearise, read_trees, repair
 from vaswani_plugin.tasks.vaswani_translation import VaswaniTranslationConfig, VaswaniTranslationTask
 
 # Tree symbols, and some that must never come out: an opening without its closing symbol, a closing without its
@@ -41,10 +41,10 @@ def joined_dictionary():
     """Word leaves: one dictionary for both sides, the words first (so random_sample's words are words here)."""
     source, _ = dictionaries()
     joined = Dictionary()
-    for symbol in source.symbols[source.nspecial:] + TREE_SYMBOLS[1:] + ["XX"]:  # XX: a word of the input here
+    for symbol in source.symbols[source.nspecial :] + TREE_SYMBOLS[1:] + ["XX"]:  # XX: a word of the input here
         joined.add_symbol(symbol)
     joined.pad_to_multiple_(8)  # not finalize, which would sort the symbols
-    assert joined.symbols[:len(source)] == source.symbols
+    assert joined.symbols[: len(source)] == source.symbols
     return source, joined
 
 
@@ -54,10 +54,18 @@ def parsing_task(source, target, **options):
 
 def random_sample(source, lengths, seed):
     """Sentences of `lengths` random words (+ </s>), left-padded as fairseq's translation task batches them."""
-    tokens = random_tokens(source, len(lengths), max(lengths) + 1, lengths=[n + 1 for n in lengths],
-                           generator=torch.Generator().manual_seed(seed), left_pad=True)
-    return {"id": torch.arange(len(lengths)) + 100,
-            "net_input": {"src_tokens": tokens, "src_lengths": torch.tensor([n + 1 for n in lengths])}}
+    tokens = random_tokens(
+        source,
+        len(lengths),
+        max(lengths) + 1,
+        lengths=[n + 1 for n in lengths],
+        generator=torch.Generator().manual_seed(seed),
+        left_pad=True,
+    )
+    return {
+        "id": torch.arange(len(lengths)) + 100,
+        "net_input": {"src_tokens": tokens, "src_lengths": torch.tensor([n + 1 for n in lengths])},
+    }
 
 
 def decode(task, model, sample, **generation):
@@ -79,8 +87,9 @@ def test_every_hypothesis_is_a_tree_over_exactly_its_words_and_unconstrained_one
     sample = random_sample(source, LENGTHS, seed=1)
     never = {target.index(s) for s in NEVER} | {i for i, s in enumerate(target.symbols) if s.startswith("madeup")}
     never |= {target.pad(), target.unk(), target.bos()}
-    generator, constrained = decode(parsing_task(source, target, gnmt_alpha=0.3, parse_constrained=True,
-                                                 search=search), model, sample, max_len_b=6)
+    generator, constrained = decode(
+        parsing_task(source, target, gnmt_alpha=0.3, parse_constrained=True, search=search), model, sample, max_len_b=6
+    )
     assert type(generator) is (BeamSearchGenerator if search == "paper" else GnmtSequenceGenerator)
     assert isinstance(generator.search, TreeConstrainedBeamSearch)
     assert generator.search.per_sentence_limits == (search == "paper")
@@ -99,7 +108,8 @@ def test_every_hypothesis_is_a_tree_over_exactly_its_words_and_unconstrained_one
             assert len(ids) <= 1 * (max(LENGTHS) + 1) + 6 + 1  # </s> at step max_len = a x src_len + b at the latest
             # GNMT's ranking score: the summed log-probabilities over lp(Y).
             assert hypothesis["score"].item() == pytest.approx(
-                hypothesis["positional_scores"].sum().item() / ((5 + len(ids)) / 6) ** 0.3, rel=1e-5)
+                hypothesis["positional_scores"].sum().item() / ((5 + len(ids)) / 6) ** 0.3, rel=1e-5
+            )
     _, unconstrained = decode(parsing_task(source, target, gnmt_alpha=0.3), model, sample, max_len_b=6)
     malformed = 0
     for count, hypotheses in zip(LENGTHS, unconstrained):
@@ -119,8 +129,10 @@ def test_with_word_leaves_every_hypothesis_places_exactly_the_input_words_in_ord
     sample["net_input"]["src_tokens"][0, -2] = joined.unk()  # an unknown word is placed as <unk>
     sample["net_input"]["src_tokens"][3, -2] = joined.index("XX")  # a word XX is a word
     sample["net_input"]["src_tokens"][4, -2] = joined.index("(S")  # a bracket as a word: placed as <unk>
-    inputs = [[t if joined[t][0] != "(" else joined.unk() for t in row.tolist() if t not in (joined.pad(), joined.eos())]
-              for row in sample["net_input"]["src_tokens"]]
+    inputs = [
+        [t if joined[t][0] != "(" else joined.unk() for t in row.tolist() if t not in (joined.pad(), joined.eos())]
+        for row in sample["net_input"]["src_tokens"]
+    ]
     task = parsing_task(joined, joined, gnmt_alpha=0.3, parse_constrained=True)
     generator, constrained = decode(task, model, sample, max_len_b=6)
     assert generator.search.constraint.leaves_are_words
@@ -134,19 +146,24 @@ def test_with_word_leaves_every_hypothesis_places_exactly_the_input_words_in_ord
             tokens = joined.string(hypothesis["tokens"]).split()
             assert repair(tokens, count) == tokens and is_one_tree(tokens)
             assert hypothesis["score"].item() == pytest.approx(
-                hypothesis["positional_scores"].sum().item() / ((5 + len(ids)) / 6) ** 0.3, rel=1e-5)
+                hypothesis["positional_scores"].sum().item() / ((5 + len(ids)) / 6) ** 0.3, rel=1e-5
+            )
     # A leaf's score: the log of the probability of every leaf, for the best hypothesis of the first sentence.
     best = constrained[0][0]
     prefix = torch.cat([torch.tensor([joined.eos()]), best["tokens"][:-1]])[None]
     with torch.no_grad():
-        encoder_out = model.encoder(sample["net_input"]["src_tokens"][:1], src_lengths=sample["net_input"]["src_lengths"][:1])
+        encoder_out = model.encoder(
+            sample["net_input"]["src_tokens"][:1], src_lengths=sample["net_input"]["src_lengths"][:1]
+        )
         lprobs = model.get_normalized_probs(model.decoder(prefix, encoder_out=encoder_out), log_probs=True)[0]
-    expected = torch.where(is_leaf[best["tokens"]], lprobs[:, is_leaf].logsumexp(-1),
-                           lprobs.gather(1, best["tokens"][:, None]).squeeze(1))
+    expected = torch.where(
+        is_leaf[best["tokens"]], lprobs[:, is_leaf].logsumexp(-1), lprobs.gather(1, best["tokens"][:, None]).squeeze(1)
+    )
     assert best["positional_scores"].tolist() == pytest.approx(expected.tolist(), abs=1e-4)
     _, unconstrained = decode(parsing_task(joined, joined, gnmt_alpha=0.3), model, sample, max_len_b=6)
-    wrong = sum([t for t in h[0]["tokens"].tolist()[:-1] if is_leaf[t]] != words
-                for words, h in zip(inputs, unconstrained))
+    wrong = sum(
+        [t for t in h[0]["tokens"].tolist()[:-1] if is_leaf[t]] != words for words, h in zip(inputs, unconstrained)
+    )
     assert wrong >= len(LENGTHS) // 2
 
 
@@ -164,8 +181,11 @@ def test_an_empty_sentence_gets_the_empty_tree_and_too_long_ones_are_refused():
     assert all(target.string(h[0]["tokens"]).count("XX") == 3 for h in (hypotheses[0], hypotheses[2]))
     # 4 words and the root's two brackets cannot fit in 0 x 5 + 5 tokens: refused in one line, naming the
     # sentence by its id (3 words fit).
-    with pytest.raises(VaswaniConfigError, match=r"sentence 101 of the input has 4 words, but decoding ends after 5 "
-                                                 r"tokens .*raise --max-len-b"):
+    with pytest.raises(
+        VaswaniConfigError,
+        match=r"sentence 101 of the input has 4 words, but decoding ends after 5 "
+        r"tokens .*raise --max-len-b",
+    ):
         decode(task, model, random_sample(source, [2, 4], seed=3), max_len_a=0, max_len_b=5)
     decode(task, model, random_sample(source, [2, 3], seed=3), max_len_a=0, max_len_b=5)
 
@@ -174,17 +194,18 @@ def test_the_task_refuses_what_it_cannot_constrain():
     source, target = dictionaries()
     model = build_model(source, target)
     with pytest.raises(VaswaniConfigError, match="does not combine with Sampling"):
-        parsing_task(source, target, parse_constrained=True).build_generator(
-            [model], GenerationConfig(sampling=True))
+        parsing_task(source, target, parse_constrained=True).build_generator([model], GenerationConfig(sampling=True))
     words = Dictionary()
     words.add_symbol("cat")
     with pytest.raises(VaswaniConfigError, match=r"has no pair of \(LABEL and \)LABEL"):
-        parsing_task(source, words, parse_constrained=True).build_generator([build_model(source, words)],
-                                                                            GenerationConfig())
+        parsing_task(source, words, parse_constrained=True).build_generator(
+            [build_model(source, words)], GenerationConfig()
+        )
     # Sentences of a loaded test set that no tree within the length limit fits: refused before decoding.
     task = parsing_task(source, target, parse_constrained=True)
-    task.datasets["test"] = LanguagePairDataset([torch.tensor([4, 5, 2]), torch.tensor([4] * 20 + [2])],
-                                                np.array([3, 21]), source)
+    task.datasets["test"] = LanguagePairDataset(
+        [torch.tensor([4, 5, 2]), torch.tensor([4] * 20 + [2])], np.array([3, 21]), source
+    )
     with pytest.raises(VaswaniConfigError, match="sentence 1 of test has 20 words, but decoding ends after 12"):
         task.build_generator([model], GenerationConfig(max_len_a=0, max_len_b=12))
 
@@ -192,10 +213,19 @@ def test_the_task_refuses_what_it_cannot_constrain():
 def test_longer_than_the_model_is_a_one_line_error_naming_the_sentence():
     source, target = dictionaries()
     task = parsing_task(source, target)
-    dataset = LanguagePairDataset([torch.tensor([4, 2]), torch.tensor([4] * 9 + [2])], np.array([2, 10]), source,
-                                  [torch.tensor([5, 2])] * 2, np.array([2, 2]), target)
-    with pytest.raises(VaswaniConfigError, match=r"sentence 1 is longer than the model takes: \[10, 2\] tokens "
-                                                 r"\(source, target: </s> included\), positions \(8, 8\)"):
+    dataset = LanguagePairDataset(
+        [torch.tensor([4, 2]), torch.tensor([4] * 9 + [2])],
+        np.array([2, 10]),
+        source,
+        [torch.tensor([5, 2])] * 2,
+        np.array([2, 2]),
+        target,
+    )
+    with pytest.raises(
+        VaswaniConfigError,
+        match=r"sentence 1 is longer than the model takes: \[10, 2\] tokens "
+        r"\(source, target: </s> included\), positions \(8, 8\)",
+    ):
         task.filter_indices_by_size(np.arange(2), dataset, (8, 8))
     assert task.filter_indices_by_size(np.arange(2), dataset, (8, 8), ignore_invalid_inputs=True).tolist() == [0]
 
@@ -209,23 +239,26 @@ def allowed_symbols(constraint, dictionary, prefix, words, max_len=100):
 OPENINGS = {"(S", "(NP", "(VP", "(PP"}
 
 
-@pytest.mark.parametrize("prefix, words, max_len, expected", [
-    ("", 2, 100, OPENINGS),  # the root first: no word outside it
-    ("(S", 2, 100, {"XX"} | OPENINGS),  # no )S before S holds a child
-    ("(S (NP XX", 2, 100, {"XX", ")NP"} | OPENINGS),  # only the innermost closes
-    ("(S (NP XX )NP", 2, 100, {"XX"} | OPENINGS),  # the root stays open while a word is left
-    ("(S (NP XX )NP XX", 2, 100, {")S"}),  # no words left: nothing opens, no XX
-    ("(S (NP XX )NP XX )S", 2, 100, {"</s>"}),
-    ("(S XX )S", 2, 100, set()),  # a root closed early: a forest would follow
-    ("(S XX )S (S", 2, 100, set()),
-    ("XX XX", 2, 100, set()),  # words outside any root
-    ("(S XX", 2, 5, {"XX"}),  # an opening would need 1 word + 2 closes + </s>: 4 tokens after step 2 of 5
-    ("(S XX", 2, 6, {"XX"} | OPENINGS),
-    ("", 0, 100, {"</s>"}),
-    ("XX </s>", 1, 100, set()),  # finished, or dead: nothing
-    ("XX junk", 2, 100, set()),
-    (")S", 1, 100, set()),
-])
+@pytest.mark.parametrize(
+    "prefix, words, max_len, expected",
+    [
+        ("", 2, 100, OPENINGS),  # the root first: no word outside it
+        ("(S", 2, 100, {"XX"} | OPENINGS),  # no )S before S holds a child
+        ("(S (NP XX", 2, 100, {"XX", ")NP"} | OPENINGS),  # only the innermost closes
+        ("(S (NP XX )NP", 2, 100, {"XX"} | OPENINGS),  # the root stays open while a word is left
+        ("(S (NP XX )NP XX", 2, 100, {")S"}),  # no words left: nothing opens, no XX
+        ("(S (NP XX )NP XX )S", 2, 100, {"</s>"}),
+        ("(S XX )S", 2, 100, set()),  # a root closed early: a forest would follow
+        ("(S XX )S (S", 2, 100, set()),
+        ("XX XX", 2, 100, set()),  # words outside any root
+        ("(S XX", 2, 5, {"XX"}),  # an opening would need 1 word + 2 closes + </s>: 4 tokens after step 2 of 5
+        ("(S XX", 2, 6, {"XX"} | OPENINGS),
+        ("", 0, 100, {"</s>"}),
+        ("XX </s>", 1, 100, set()),  # finished, or dead: nothing
+        ("XX junk", 2, 100, set()),
+        (")S", 1, 100, set()),
+    ],
+)
 def test_allowed_tokens(prefix, words, max_len, expected):
     _, target = dictionaries()
     assert allowed_symbols(TreeConstraint(target), target, prefix, words, max_len) == expected
@@ -265,7 +298,7 @@ def force_gold_sequences(trees, keep_words):
     gold = torch.full((len(trees), int(lengths.max()) + 2), dictionary.pad())
     gold[:, 0] = dictionary.eos()
     for row, sequence in enumerate(sequences):
-        gold[row, 1:len(sequence) + 1] = torch.tensor([dictionary.index(s) for s in sequence])
+        gold[row, 1 : len(sequence) + 1] = torch.tensor([dictionary.index(s) for s in sequence])
         gold[row, len(sequence) + 1] = dictionary.eos()
     assert len(trees) > 3500
     recipe = torch.clamp(words + 1 + 300, max=1023)
@@ -274,7 +307,8 @@ def force_gold_sequences(trees, keep_words):
     for max_len in limits:  # </s> at step max_len at the latest
         for step in range(int(lengths.max()) + 1):
             rows = (lengths >= step).nonzero().squeeze(1)  # sequences whose token `step` (or </s>) is still due
-            allowed = constraint.allowed(gold[rows, :step + 1], words[rows], max_len[rows],
-                                         None if input_words is None else input_words[rows])
+            allowed = constraint.allowed(
+                gold[rows, : step + 1], words[rows], max_len[rows], None if input_words is None else input_words[rows]
+            )
             refused = ~allowed[torch.arange(len(rows)), gold[rows, step + 1]]
             assert not refused.any(), [" ".join(sequences[r]) for r in rows[refused][:1].tolist()]

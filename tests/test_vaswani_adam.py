@@ -3,10 +3,10 @@ gradient clipping, resuming across its two implementations, its one-line errors.
 
 import pytest
 import torch
+from conftest import build_model, make_dictionary, random_tokens
 from fairseq.optim.adam import FairseqAdam, FairseqAdamConfig
 from fairseq.utils import clip_grad_norm_
 
-from conftest import build_model, make_dictionary, random_tokens
 from vaswani_plugin import paper
 from vaswani_plugin.criterions.vaswani_label_smoothed_cross_entropy import VaswaniLabelSmoothedCrossEntropy
 from vaswani_plugin.errors import VaswaniConfigError
@@ -33,9 +33,15 @@ def batches(dictionary, count, seed=0):
         target = random_tokens(dictionary, 4, 6, generator, lengths=[6, 2, 4, 5])
         prev = torch.cat([torch.full((4, 1), dictionary.eos()), target[:, :-1]], dim=1)
         prev[target.eq(dictionary.pad())] = dictionary.pad()
-        yield {"net_input": {"src_tokens": source, "src_lengths": source.ne(dictionary.pad()).sum(1),
-                             "prev_output_tokens": prev},
-               "target": target, "ntokens": int(target.ne(dictionary.pad()).sum())}
+        yield {
+            "net_input": {
+                "src_tokens": source,
+                "src_lengths": source.ne(dictionary.pad()).sum(1),
+                "prev_output_tokens": prev,
+            },
+            "target": target,
+            "ntokens": int(target.ne(dictionary.pad()).sum()),
+        }
 
 
 def train(optimizer_for, updates, model=None, optimizer=None, seed=0):
@@ -45,8 +51,9 @@ def train(optimizer_for, updates, model=None, optimizer=None, seed=0):
         torch.manual_seed(0)
         model = build_model(dictionary, dropout=0.0).train()
     optimizer = optimizer or optimizer_for(list(model.parameters()))
-    criterion = VaswaniLabelSmoothedCrossEntropy(type("Task", (), {"target_dictionary": dictionary})(),
-                                                 label_smoothing=0.1, sentence_avg=False)
+    criterion = VaswaniLabelSmoothedCrossEntropy(
+        type("Task", (), {"target_dictionary": dictionary})(), label_smoothing=0.1, sentence_avg=False
+    )
     for sample in batches(dictionary, updates, seed):
         optimizer.zero_grad()
         loss, sample_size, _ = criterion(model, sample)
@@ -65,7 +72,7 @@ def without_key_biases(model):
         if name.endswith("qkv_proj.bias") or name.endswith("kv_proj.bias"):
             qk = p.numel() - (p.numel() // 3 if name.endswith("qkv_proj.bias") else p.numel() // 2)
             keys = slice(qk // 2, qk) if name.endswith("qkv_proj.bias") else slice(0, qk)
-            p = torch.cat([p[:keys.start], p[keys.stop:]])
+            p = torch.cat([p[: keys.start], p[keys.stop :]])
         yield name, p
 
 
@@ -81,8 +88,7 @@ def test_same_weights_as_fairseqs_adam(implementation):
     model, optimizer = train(lambda params: vaswani_adam(params, 1e-3, implementation), 30)
     assert optimizer.implementation == implementation
     start, _ = train(lambda params: fairseq_adam(params, 1e-3), 0)
-    moved = max((p - q).abs().max() for (_, p), (_, q) in zip(without_key_biases(reference),
-                                                                without_key_biases(start)))
+    moved = max((p - q).abs().max() for (_, p), (_, q) in zip(without_key_biases(reference), without_key_biases(start)))
     assert moved > 1e-2  # the updates are far larger than the tolerance
     for (name, ours), (_, theirs) in zip(without_key_biases(model), without_key_biases(reference)):
         torch.testing.assert_close(ours, theirs, **TOLERANCE, msg=name)

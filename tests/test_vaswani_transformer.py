@@ -1,7 +1,6 @@
 """models/vaswani_transformer.py: the encoder output reordered in any order, as the reordered sources give it."""
 
 import torch
-
 from conftest import build_model, random_tokens
 
 

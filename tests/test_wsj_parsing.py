@@ -9,12 +9,12 @@ import subprocess
 import sys
 
 import pytest
-
 from cli_helpers import REPO, SHARED_DATA, TINY_MODEL
 from conftest import lane_job
-from prepare.wsj_parsing import describe, extra_train_files, write_split
 from doc_blocks import block, commands, substituted
 from test_recipes import NEEDS_CPU_PATH, run_recipe
+
+from prepare.wsj_parsing import describe, extra_train_files, write_split
 from vaswani_plugin.scoring import parses
 from vaswani_plugin.scoring.evalb import evaluate
 from vaswani_plugin.scoring.trees import delinearise, read_trees
@@ -45,8 +45,13 @@ def few_files(tmp_path_factory):
 @pytest.fixture(scope="module")
 def prepared(few_files, tmp_path_factory):
     work = tmp_path_factory.mktemp("prepared")
-    result = subprocess.run([sys.executable, "-m", "prepare.wsj_parsing", "--work-dir", str(work), "--sample-dir",
-                             str(few_files)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "prepare.wsj_parsing", "--work-dir", str(work), "--sample-dir", str(few_files)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == str(work / "data-bin")
     return work, result.stderr
@@ -83,10 +88,26 @@ def write_generate_output(path, outputs):
 
 
 def score(work, generate_output, tmp_path):
-    return subprocess.run([sys.executable, "-m", "vaswani_plugin.scoring.parses", "--generate-output",
-                           str(generate_output), "--words", str(work / "text" / "valid.words"), "--tags",
-                           str(work / "gold" / "valid.tags"), "--gold", str(work / "gold" / "valid.trees"),
-                           "--output", str(tmp_path / "parsed.trees")], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vaswani_plugin.scoring.parses",
+            "--generate-output",
+            str(generate_output),
+            "--words",
+            str(work / "text" / "valid.words"),
+            "--tags",
+            str(work / "gold" / "valid.tags"),
+            "--gold",
+            str(work / "gold" / "valid.trees"),
+            "--output",
+            str(tmp_path / "parsed.trees"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.shared_data
@@ -98,7 +119,7 @@ def test_score_parses_repairs_outputs_and_scores_them_as_evalb(prepared, tmp_pat
     outputs[0] = " ".join(outputs[0].split()[:-3])
     tokens = outputs[1].split()
     first_leaf = next(i for i, token in enumerate(tokens) if not token.startswith(("(", ")")))
-    outputs[1] = " ".join(tokens[:first_leaf + 1] + tokens[first_leaf:])
+    outputs[1] = " ".join(tokens[: first_leaf + 1] + tokens[first_leaf:])
     write_generate_output(tmp_path / "generate.txt", outputs)
     result = score(work, tmp_path / "generate.txt", tmp_path)
     assert result.returncode == 0, result.stderr
@@ -108,8 +129,12 @@ def test_score_parses_repairs_outputs_and_scores_them_as_evalb(prepared, tmp_pat
     assert parsed[2:] == gold[2:]
     _, summary, _ = evaluate(gold, parsed)
     assert 50 < summary.f1 < 100 and summary.valid == len(gold)  # two of the 9 sentences are off
-    assert re.search(rf"^F1 = {summary.f1:.2f} \(labelled bracketing, EVALB COLLINS.prm, {len(gold)} of "
-                     rf"{len(gold)} sentences scored\)$", result.stdout, re.M)
+    assert re.search(
+        rf"^F1 = {summary.f1:.2f} \(labelled bracketing, EVALB COLLINS.prm, {len(gold)} of "
+        rf"{len(gold)} sentences scored\)$",
+        result.stdout,
+        re.M,
+    )
 
 
 @pytest.mark.shared_data
@@ -135,8 +160,9 @@ def check_parsed_and_scored(work, log):
             assert read_trees(tree)[0].words() == read_trees(reference)[0].words()
         scores = (work / f"{split}.f1").read_text()
         assert f"outputs repaired into well-formed trees: 0 of {len(gold)}\n" in scores
-        assert re.search(rf"^F1 = \d+\.\d\d \(labelled bracketing, EVALB COLLINS.prm, {len(gold)} of {len(gold)} ",
-                         scores, re.M)
+        assert re.search(
+            rf"^F1 = \d+\.\d\d \(labelled bracketing, EVALB COLLINS.prm, {len(gold)} of {len(gold)} ", scores, re.M
+        )
         assert re.search(rf"\] {split}, constrained: F1 \d+\.\d\d$", log, re.M)
         assert re.search(rf"\] {split}, right-branching baseline: F1 \d+\.\d\d$", log, re.M)
 
@@ -151,9 +177,16 @@ def wsj_sample_run(tmp_path_factory, lane):
     for name in GUM_FILES:
         shutil.copy(SHARED_DATA / "gum_const" / "const" / name, root / "gum")
     # No interval checkpoint in 6 s (the recipe then decodes checkpoint_last.pt; the LDC run below averages).
-    env = dict(WORK_DIR=str(root / "work"), BUDGET_MINUTES="0.1", REPORT="0",
-               SAVE_INTERVAL_UPDATES="1000", AVERAGE_LAST="2", EXTRA_TRAIN_ARGS=" ".join(TINY_MODEL),
-               EXTRA_TRAIN_TREES=str(root / "gum"), EXTRA_GENERATE_ARGS=SHORT_OUTPUTS)
+    env = dict(
+        WORK_DIR=str(root / "work"),
+        BUDGET_MINUTES="0.1",
+        REPORT="0",
+        SAVE_INTERVAL_UPDATES="1000",
+        AVERAGE_LAST="2",
+        EXTRA_TRAIN_ARGS=" ".join(TINY_MODEL),
+        EXTRA_TRAIN_TREES=str(root / "gum"),
+        EXTRA_GENERATE_ARGS=SHORT_OUTPUTS,
+    )
     sample = commands(block("docs/parsing.md", "test:parsing"))[1]  # the line for anyone, with this sample
     return root, run_recipe("wsj_parsing.sh", env, command=substituted(sample, {SAMPLE: str(root / "ptb")}))
 
@@ -176,7 +209,8 @@ def test_recipe_end_to_end_on_a_few_sample_files(lane):
     assert f"training trees: {wsj} WSJ sample + {gum} extra ({paths})\n" in result.stderr
     assert len((work / "data" / "text" / "train.words").read_text().splitlines()) == wsj + gum
     assert len((work / "data" / "text" / "valid.words").read_text().splitlines()) == len(
-        read_trees((root / "ptb" / "wsj_0150.mrg").read_text()))
+        read_trees((root / "ptb" / "wsj_0150.mrg").read_text())
+    )
     # The sample's defaults: bfloat16 where the CPU has it; unknown words as signatures in what the model reads,
     # the scorer's words untouched.
     assert "'bf16_autocast': 'auto'" in log
@@ -208,21 +242,30 @@ def test_the_sample_trains_with_gum_beside_it_by_default(tmp_path):
     model = (tmp_path / "default" / "data" / "model" / "train.words").read_text().splitlines()
     assert len(model) == 2 * wsj + gum_trees
     ldc_with_gum, alone = commands(block("docs/parsing.md", "test:parsing-extra-trees"))
-    result = run_recipe("wsj_parsing.sh", dict(STOP_AFTER="prepare", WORK_DIR=str(tmp_path / "alone")),
-                        command=substituted(alone, {SAMPLE: str(sample)}))
+    result = run_recipe(
+        "wsj_parsing.sh",
+        dict(STOP_AFTER="prepare", WORK_DIR=str(tmp_path / "alone")),
+        command=substituted(alone, {SAMPLE: str(sample)}),
+    )
     assert f"training trees: {wsj} WSJ sample\n" in result.stderr
     ldc_layout(tmp_path / "wsj")
     ldc_trees = ldc_tree_counts(tmp_path / "wsj")["train"]
-    result = run_recipe("wsj_parsing.sh", dict(STOP_AFTER="prepare", WORK_DIR=str(tmp_path / "ldc"), CPU="1"),
-                        command=substituted(ldc_with_gum, {"WSJ_DIR=...": f"WSJ_DIR={tmp_path / 'wsj'}",
-                                                           "../shared/data/gum_const/const": str(gum)}))
+    result = run_recipe(
+        "wsj_parsing.sh",
+        dict(STOP_AFTER="prepare", WORK_DIR=str(tmp_path / "ldc"), CPU="1"),
+        command=substituted(
+            ldc_with_gum, {"WSJ_DIR=...": f"WSJ_DIR={tmp_path / 'wsj'}", "../shared/data/gum_const/const": str(gum)}
+        ),
+    )
     assert f"training trees: {ldc_trees} WSJ sections 02-21 + {gum_trees} extra ({paths})\n" in result.stderr
     shutil.rmtree(tmp_path / "data" / "gum_const")
     result = run_recipe("wsj_parsing.sh", dict(settings, WORK_DIR=str(tmp_path / "none")), check=False)
     assert result.returncode == 1 and list((tmp_path / "none").iterdir()) == []  # nothing prepared
-    assert result.stderr.strip() == (f"wsj_parsing: error: EXTRA_TRAIN_TREES: {gum} does not exist (the sample's "
-                                     "default: GUM's trees beside it, ../shared/data/gum_const/const); set "
-                                     "EXTRA_TRAIN_TREES to GUM's const folder, or to none for the WSJ sample alone")
+    assert result.stderr.strip() == (
+        f"wsj_parsing: error: EXTRA_TRAIN_TREES: {gum} does not exist (the sample's "
+        "default: GUM's trees beside it, ../shared/data/gum_const/const); set "
+        "EXTRA_TRAIN_TREES to GUM's const folder, or to none for the WSJ sample alone"
+    )
 
 
 # The LDC treebank's parsed/mrg/wsj layout: sections 02-21 train, 22 dev, 23 test; files in other sections (00, 24)
@@ -238,8 +281,10 @@ def ldc_layout(wsj):
 
 def ldc_tree_counts(wsj):
     """The trees of each split of an ldc_layout: train 02-21, valid 22, test 23."""
-    return {split: sum(len(read_trees((wsj / s / f"wsj_{n}.mrg").read_text())) for s in sections for n in LDC_LAYOUT[s])
-            for split, sections in {"train": ["02", "21"], "valid": ["22"], "test": ["23"]}.items()}
+    return {
+        split: sum(len(read_trees((wsj / s / f"wsj_{n}.mrg").read_text())) for s in sections for n in LDC_LAYOUT[s])
+        for split, sections in {"train": ["02", "21"], "valid": ["22"], "test": ["23"]}.items()
+    }
 
 
 @lane_job
@@ -248,10 +293,21 @@ def wsj_ldc_run(tmp_path_factory, lane):
     22's F1 while training (DEV_SCORE, on by default there) on 4 of its sentences, at update 4."""
     root = tmp_path_factory.mktemp("wsj-ldc")
     ldc_layout(root / "wsj")
-    env = dict(WORK_DIR=str(root / "work"), CPU="1", MAX_UPDATE="4", LEAVES="XX", REPORT="0",
-               DEV_SCORE_SENTENCES="4", DEV_SCORE_EVERY="4",
-               SAVE_INTERVAL_UPDATES="2", AVERAGE_LAST="2", TOKENS_PER_STEP="2000", MAX_TOKENS_PER_GPU="2000",
-               EXTRA_TRAIN_ARGS=" ".join(TINY_MODEL), EXTRA_GENERATE_ARGS=SHORT_OUTPUTS)
+    env = dict(
+        WORK_DIR=str(root / "work"),
+        CPU="1",
+        MAX_UPDATE="4",
+        LEAVES="XX",
+        REPORT="0",
+        DEV_SCORE_SENTENCES="4",
+        DEV_SCORE_EVERY="4",
+        SAVE_INTERVAL_UPDATES="2",
+        AVERAGE_LAST="2",
+        TOKENS_PER_STEP="2000",
+        MAX_TOKENS_PER_GPU="2000",
+        EXTRA_TRAIN_ARGS=" ".join(TINY_MODEL),
+        EXTRA_GENERATE_ARGS=SHORT_OUTPUTS,
+    )
     ldc = commands(block("docs/parsing.md", "test:parsing"))[0]  # the paper's row, on CPU (CPU=1)
     return root, run_recipe("wsj_parsing.sh", env, command=substituted(ldc, {LDC: str(root / "wsj")}))
 
@@ -284,28 +340,48 @@ def test_recipe_on_the_ldc_layout_uses_sections_02_21_22_23(lane):
 
 # Bad input, in-process and without the shared data.
 
+
 def score_in_process(tmp_path, outputs, words, tags, gold):
     files = {}
     for name, lines in dict(words=words, tags=tags, gold=gold).items():
         files[name] = tmp_path / name
         files[name].write_text("".join(f"{line}\n" for line in lines))
     write_generate_output(tmp_path / "generate.txt", outputs)
-    return parses.main(["--generate-output", str(tmp_path / "generate.txt"), "--words", str(files["words"]),
-                        "--tags", str(files["tags"]), "--gold", str(files["gold"]),
-                        "--output", str(tmp_path / "parsed.trees")])
+    return parses.main(
+        [
+            "--generate-output",
+            str(tmp_path / "generate.txt"),
+            "--words",
+            str(files["words"]),
+            "--tags",
+            str(files["tags"]),
+            "--gold",
+            str(files["gold"]),
+            "--output",
+            str(tmp_path / "parsed.trees"),
+        ]
+    )
 
 
 def test_score_parses_writes_bracket_words_as_the_treebank_does(tmp_path, capsys):
-    score_in_process(tmp_path, ["(S XX (NP XX )NP XX )S"], ["see ( it"], ["VB -LRB- PRP"],
-                     ["(TOP (S (VB see) (NP (-LRB- -LRB-)) (PRP it)))"])
+    score_in_process(
+        tmp_path,
+        ["(S XX (NP XX )NP XX )S"],
+        ["see ( it"],
+        ["VB -LRB- PRP"],
+        ["(TOP (S (VB see) (NP (-LRB- -LRB-)) (PRP it)))"],
+    )
     assert (tmp_path / "parsed.trees").read_text() == "(TOP (S (VB see) (NP (-LRB- -LRB-)) (PRP it)))\n"
     assert "outputs repaired into well-formed trees: 0 of 1\n" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("words, tags, message", [
-    (["a b", ""], ["DT NN", ""], r"words, line 2: an empty sentence; a tree needs a word$"),
-    (["a b", "c d e"], ["DT NN", "DT NN"], r"line 2: 3 words in \S+words but 2 tags in \S+tags$"),
-])
+@pytest.mark.parametrize(
+    "words, tags, message",
+    [
+        (["a b", ""], ["DT NN", ""], r"words, line 2: an empty sentence; a tree needs a word$"),
+        (["a b", "c d e"], ["DT NN", "DT NN"], r"line 2: 3 words in \S+words but 2 tags in \S+tags$"),
+    ],
+)
 def test_score_parses_refuses_sentences_without_a_tree_in_one_line(tmp_path, words, tags, message):
     with pytest.raises(SystemExit) as exit:
         score_in_process(tmp_path, ["XX XX", "XX"], words, tags, ["(TOP (DT a) (NN b))", "(TOP (NN c))"])
@@ -332,13 +408,19 @@ def test_prepare_leaves_long_training_trees_out_refuses_long_test_trees_and_name
     (tmp_path / "gum.ptb").write_text(GUM_LIKE)  # trees of 2 and 1 words, 8 and 3 tree tokens
     assert write_split([tmp_path / "gum.ptb"], tmp_path, "train", max_positions=6) == [1]
     assert (tmp_path / "text" / "train.words").read_text() == "poems\n"
-    with pytest.raises(Exception, match=r"gum.ptb: tree 1 has 2 words and 8 tree tokens, more than the model's 6 "
-                                        r"positions \(--max-positions\) with </s>"):
+    with pytest.raises(
+        Exception,
+        match=r"gum.ptb: tree 1 has 2 words and 8 tree tokens, more than the model's 6 "
+        r"positions \(--max-positions\) with </s>",
+    ):
         write_split([tmp_path / "gum.ptb"], tmp_path, "test", max_positions=6)
     # A bracket as a word (unescaped): an error naming the line, not a tree read wrong.
     (tmp_path / "bad.ptb").write_text(GUM_LIKE + "(ROOT (S (NP (-LRB- () (NN x))\n  (VP (VBD y))))\n")
-    with pytest.raises(Exception, match=r"bad.ptb: line 7 \(tree 3\): \( \) holds nothing: a bracket written "
-                                        r"as a word\?"):
+    with pytest.raises(
+        Exception,
+        match=r"bad.ptb: line 7 \(tree 3\): \( \) holds nothing: a bracket written "
+        r"as a word\?",
+    ):
         write_split([tmp_path / "bad.ptb"], tmp_path, "train", max_positions=1024)
 
 
@@ -349,8 +431,19 @@ def test_right_branching_baseline_scores_as_counted_by_hand(tmp_path, capsys):
     gold = ["(TOP (S (NP (DT a) (NN b)) (VP (VB c))))", "(TOP (S (UH d)))"]
     for name, lines in dict(words=words, tags=tags, gold=gold).items():
         (tmp_path / name).write_text("".join(f"{line}\n" for line in lines))
-    parses.main(["--right-branching", "--words", str(tmp_path / "words"), "--tags", str(tmp_path / "tags"),
-                 "--gold", str(tmp_path / "gold"), "--output", str(tmp_path / "trees")])
+    parses.main(
+        [
+            "--right-branching",
+            "--words",
+            str(tmp_path / "words"),
+            "--tags",
+            str(tmp_path / "tags"),
+            "--gold",
+            str(tmp_path / "gold"),
+            "--output",
+            str(tmp_path / "trees"),
+        ]
+    )
     assert (tmp_path / "trees").read_text().splitlines() == ["(TOP (S (DT a) (S (NN b) (VB c))))", "(TOP (S (UH d)))"]
     printed = capsys.readouterr().out
     # Both sentences: 2 of 3 test brackets match, 2 of 4 gold ones: P 66.67, R 50.00, F1 57.14.

@@ -43,10 +43,68 @@ WMT14 = SHARED_DATA / "wmt14"
 
 _MTIME = 1_400_000_000
 _SYLLABLES = {
-    "de": ["ber", "gen", "schaf", "lich", "keit", "ung", "tor", "wer", "sto", "ein", "haus", "zu", "mit", "ver", "an",
-           "der", "stra", "für", "über", "schön", "groß", "mäß", "bau", "land", "stadt", "wirt", "zei", "kun"],
-    "fr": ["le", "la", "re", "con", "tion", "ment", "é", "è", "ai", "eau", "ou", "ça", "qu", "ière", "vil", "ent",
-           "pré", "mai", "son", "gar", "çon", "fê", "te", "bon", "jour", "ci", "té", "ro", "ma", "nou"],
+    "de": [
+        "ber",
+        "gen",
+        "schaf",
+        "lich",
+        "keit",
+        "ung",
+        "tor",
+        "wer",
+        "sto",
+        "ein",
+        "haus",
+        "zu",
+        "mit",
+        "ver",
+        "an",
+        "der",
+        "stra",
+        "für",
+        "über",
+        "schön",
+        "groß",
+        "mäß",
+        "bau",
+        "land",
+        "stadt",
+        "wirt",
+        "zei",
+        "kun",
+    ],
+    "fr": [
+        "le",
+        "la",
+        "re",
+        "con",
+        "tion",
+        "ment",
+        "é",
+        "è",
+        "ai",
+        "eau",
+        "ou",
+        "ça",
+        "qu",
+        "ière",
+        "vil",
+        "ent",
+        "pré",
+        "mai",
+        "son",
+        "gar",
+        "çon",
+        "fê",
+        "te",
+        "bon",
+        "jour",
+        "ci",
+        "té",
+        "ro",
+        "ma",
+        "nou",
+    ],
 }
 _PAIRS = {"en-de": "de", "en-fr": "fr"}
 # part=True: 301 dev lines, 17 test documents (395 en-de and 353 en-fr segments): as in the whole sets, none a
@@ -56,8 +114,10 @@ PART_LINES, PART_DOCUMENTS = 301, 17
 
 def _shared(path: Path) -> Path:
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: the test mirror reads the real newstest2013/2014 from "
-                                f"{SHARED_DATA} (../shared/data relative to the repository)")
+        raise FileNotFoundError(
+            f"{path} is missing: the test mirror reads the real newstest2013/2014 from "
+            f"{SHARED_DATA} (../shared/data relative to the repository)"
+        )
     return path
 
 
@@ -80,8 +140,12 @@ def pseudo_word(word: str, lang: str) -> str:
 
 
 def _lexicon(size: int = 600) -> List[str]:
-    counts = Counter(word for line in _shared(WMT14 / "newstest2013.en").read_text(encoding="utf-8").splitlines()
-                     for word in re.findall(r"[a-z]+", line.lower()) if len(word) > 1 or word == "a")
+    counts = Counter(
+        word
+        for line in _shared(WMT14 / "newstest2013.en").read_text(encoding="utf-8").splitlines()
+        for word in re.findall(r"[a-z]+", line.lower())
+        if len(word) > 1 or word == "a"
+    )
     return [word for word, _ in sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:size]]
 
 
@@ -142,8 +206,8 @@ def _first_documents(sgm: bytes, documents: int) -> bytes:
     """The SGM file cut after its first `documents` documents, closed as the whole file is."""
     text = sgm.decode("utf-8")
     ends = [match.end() for match in re.finditer(r"</doc>\n?", text)]
-    closing = text[text.rindex("</doc>") + len("</doc>"):].lstrip("\n")
-    return (text[:ends[documents - 1]] + closing).encode("utf-8")
+    closing = text[text.rindex("</doc>") + len("</doc>") :].lstrip("\n")
+    return (text[: ends[documents - 1]] + closing).encode("utf-8")
 
 
 def newstest2014_sentences(raw_dir: Path, pair: str) -> int:
@@ -169,21 +233,31 @@ def build_mirror(raw_dir: Path, pair: str, lines: int = 300, part: bool = False)
             english, foreign = _corpus(corpus, lang, lines, lexicon)
             for side, text in (("en", english), (lang, foreign)):
                 data = _text(text)
-                out[prefix.format(lang=lang) + f".{side}" + (".gz" if gz else "")] = \
+                out[prefix.format(lang=lang) + f".{side}" + (".gz" if gz else "")] = (
                     gzip.compress(data, mtime=0) if gz else data
+                )
         return out
 
     both = {"de": None, "fr": None}
-    _write_tar(raw_dir / "training-parallel-europarl-v7.tgz",
-               members("training/europarl-v7.{lang}-en", {lang: f"europarl-{lang}" for lang in both}))
-    _write_tar(raw_dir / "training-parallel-commoncrawl.tgz",
-               members("commoncrawl.{lang}-en", {lang: f"commoncrawl-{lang}" for lang in both}))
-    _write_tar(raw_dir / "training-parallel-nc-v9.tgz",
-               members("training/news-commentary-v9.{lang}-en", {lang: f"nc-v9-{lang}" for lang in both}))
+    _write_tar(
+        raw_dir / "training-parallel-europarl-v7.tgz",
+        members("training/europarl-v7.{lang}-en", {lang: f"europarl-{lang}" for lang in both}),
+    )
+    _write_tar(
+        raw_dir / "training-parallel-commoncrawl.tgz",
+        members("commoncrawl.{lang}-en", {lang: f"commoncrawl-{lang}" for lang in both}),
+    )
+    _write_tar(
+        raw_dir / "training-parallel-nc-v9.tgz",
+        members("training/news-commentary-v9.{lang}-en", {lang: f"nc-v9-{lang}" for lang in both}),
+    )
     if pair == "en-fr":
         _write_tar(raw_dir / "training-parallel-un.tgz", members("un/undoc.2000.{lang}-en", {"fr": "un"}))
-        _write_tar(raw_dir / "training-giga-fren.tar",
-                   members("giga-fren.release2.fixed", {"fr": "giga-fren"}, gz=True), compress=False)
+        _write_tar(
+            raw_dir / "training-giga-fren.tar",
+            members("giga-fren.release2.fixed", {"fr": "giga-fren"}, gz=True),
+            compress=False,
+        )
 
     def dev_file(lang: str) -> bytes:
         data = _shared(WMT14 / f"newstest2013.{lang}").read_bytes()
@@ -192,14 +266,21 @@ def build_mirror(raw_dir: Path, pair: str, lines: int = 300, part: bool = False)
     newstest2013_en = dev_file("en")
     english_lines = newstest2013_en.decode("utf-8").split("\n")[:-1]  # "\n" only: as prepare reads it
     substitute_fr = "".join(_pseudo_line(line, "fr") + "\n" for line in english_lines)
-    _write_tar(raw_dir / "dev.tgz", {
-        "dev/newstest2013.en": newstest2013_en,
-        "dev/newstest2013.de": dev_file("de"),
-        "dev/newstest2013.fr": substitute_fr.encode("utf-8"),
-    })
+    _write_tar(
+        raw_dir / "dev.tgz",
+        {
+            "dev/newstest2013.en": newstest2013_en,
+            "dev/newstest2013.de": dev_file("de"),
+            "dev/newstest2013.fr": substitute_fr.encode("utf-8"),
+        },
+    )
     sgm = sorted((WMT14 / "sgm").glob("newstest2014-*.sgm"))
     if len(sgm) < 4:
         raise FileNotFoundError(f"{WMT14 / 'sgm'} lacks the newstest2014 SGM files")
-    _write_tar(raw_dir / "test-full.tgz", {
-        f"test-full/{path.name}": _first_documents(path.read_bytes(), PART_DOCUMENTS) if part else path.read_bytes()
-        for path in sgm})
+    _write_tar(
+        raw_dir / "test-full.tgz",
+        {
+            f"test-full/{path.name}": _first_documents(path.read_bytes(), PART_DOCUMENTS) if part else path.read_bytes()
+            for path in sgm
+        },
+    )

@@ -23,14 +23,16 @@ def register():
         raise ImportError(
             "vaswani_plugin needs fairseq, which is not importable here "
             f"({error}). Install it with `pip install 'vaswani_plugin[fairseq]'` "
-            "(ve-fairseq 0.12.3, for Python 3.11 and 3.12).") from None
+            "(ve-fairseq 0.12.3, for Python 3.11 and 3.12)."
+        ) from None
     from vaswani_plugin.checkpoints.storage import allow_fairseq_checkpoint_classes
     from vaswani_plugin.cli import install_error_hook
+
     install_error_hook()
     allow_fairseq_checkpoint_classes()
-    from vaswani_plugin.models import vaswani_transformer  # noqa: F401  (registers the model and archs)
     from vaswani_plugin.criterions import vaswani_label_smoothed_cross_entropy  # noqa: F401
     from vaswani_plugin.lr_scheduler import noam  # noqa: F401
+    from vaswani_plugin.models import vaswani_transformer  # noqa: F401  (registers the model and archs)
     from vaswani_plugin.optim import vaswani_adam  # noqa: F401  (registers the optimizer)
     from vaswani_plugin.tasks import vaswani_translation  # noqa: F401  (registers the task)
 
@@ -40,8 +42,10 @@ def quiet_fairseq_import():
     command; the plugin's commands leave it out. fairseq-train says what matters where TensorBoard is asked for
     (--tensorboard-logdir without tensorboard or tensorboardX installed)."""
     import logging
+
     logging.getLogger("fairseq.tasks.text_to_speech").addFilter(
-        lambda record: not record.getMessage().startswith("Please install tensorboardX"))
+        lambda record: not record.getMessage().startswith("Please install tensorboardX")
+    )
 
 
 def locating_a_command(argv, orig_argv) -> bool:

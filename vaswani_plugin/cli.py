@@ -8,8 +8,9 @@ from typing import Callable, Optional, Sequence
 from vaswani_plugin.errors import VaswaniConfigError, error_line, run_reported
 
 
-def run_command(parser: argparse.ArgumentParser, command: Callable[[argparse.Namespace], None],
-                argv: Optional[Sequence[str]] = None) -> None:
+def run_command(
+    parser: argparse.ArgumentParser, command: Callable[[argparse.Namespace], None], argv: Optional[Sequence[str]] = None
+) -> None:
     """Parse `argv` with `parser` and run `command(args)` through errors.run_reported: a VaswaniConfigError (bad
     options or input, an unreadable checkpoint) or an OSError (a missing or unwritable file) ends as
     `PROG: error: MESSAGE` and exit status 1, Ctrl-C as `PROG: interrupted` and 130, not as a traceback."""
@@ -26,6 +27,7 @@ def install_error_hook():
 
     def hook(exc_type, exc, tb):
         from vaswani_plugin.checkpoints.storage import unreadable_checkpoint_message
+
         message = str(exc) if issubclass(exc_type, VaswaniConfigError) else unreadable_checkpoint_message(exc)
         if message is not None:
             print(error_line("vaswani_plugin", message), file=sys.stderr)

@@ -20,8 +20,9 @@ class MissingExtra(VaswaniConfigError, ImportError):
 
 
 CTRANSLATE2_MISSING = 'this needs the package ctranslate2: pip install -e ".[ctranslate2]" (or pip install ctranslate2)'
-TRANSFORMERS_MISSING = ('this needs the package transformers: pip install -e ".[huggingface]" '
-                        '(or pip install transformers)')
+TRANSFORMERS_MISSING = (
+    'this needs the package transformers: pip install -e ".[huggingface]" (or pip install transformers)'
+)
 INTERRUPTED = "interrupted"
 
 

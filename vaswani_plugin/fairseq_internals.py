@@ -23,6 +23,7 @@ def fairseq_precision(optimizer, dtype: torch.dtype) -> Optional[str]:
     """
     from fairseq.optim.amp_optimizer import AMPOptimizer
     from fairseq.optim.fp16_optimizer import FP16Optimizer, MemoryEfficientFP16Optimizer
+
     if isinstance(optimizer, AMPOptimizer):
         return "--amp"
     half = "bf16" if dtype == torch.bfloat16 else "fp16"
@@ -42,8 +43,10 @@ def checkpoint_being_read(exc: BaseException) -> Optional[Tuple[str, str]]:
     plugin does not wrap: the frame is the only place the path is known.
     """
     for frame, _ in traceback.walk_tb(exc.__traceback__):
-        if frame.f_globals.get("__name__") == "fairseq.checkpoint_utils" and \
-                frame.f_code.co_name == "load_checkpoint_to_cpu":
+        if (
+            frame.f_globals.get("__name__") == "fairseq.checkpoint_utils"
+            and frame.f_code.co_name == "load_checkpoint_to_cpu"
+        ):
             path = frame.f_locals["path"]
             return path, frame.f_locals.get("local_path", path)
     return None

@@ -45,8 +45,14 @@ def model_options(name: str) -> dict:
     size = MODELS[name]
     options = {}
     for side in ("encoder", "decoder"):
-        options.update({f"{side}_layers": size["layers"], f"{side}_embed_dim": size["d_model"],
-                        f"{side}_ffn_embed_dim": size["d_ff"], f"{side}_attention_heads": size["heads"]})
+        options.update(
+            {
+                f"{side}_layers": size["layers"],
+                f"{side}_embed_dim": size["d_model"],
+                f"{side}_ffn_embed_dim": size["d_ff"],
+                f"{side}_attention_heads": size["heads"],
+            }
+        )
     return dict(options, dropout=size["dropout"])
 
 
@@ -58,15 +64,31 @@ def number(value) -> str:
 def arguments(section: str) -> list:
     """A section of the settings as fairseq command-line arguments."""
     if section == "training":  # §5.3's Adam and eq. 3, §5.4's label smoothing, with the plugin's components
-        return ["--optimizer", "vaswani_adam", "--adam-betas", f"({ADAM_BETAS[0]},{ADAM_BETAS[1]})", "--adam-eps",
-                number(ADAM_EPS), "--lr-scheduler", "noam", "--criterion", "vaswani_label_smoothed_cross_entropy",
-                "--label-smoothing", number(LABEL_SMOOTHING)]
+        return [
+            "--optimizer",
+            "vaswani_adam",
+            "--adam-betas",
+            f"({ADAM_BETAS[0]},{ADAM_BETAS[1]})",
+            "--adam-eps",
+            number(ADAM_EPS),
+            "--lr-scheduler",
+            "noam",
+            "--criterion",
+            "vaswani_label_smoothed_cross_entropy",
+            "--label-smoothing",
+            number(LABEL_SMOOTHING),
+        ]
     if section in ("decoding", "parsing-decoding"):  # §6.1 / §6.3, with the task's --search paper
-        beam, alpha, a, b = ((BEAM, ALPHA, MAX_LEN_A, MAX_LEN_B) if section == "decoding" else
-                             (PARSING_BEAM, PARSING_ALPHA, PARSING_MAX_LEN_A, PARSING_MAX_LEN_B))
+        beam, alpha, a, b = (
+            (BEAM, ALPHA, MAX_LEN_A, MAX_LEN_B)
+            if section == "decoding"
+            else (PARSING_BEAM, PARSING_ALPHA, PARSING_MAX_LEN_A, PARSING_MAX_LEN_B)
+        )
         return ["--beam", str(beam), "--gnmt-alpha", number(alpha), "--max-len-a", str(a), "--max-len-b", str(b)]
     if section.startswith("model:"):
-        return [word for name, value in model_options(section[len("model:"):]).items()
-                for word in (f"--{name.replace('_', '-')}", number(value))]
+        return [
+            word
+            for name, value in model_options(section[len("model:") :]).items()
+            for word in (f"--{name.replace('_', '-')}", number(value))
+        ]
     raise KeyError(section)
-

@@ -35,12 +35,14 @@ def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> Optional[FrozenSet[str]]:
         text = Path(cpuinfo).read_text()
     except OSError:
         return None
-    return frozenset(flag for line in text.splitlines() if line.startswith("flags")
-                     for flag in line.partition(":")[2].split())
+    return frozenset(
+        flag for line in text.splitlines() if line.startswith("flags") for flag in line.partition(":")[2].split()
+    )
 
 
-def bf16_autocast_enabled(setting, device, fairseq_precision: Optional[str] = None,
-                          flags: Optional[FrozenSet[str]] = None) -> Tuple[bool, str]:
+def bf16_autocast_enabled(
+    setting, device, fairseq_precision: Optional[str] = None, flags: Optional[FrozenSet[str]] = None
+) -> Tuple[bool, str]:
     """(whether to train under bfloat16 autocast, why: "--bf16-autocast SETTING[: reason]").
 
     setting: the option's value (auto, on, off; 1, 0; True, False). device: where the model trains, a

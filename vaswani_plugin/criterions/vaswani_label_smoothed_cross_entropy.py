@@ -18,8 +18,12 @@ from vaswani_plugin.models.output_layer_loss import SmoothedLoss
 class VaswaniLabelSmoothedCrossEntropyConfig(FairseqDataclass):
     label_smoothing: float = field(default=paper.LABEL_SMOOTHING, metadata={"help": "epsilon_ls of §5.4"})
     loss_chunk_logits: int = field(
-        default=0, metadata={"help": "logits per chunk of the output layer and loss; 0: by device (2^22 on a CPU, "
-                                     "1/32 of a GPU's memory on a GPU: one chunk for most batches)"})
+        default=0,
+        metadata={
+            "help": "logits per chunk of the output layer and loss; 0: by device (2^22 on a CPU, "
+            "1/32 of a GPU's memory on a GPU: one chunk for most batches)"
+        },
+    )
     sentence_avg: bool = II("optimization.sentence_avg")
 
 
@@ -35,14 +39,19 @@ class VaswaniLabelSmoothedCrossEntropy(FairseqCriterion):
 
     def forward(self, model, sample, reduce=True):
         if getattr(model.decoder, "adaptive_softmax", None) is not None:
-            raise VaswaniConfigError("vaswani_label_smoothed_cross_entropy needs a full softmax output layer; use "
-                                     "fairseq's adaptive_loss criterion with --adaptive-softmax-cutoff")
+            raise VaswaniConfigError(
+                "vaswani_label_smoothed_cross_entropy needs a full softmax output layer; use "
+                "fairseq's adaptive_loss criterion with --adaptive-softmax-cutoff"
+            )
         projection = getattr(model.decoder, "output_projection", None)
         if not isinstance(projection, torch.nn.Linear) or projection.bias is not None:
-            raise VaswaniConfigError("vaswani_label_smoothed_cross_entropy needs a decoder whose output layer is "
-                                     "output_projection, a linear map without bias (§3.4)")
-        smoothed_loss = SmoothedLoss(sample["target"], self.epsilon, self.padding_idx, sample["ntokens"],
-                                     self.loss_chunk_logits)
+            raise VaswaniConfigError(
+                "vaswani_label_smoothed_cross_entropy needs a decoder whose output layer is "
+                "output_projection, a linear map without bias (§3.4)"
+            )
+        smoothed_loss = SmoothedLoss(
+            sample["target"], self.epsilon, self.padding_idx, sample["ntokens"], self.loss_chunk_logits
+        )
         # The model's features, then the output layer (§3.4) and the loss in chunks, for the plugin's model and
         # fairseq's alike; the plugin's decoder returns the W to use, seen by data-parallel wrappers (its forward).
         features, extra = model(**sample["net_input"], features_only=True)
@@ -62,6 +71,7 @@ class VaswaniLabelSmoothedCrossEntropy(FairseqCriterion):
     @classmethod
     def reduce_metrics(cls, logging_outputs) -> None:
         """Losses in base 2, as fairseq reports them; ppl = 2^nll_loss is per-wordpiece perplexity."""
+
         def total(key):
             return utils.item(sum(log.get(key, 0) for log in logging_outputs))
 
@@ -73,8 +83,12 @@ class VaswaniLabelSmoothedCrossEntropy(FairseqCriterion):
         metrics.log_scalar_sum("total", total("total"))
         metrics.log_derived(
             "accuracy",
-            lambda meters: round(100.0 * meters["n_correct"].sum / meters["total"].sum, 3)
-            if meters["total"].sum > 0 else float("nan"))
+            lambda meters: (
+                round(100.0 * meters["n_correct"].sum / meters["total"].sum, 3)
+                if meters["total"].sum > 0
+                else float("nan")
+            ),
+        )
 
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:

@@ -23,14 +23,24 @@ from vaswani_plugin.generation.empty_sources import empty_output, empty_sources
 from vaswani_plugin.generation.length import gnmt_length_penalty, length_limit
 
 
-
 class BeamSearchGenerator(nn.Module):
     """fairseq's generator interface (generate(models, sample) -> per sentence a list of hypotheses, best first,
     each {"tokens", "score", "positional_scores", "attention", "alignment"}) for one encoder-decoder model."""
 
-    def __init__(self, models, tgt_dict, beam_size: int = 1, max_len_a: float = 0, max_len_b: int = 200,
-                 min_len: int = 1, unk_penalty: float = 0.0, temperature: float = 1.0,
-                 gnmt_alpha: Optional[float] = None, print_alignment: Optional[str] = None, search_strategy=None):
+    def __init__(
+        self,
+        models,
+        tgt_dict,
+        beam_size: int = 1,
+        max_len_a: float = 0,
+        max_len_b: int = 200,
+        min_len: int = 1,
+        unk_penalty: float = 0.0,
+        temperature: float = 1.0,
+        gnmt_alpha: Optional[float] = None,
+        print_alignment: Optional[str] = None,
+        search_strategy=None,
+    ):
         super().__init__()
         if len(models) != 1:
             raise VaswaniConfigError("the plugin's beam search decodes with one model, not an ensemble")
@@ -44,8 +54,11 @@ class BeamSearchGenerator(nn.Module):
         self.max_len = self.model.max_decoder_positions()
         self.unk_penalty = unk_penalty
         self.temperature = temperature
-        self.extract_alignment = {None: None, "hard": utils.extract_hard_alignment,
-                                  "soft": utils.extract_soft_alignment}[print_alignment or None]
+        self.extract_alignment = {
+            None: None,
+            "hard": utils.extract_hard_alignment,
+            "soft": utils.extract_soft_alignment,
+        }[print_alignment or None]
         self.gnmt_alpha = paper.ALPHA if gnmt_alpha is None else gnmt_alpha
         self.per_sentence_limits = True  # each sentence's own limit (the tree constraint reads it)
         self.search = BeamSearch(tgt_dict) if search_strategy is None else search_strategy
@@ -61,11 +74,20 @@ class BeamSearchGenerator(nn.Module):
         return type(self.search) is BeamSearch
 
     @torch.no_grad()
-    def generate(self, models, sample: Dict[str, Dict[str, Tensor]], prefix_tokens: Optional[Tensor] = None,
-                 constraints: Optional[Tensor] = None, bos_token: Optional[int] = None, **kwargs):
+    def generate(
+        self,
+        models,
+        sample: Dict[str, Dict[str, Tensor]],
+        prefix_tokens: Optional[Tensor] = None,
+        constraints: Optional[Tensor] = None,
+        bos_token: Optional[int] = None,
+        **kwargs,
+    ):
         if prefix_tokens is not None or constraints is not None:
-            raise VaswaniConfigError("the plugin's beam search takes no prefix tokens or lexical constraints; "
-                                     "the task gives --prefix-size and --constraints to fairseq's generator")
+            raise VaswaniConfigError(
+                "the plugin's beam search takes no prefix tokens or lexical constraints; "
+                "the task gives --prefix-size and --constraints to fairseq's generator"
+            )
         net_input = sample["net_input"]
         src_tokens = net_input["src_tokens"]
         src_lengths = net_input.get("src_lengths")
@@ -86,8 +108,10 @@ class BeamSearchGenerator(nn.Module):
             src_tokens, src_lengths, ids = src_tokens[keep], src_lengths[keep], ids[keep]
         limits = length_limit(self.max_len_a, self.max_len_b, src_lengths, self.max_len)
         if self.min_len > int(limits.min()):
-            raise VaswaniConfigError(f"--min-len {self.min_len} is longer than the length limit "
-                                     f"{int(limits.min())} (--max-len-a, --max-len-b)")
+            raise VaswaniConfigError(
+                f"--min-len {self.min_len} is longer than the length limit "
+                f"{int(limits.min())} (--max-len-a, --max-len-b)"
+            )
         encoder_out = self.model.encoder.forward_torchscript({"src_tokens": src_tokens, "src_lengths": src_lengths})
         outputs = self.search_beams(encoder_out, src_lengths, limits, ids, bos_token)
         for sentence, hypotheses in zip(keep.tolist(), outputs):
@@ -109,12 +133,18 @@ class BeamSearchGenerator(nn.Module):
         attention = self.model(source, lengths, previous)[1]["attn"][0].cpu()
         source, target = source.cpu(), target.cpu()
         for row, hypothesis in enumerate(hypotheses):
-            hypothesis["alignment"] = self.extract_alignment(attention[row], source[row], target[row], self.pad,
-                                                             self.eos)
+            hypothesis["alignment"] = self.extract_alignment(
+                attention[row], source[row], target[row], self.pad, self.eos
+            )
 
     def hypothesis(self, tokens: Tensor, score: Tensor, positional_scores: Tensor) -> Dict[str, Tensor]:
-        return {"tokens": tokens, "score": score, "attention": torch.empty(0), "alignment": torch.empty(0),
-                "positional_scores": positional_scores}
+        return {
+            "tokens": tokens,
+            "score": score,
+            "attention": torch.empty(0),
+            "alignment": torch.empty(0),
+            "positional_scores": positional_scores,
+        }
 
     def log_probs(self, tokens: Tensor, encoder_out, state) -> Tensor:
         """log P(next token | prefix, source) of every row, (rows, vocabulary), as fairseq's EnsembleModel."""
@@ -154,25 +184,30 @@ class BeamSearchGenerator(nn.Module):
         if step == 0:  # all beams are the same hypothesis: fairseq reads the first
             width = min(2 * k, vocabulary - 1)
             cand_scores, cand_indices = lprobs[:, 0].topk(width, dim=1)
-            return (torch.nan_to_num_(cand_scores, nan=-math.inf, posinf=math.inf, neginf=-math.inf), cand_indices,
-                    torch.zeros_like(cand_indices))
+            return (
+                torch.nan_to_num_(cand_scores, nan=-math.inf, posinf=math.inf, neginf=-math.inf),
+                cand_indices,
+                torch.zeros_like(cand_indices),
+            )
         width = min(2 * k, k * vocabulary - 1)
         row_width = min(width, vocabulary)
         row_scores, row_indices = lprobs.view(sentences * k, vocabulary).topk(row_width, dim=1)
         row_scores = torch.nan_to_num_(row_scores, nan=-math.inf, posinf=math.inf, neginf=-math.inf)
-        row_scores = (row_scores + scores[:, step - 1: step]).view(sentences, k * row_width)
+        row_scores = (row_scores + scores[:, step - 1 : step]).view(sentences, k * row_width)
         cand_scores, flat = row_scores.topk(width, dim=1)
         return cand_scores, row_indices.view(sentences, k * row_width).gather(1, flat), flat // row_width
 
-    def search_beams(self, encoder_out, src_lengths: Tensor, limits: Tensor, ids: Tensor,
-                     bos_token: Optional[int]) -> List[List[Dict[str, Tensor]]]:
+    def search_beams(
+        self, encoder_out, src_lengths: Tensor, limits: Tensor, ids: Tensor, bos_token: Optional[int]
+    ) -> List[List[Dict[str, Tensor]]]:
         """The hypotheses of each sentence of the batch, best first."""
         k, vocabulary = self.beam_size, self.vocab_size
         sentences = src_lengths.numel()
         device = src_lengths.device
         max_len = int(limits.max())
         encoder_out = self.model.encoder.reorder_encoder_out(
-            encoder_out, torch.arange(sentences, device=device).repeat_interleave(k))
+            encoder_out, torch.arange(sentences, device=device).repeat_interleave(k)
+        )
         tokens = torch.full((sentences * k, max_len + 2), self.pad, dtype=torch.long, device=device)
         tokens[:, 0] = self.eos if bos_token is None else bos_token
         scores = torch.zeros(sentences * k, max_len + 1, device=device)  # cumulative log P of each prefix
@@ -194,15 +229,18 @@ class BeamSearchGenerator(nn.Module):
             row_limits = limits.repeat_interleave(k) if step >= first_limit else None
             if self.plain_beam_search:
                 lprobs = self.apply_rules(lprobs, step, row_limits, nan_to_inf=False)
-                cand_scores, cand_indices, cand_beams = self.candidates(step, lprobs.view(bsz, k, vocabulary),
-                                                                        scores)
+                cand_scores, cand_indices, cand_beams = self.candidates(step, lprobs.view(bsz, k, vocabulary), scores)
             else:
                 lprobs = self.apply_rules(lprobs, step, row_limits)
                 if self.should_set_src_lengths:
                     self.search.set_src_lengths(src_lengths)
                 cand_scores, cand_indices, cand_beams = self.search.step(
-                    step, lprobs.view(bsz, -1, vocabulary), scores.view(bsz, k, -1)[:, :, :step],
-                    tokens[:, : step + 1], ids)
+                    step,
+                    lprobs.view(bsz, -1, vocabulary),
+                    scores.view(bsz, k, -1)[:, :, :step],
+                    tokens[:, : step + 1],
+                    ids,
+                )
             candidates = cand_scores.size(1)
             cand_rows = cand_beams + (torch.arange(bsz, device=device) * k)[:, None]
             ends = cand_indices.eq(self.eos) & cand_scores.ne(-math.inf)
@@ -236,8 +274,7 @@ class BeamSearchGenerator(nn.Module):
                 kept = (~done).nonzero().squeeze(1)
                 kept_rows = (kept[:, None] * k + torch.arange(k, device=device)).view(-1)
                 tokens, scores, reorder = tokens[kept_rows], scores[kept_rows], reorder[kept_rows]
-                ignored, limits, live, ids, src_lengths = (
-                    t[kept] for t in (ignored, limits, live, ids, src_lengths))
+                ignored, limits, live, ids, src_lengths = (t[kept] for t in (ignored, limits, live, ids, src_lengths))
                 bound_divisor = bound_divisor[kept]
                 finished.keep(kept)
                 self.search.prune_sentences(kept)
@@ -277,7 +314,7 @@ class FinishedHypotheses:
         """Store the tokens (those so far, then </s>) and cumulative log-probabilities of the hypotheses that
         entered at this step (merge's)."""
         rows = cand_rows.reshape(-1)
-        new_tokens = tokens.index_select(0, rows)[:, 1: step + 2].view(*cand_rows.shape, step + 1)
+        new_tokens = tokens.index_select(0, rows)[:, 1 : step + 2].view(*cand_rows.shape, step + 1)
         new_tokens[:, :, step] = eos
         new_cumulative = scores.index_select(0, rows)[:, : step + 1].view(*cand_rows.shape, step + 1)
         new_cumulative[:, :, step] = cand_scores
@@ -292,7 +329,8 @@ class FinishedHypotheses:
     def keep(self, kept: Tensor):
         """Only the sentences `kept` stay live."""
         self.scores, self.lengths, self.tokens, self.cumulative, self.count = (
-            t[kept] for t in (self.scores, self.lengths, self.tokens, self.cumulative, self.count))
+            t[kept] for t in (self.scores, self.lengths, self.tokens, self.cumulative, self.count)
+        )
 
     def collect(self, done: Tensor):
         """(row, [(tokens, score, positional scores), ...] best first) for each sentence `done`."""
@@ -308,5 +346,14 @@ class FinishedHypotheses:
             n = counts[index]
             # fairseq sorts its finished list by score, best first, with torch.sort.
             order = torch.sort(scores[index, :n], descending=True)[1].tolist()
-            yield row, [(tokens[index, j, : all_lengths[index][j]], scores[index, j],
-                         positional[index, j, : all_lengths[index][j]]) for j in order]
+            yield (
+                row,
+                [
+                    (
+                        tokens[index, j, : all_lengths[index][j]],
+                        scores[index, j],
+                        positional[index, j, : all_lengths[index][j]],
+                    )
+                    for j in order
+                ],
+            )

@@ -13,8 +13,13 @@ def empty_sources(src_tokens: Tensor, pad: int, eos: int) -> Tensor:
 
 def empty_output(eos: int) -> Dict[str, Tensor]:
     """The hypothesis of an empty source: </s> alone, score 0."""
-    return {"tokens": torch.tensor([eos]), "score": torch.tensor(0.0), "attention": torch.empty(0),
-            "alignment": torch.empty(0), "positional_scores": torch.zeros(1)}
+    return {
+        "tokens": torch.tensor([eos]),
+        "score": torch.tensor(0.0),
+        "attention": torch.empty(0),
+        "alignment": torch.empty(0),
+        "positional_scores": torch.zeros(1),
+    }
 
 
 class EmptySourcesUndecoded:
@@ -28,8 +33,10 @@ class EmptySourcesUndecoded:
         finalized = [[empty_output(self.tgt_dict.eos())] if is_empty else [] for is_empty in empty.tolist()]
         keep = (~empty).nonzero().squeeze(1)
         if len(keep):
-            net_input = {key: value[keep] if torch.is_tensor(value) and len(value) == len(empty) else value
-                         for key, value in sample["net_input"].items()}
+            net_input = {
+                key: value[keep] if torch.is_tensor(value) and len(value) == len(empty) else value
+                for key, value in sample["net_input"].items()
+            }
             rest = {**sample, "net_input": net_input}
             if torch.is_tensor(sample.get("id")):
                 rest["id"] = sample["id"][keep]

@@ -21,11 +21,13 @@ class GnmtLengthPenalty:
         self.normalize_scores = False
         self.gnmt_alpha = gnmt_alpha
 
-    def finalize_hypos(self, step, bbsz_idx, eos_scores, tokens, scores, finalized, finished, beam_size,
-                       attn, src_lengths, max_len):
+    def finalize_hypos(
+        self, step, bbsz_idx, eos_scores, tokens, scores, finalized, finished, beam_size, attn, src_lengths, max_len
+    ):
         counts = [len(hypotheses) for hypotheses in finalized]
-        newly_finished = super().finalize_hypos(step, bbsz_idx, eos_scores, tokens, scores, finalized,
-                                                finished, beam_size, attn, src_lengths, max_len)
+        newly_finished = super().finalize_hypos(
+            step, bbsz_idx, eos_scores, tokens, scores, finalized, finished, beam_size, attn, src_lengths, max_len
+        )
         penalty = gnmt_length_penalty(step + 1, self.gnmt_alpha)  # step + 1 tokens, </s> included
         for hypotheses, count in zip(finalized, counts):
             for hypothesis in hypotheses[count:]:

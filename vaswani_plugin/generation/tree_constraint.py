@@ -37,8 +37,10 @@ class TreeConstraint:
         self.source_to_target = None
         if self.placeholder is None:
             if source_dictionary is None:
-                raise VaswaniConfigError(f"--parse-constrained: this target dictionary has no {PLACEHOLDER}, so its "
-                                         "leaves are the input's words; placing them needs the source dictionary")
+                raise VaswaniConfigError(
+                    f"--parse-constrained: this target dictionary has no {PLACEHOLDER}, so its "
+                    "leaves are the input's words; placing them needs the source dictionary"
+                )
             self.source_to_target = torch.tensor([dictionary.index(symbol) for symbol in source_dictionary.symbols])
         self.closing_of = torch.full((size,), -1, dtype=torch.long)  # opening symbol -> its closing symbol
         for index in range(dictionary.nspecial, size):
@@ -51,14 +53,16 @@ class TreeConstraint:
         self.is_closing[self.closing_of[self.is_opening]] = True
         self.openings = self.is_opening.nonzero().squeeze(1)
         if not len(self.openings):
-            raise VaswaniConfigError("--parse-constrained needs a target dictionary of tree sequences; this one "
-                                     "has no pair of (LABEL and )LABEL symbols")
+            raise VaswaniConfigError(
+                "--parse-constrained needs a target dictionary of tree sequences; this one "
+                "has no pair of (LABEL and )LABEL symbols"
+            )
         # Leaves: XX, or every word (any token but brackets and special symbols, <unk> included).
         self.is_leaf = torch.zeros(size, dtype=torch.bool)
         if self.placeholder is None:
             # fairseq pads a dictionary with fillers (madeupword0000, ...) that are never in the data
             fillers = torch.tensor([symbol.startswith("madeupword") for symbol in symbols])
-            self.is_leaf[dictionary.nspecial:] = ~(self.is_opening | self.is_closing | fillers)[dictionary.nspecial:]
+            self.is_leaf[dictionary.nspecial :] = ~(self.is_opening | self.is_closing | fillers)[dictionary.nspecial :]
             self.is_leaf[self.unk] = True
         else:
             self.is_leaf[self.placeholder] = True
@@ -71,8 +75,9 @@ class TreeConstraint:
     def move_to(self, device) -> None:
         """The symbol tables on the device the search runs on."""
         self.closing_of, self.is_opening, self.is_closing, self.openings, self.is_leaf = (
-            tensor.to(device) for tensor in (self.closing_of, self.is_opening, self.is_closing, self.openings,
-                                             self.is_leaf))
+            tensor.to(device)
+            for tensor in (self.closing_of, self.is_opening, self.is_closing, self.openings, self.is_leaf)
+        )
         if self.source_to_target is not None:
             self.source_to_target = self.source_to_target.to(device)
 
@@ -88,8 +93,9 @@ class TreeConstraint:
         words = torch.where(self.is_leaf[words], words, self.unk)  # a word like "(S" would be no leaf: <unk>
         return words.masked_fill(~is_word.gather(1, order), pad)
 
-    def allowed(self, prefixes: torch.Tensor, words: torch.Tensor, max_len,
-                input_words: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def allowed(
+        self, prefixes: torch.Tensor, words: torch.Tensor, max_len, input_words: Optional[torch.Tensor] = None
+    ) -> torch.Tensor:
         """(rows, dictionary) booleans: the tokens allowed next after each prefix (</s> first, then the tokens
         so far), for a sentence of `words` words whose hypotheses must end (</s> included) by step `max_len`
         (fairseq's limit: </s> at step max_len at the latest); with word leaves, `input_words` (rows, longest):
@@ -169,14 +175,16 @@ class TreeConstrainedBeamSearch(BeamSearch):
             raise VaswaniConfigError(
                 f"sentence {name} of {where}{others} has {lengths[first] - 1} words, but decoding ends after "
                 f"{limit} tokens (--max-len-a {self.max_len_a} --max-len-b {self.max_len_b}, the model's "
-                f"{self.model_max_len} target positions): no tree over its words fits; raise --max-len-b")
+                f"{self.model_max_len} target positions): no tree over its words fits; raise --max-len-b"
+            )
 
     def begin_batch(self, sample) -> None:
         """With word leaves, the words of this batch's inputs (the task's inference_step calls this)."""
         if self.constraint.leaves_are_words:
             src_tokens = sample["net_input"]["src_tokens"]
-            self.batch_words = self.constraint.input_words(src_tokens, self.source_dictionary.pad(),
-                                                           self.source_dictionary.eos())
+            self.batch_words = self.constraint.input_words(
+                src_tokens, self.source_dictionary.pad(), self.source_dictionary.eos()
+            )
             ids = sample.get("id")
             # fairseq's SequenceGenerator names the rows of a step by these (original_batch_idxs)
             self.batch_ids = ids if isinstance(ids, torch.Tensor) else torch.arange(len(src_tokens))
@@ -184,22 +192,32 @@ class TreeConstrainedBeamSearch(BeamSearch):
 
     def words_of_rows(self, original_batch_idxs, beam_size: int) -> torch.Tensor:
         if self.batch_words is None:
-            raise VaswaniConfigError("--parse-constrained with word leaves needs the batch's input words: decode "
-                                     "through the task's inference_step (fairseq-generate, fairseq-interactive, the "
-                                     "hub interface)")
+            raise VaswaniConfigError(
+                "--parse-constrained with word leaves needs the batch's input words: decode "
+                "through the task's inference_step (fairseq-generate, fairseq-interactive, the "
+                "hub interface)"
+            )
         rows = (self.batch_ids[None, :] == original_batch_idxs.to(self.batch_ids.device)[:, None]).int().argmax(1)
         return self.batch_words[rows].repeat_interleave(beam_size, 0)
 
-    def step(self, step: int, lprobs, scores: Optional[torch.Tensor], prev_output_tokens=None,
-             original_batch_idxs=None, candidate_multiple: int = 2):
+    def step(
+        self,
+        step: int,
+        lprobs,
+        scores: Optional[torch.Tensor],
+        prev_output_tokens=None,
+        original_batch_idxs=None,
+        candidate_multiple: int = 2,
+    ):
         bsz, beam_size, _ = lprobs.size()
         if self.per_sentence_limits or step == 0:
             lengths = self.src_lengths.cpu().numpy()
             if self.per_sentence_limits:  # each sentence's own (the live ones')
                 limits = length_limit(self.max_len_a, self.max_len_b, lengths, self.model_max_len)
             else:  # this batch's, as fairseq computes it from the longest source (at most that, if padded)
-                self.batch_max_len = length_limit(self.max_len_a, self.max_len_b, int(lengths.max()),
-                                                  self.model_max_len)
+                self.batch_max_len = length_limit(
+                    self.max_len_a, self.max_len_b, int(lengths.max()), self.model_max_len
+                )
                 limits = self.batch_max_len
             if step == 0:
                 ids = None if original_batch_idxs is None else original_batch_idxs.tolist()
@@ -232,11 +250,14 @@ def constrain_to_trees(generator, dictionary, datasets=None, source_dictionary=N
     length limit first. With word leaves the search needs `source_dictionary` and, before each batch,
     search.begin_batch(sample) (the task's inference_step calls it)."""
     if type(generator.search) is not BeamSearch:
-        raise VaswaniConfigError(f"--parse-constrained is a beam search; it does not combine with "
-                                 f"{type(generator.search).__name__} (--sampling, --diverse-beam-groups, "
-                                 f"--match-source-len, --constraints, a prefix_allowed_tokens_fn, ...)")
-    search = TreeConstrainedBeamSearch(dictionary, generator.max_len_a, generator.max_len_b, generator.max_len,
-                                       source_dictionary)
+        raise VaswaniConfigError(
+            f"--parse-constrained is a beam search; it does not combine with "
+            f"{type(generator.search).__name__} (--sampling, --diverse-beam-groups, "
+            f"--match-source-len, --constraints, a prefix_allowed_tokens_fn, ...)"
+        )
+    search = TreeConstrainedBeamSearch(
+        dictionary, generator.max_len_a, generator.max_len_b, generator.max_len, source_dictionary
+    )
     search.per_sentence_limits = getattr(generator, "per_sentence_limits", False)
     for name, dataset in (datasets or {}).items():
         sizes = getattr(dataset, "src_sizes", None)

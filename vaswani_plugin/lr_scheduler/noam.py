@@ -18,7 +18,8 @@ logger = logging.getLogger(__name__)
 class NoamConfig(FairseqDataclass):
     warmup_updates: int = field(default=paper.WARMUP_STEPS, metadata={"help": "warmup_steps of eq. 3"})
     model_dim: Optional[int] = field(
-        default=None, metadata={"help": "d_model of eq. 3; default: the model's --encoder-embed-dim"})
+        default=None, metadata={"help": "d_model of eq. 3; default: the model's --encoder-embed-dim"}
+    )
     factor: float = field(default=1.0, metadata={"help": "multiplies eq. 3 (1.0 in the paper)"})
     lr: List[float] = II("optimization.lr")
     # Not a command-line option (no help): the model's d_model. fairseq copies the flat argparse value for
@@ -38,8 +39,7 @@ def model_dim_from_config(cfg) -> int:
     except Exception:  # omegaconf raises several error types for a missing interpolation target
         model_dim = None
     if model_dim is None:
-        raise VaswaniConfigError("noam could not read d_model from the model's --encoder-embed-dim; "
-                                 "pass --model-dim")
+        raise VaswaniConfigError("noam could not read d_model from the model's --encoder-embed-dim; pass --model-dim")
     return model_dim
 
 
@@ -56,13 +56,15 @@ class NoamSchedule(FairseqLRScheduler):
         super().__init__(cfg, optimizer)
         self.model_dim = cfg.model_dim or model_dim_from_config(cfg)
         if self.model_dim <= 0 or cfg.warmup_updates <= 0:
-            raise VaswaniConfigError(f"noam needs a positive --model-dim and --warmup-updates, got "
-                                     f"{self.model_dim} and {cfg.warmup_updates}")
+            raise VaswaniConfigError(
+                f"noam needs a positive --model-dim and --warmup-updates, got {self.model_dim} and {cfg.warmup_updates}"
+            )
         peak = noam_learning_rate(cfg.warmup_updates, self.model_dim, cfg.warmup_updates, cfg.factor)
         logger.info(
             f"noam (§5.3, eq. 3): lr = {cfg.factor} * {self.model_dim}^-0.5 * min(step^-0.5, step * "
             f"{cfg.warmup_updates}^-1.5), peak {peak:.6g} at step {cfg.warmup_updates}; "
-            f"--lr {cfg.lr[0]} is not used")
+            f"--lr {cfg.lr[0]} is not used"
+        )
         self.step_update(0)
 
     def step_update(self, num_updates: int) -> float:

@@ -30,8 +30,15 @@ def attention_dtype(x: Tensor) -> torch.dtype:
     return x.dtype
 
 
-def attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor] = None, is_causal: bool = False,
-              dropout: float = 0.0, need_weights: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
+def attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Optional[Tensor] = None,
+    is_causal: bool = False,
+    dropout: float = 0.0,
+    need_weights: bool = False,
+) -> Tuple[Tensor, Optional[Tensor]]:
     """Eq. 1 over (batch, heads, time, d) tensors, masked as torch's SDPA masks (True where a key may be seen, or
     added to the scores). Returns the output and, with need_weights, the probabilities (written out then; SDPA's
     fused kernels otherwise)."""
@@ -42,8 +49,9 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor] = None, is
         if torch.is_autocast_enabled("cpu"):
             # In float32: torch's CPU flash attention runs its backward far slower in bfloat16 (docs/design.md).
             with torch.autocast("cpu", enabled=False):
-                return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask,
-                                                      dropout_p=dropout, is_causal=is_causal), None
+                return F.scaled_dot_product_attention(
+                    q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout, is_causal=is_causal
+                ), None
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal), None
     # Not cuDNN's fused attention, which torch picks first on H100s: it builds a graph for each new shape, and
     # translation batches change length nearly every step (docs/results.md "GPU": 304 ms a training step with it,

@@ -38,8 +38,9 @@ class BeamCache:
         self.allowed: Optional[Tensor] = None
 
     @classmethod
-    def start(cls, layers: int, memory: Tensor, memory_padding: Tensor, beam_size: Optional[int]
-              ) -> Tuple["BeamCache", Tensor, Tensor]:
+    def start(
+        cls, layers: int, memory: Tensor, memory_padding: Tensor, beam_size: Optional[int]
+    ) -> Tuple["BeamCache", Tensor, Tensor]:
         """A cache for decoding memory's rows. Where each run of `beam_size` rows holds one encoder output
         (beam search's layout), rows are grouped from the first step and the encoder-decoder keys/values are
         computed once per sentence: returns the cache and the memory and padding its groups attend to.
@@ -106,7 +107,8 @@ class BeamCache:
                 self.slab_group = self.slab_group[first]
                 self.ancestry = self.ancestry[new_order]
                 self.in_order = self.slab_group.numel() == self.slab_groups and bool(
-                    (self.slab_group == torch.arange(self.slab_groups, device=new_order.device)).all())
+                    (self.slab_group == torch.arange(self.slab_groups, device=new_order.device)).all()
+                )
                 if self.slab_group.numel() <= self.slab_groups // 2:
                     self.compact()
                 return
@@ -124,8 +126,11 @@ class BeamCache:
         """Any other reorder, and beam search's first one if its beam size was not known (each sentence's beams
         all continue its first row): copy each new group's history once, into slot 0 of a fresh slab."""
         run = int((new_order == new_order[0]).long().cumprod(0).sum())
-        k = run if new_order.numel() % run == 0 and bool(
-            (new_order.view(-1, run) == new_order[::run, None]).all()) else 1
+        k = (
+            run
+            if new_order.numel() % run == 0 and bool((new_order.view(-1, run) == new_order[::run, None]).all())
+            else 1
+        )
         parents = new_order[::k]
         old_groups = self.slab_group[parents // self.group_size]
         history = self.ancestry[parents, : self.length]
@@ -175,8 +180,13 @@ class LayerCache:
         # Every slot of the group is scored; the mask keeps the hypothesis's own.
         return self._attend(q, keys, values, cache.allowed, False)[0]
 
-    def attend_memory(self, q: Tensor, keys_values: Callable[[], Tuple[Tensor, Tensor]],
-                      memory_mask: Optional[Tensor], need_weights: bool) -> Tuple[Tensor, Optional[Tensor]]:
+    def attend_memory(
+        self,
+        q: Tensor,
+        keys_values: Callable[[], Tuple[Tensor, Tensor]],
+        memory_mask: Optional[Tensor],
+        need_weights: bool,
+    ) -> Tuple[Tensor, Optional[Tensor]]:
         """Eq. 1 of encoder-decoder attention: the group's queries share their sentence's keys/values, which
         (with memory_mask) are taken at the first step only."""
         cache = self.cache
@@ -190,8 +200,9 @@ class LayerCache:
             weights = cache.from_slab(probs.mean(dim=1)).reshape(cache.rows, 1, -1)
         return out, weights
 
-    def _attend(self, q: Tensor, keys: Tensor, values: Tensor, allowed: Optional[Tensor], need_weights: bool
-                ) -> Tuple[Tensor, Optional[Tensor]]:
+    def _attend(
+        self, q: Tensor, keys: Tensor, values: Tensor, allowed: Optional[Tensor], need_weights: bool
+    ) -> Tuple[Tensor, Optional[Tensor]]:
         """Eq. 1 for each slab group's k queries (q: rows, heads, 1, d_k) against the keys/values the group
         shares (slab groups, heads, keys, d). Returns the output rows (rows, 1, heads · d_v) and, with
         need_weights, the probabilities (slab groups, heads, k, keys)."""
@@ -211,7 +222,8 @@ class LayerCache:
 
     def select_memory(self, groups: Tensor):
         self.memory_k, self.memory_v, self.memory_allowed = _select_rows(
-            (self.memory_k, self.memory_v, self.memory_allowed), groups)
+            (self.memory_k, self.memory_v, self.memory_allowed), groups
+        )
 
     def copy_history(self, old_groups: Tensor, history: Tensor, group_size: int):
         """New group g continues one row: old slab group old_groups[g], slots history[g] at past positions."""

@@ -41,9 +41,7 @@ class TokenEmbedding(nn.Module):
         self.dim = embed_tokens.embedding_dim
         self.scale = math.sqrt(self.dim)
         # Table 3 row (E): learned positional embeddings instead of sinusoids; 0 = sinusoidal.
-        self.learned_positions = (
-            nn.Embedding(learned_positions, self.dim) if learned_positions > 0 else None
-        )
+        self.learned_positions = nn.Embedding(learned_positions, self.dim) if learned_positions > 0 else None
         if self.learned_positions is not None:
             nn.init.normal_(self.learned_positions.weight, mean=0.0, std=self.dim**-0.5)
         self.dropout = nn.Dropout(dropout)
@@ -81,8 +79,7 @@ def padding_attention_mask(key_padding: Tensor, dtype: Optional[torch.dtype] = N
     return additive.masked_fill_(key_padding, float("-inf"))[:, None, None, :]
 
 
-def causal_attention_mask(key_padding: Tensor, right_padded: Optional[bool] = None
-                          ) -> Tuple[Optional[Tensor], bool]:
+def causal_attention_mask(key_padding: Tensor, right_padded: Optional[bool] = None) -> Tuple[Optional[Tensor], bool]:
     """Decoder self-attention mask (§3.2.3): no position attends to later ones, nor to padding.
 
     Returns (mask, is_causal). Without padding, or with padding only at the end of each row (fairseq's training
@@ -105,8 +102,10 @@ def causal_attention_mask(key_padding: Tensor, right_padded: Optional[bool] = No
     return mask, False
 
 
-RIGHT_PADDING_BROKEN = ("vaswani_transformer: a training batch's decoder input is padded before a real token, but "
-                        "the task builds the model for right-padded targets (left_pad_target false)")
+RIGHT_PADDING_BROKEN = (
+    "vaswani_transformer: a training batch's decoder input is padded before a real token, but "
+    "the task builds the model for right-padded targets (left_pad_target false)"
+)
 
 
 class MultiHeadAttention(nn.Module):
@@ -116,8 +115,9 @@ class MultiHeadAttention(nn.Module):
     decoder and K, V (fused) from the encoder output ("memory"). d_k and d_v are free (Table 3 rows A, B).
     """
 
-    def __init__(self, dim: int, heads: int, *, key_dim: int, value_dim: int, dropout: float,
-                 memory_dim: Optional[int] = None):
+    def __init__(
+        self, dim: int, heads: int, *, key_dim: int, value_dim: int, dropout: float, memory_dim: Optional[int] = None
+    ):
         super().__init__()
         self.heads, self.key_dim, self.value_dim = heads, key_dim, value_dim
         self.dropout = dropout
@@ -155,11 +155,15 @@ class MultiHeadAttention(nn.Module):
         if not self.self_attention:
             return (self._split_heads(self.q_proj(x), self.key_dim), *self._keys_values(memory))
         q, k, v = self.qkv_proj(x).split((self.qk_size, self.qk_size, self.v_size), dim=-1)
-        return self._split_heads(q, self.key_dim), self._split_heads(k, self.key_dim), \
-            self._split_heads(v, self.value_dim)
+        return (
+            self._split_heads(q, self.key_dim),
+            self._split_heads(k, self.key_dim),
+            self._split_heads(v, self.value_dim),
+        )
 
-    def head_probabilities(self, x: Tensor, memory: Optional[Tensor] = None, mask: Optional[Tensor] = None,
-                           is_causal: bool = False) -> Tensor:
+    def head_probabilities(
+        self, x: Tensor, memory: Optional[Tensor] = None, mask: Optional[Tensor] = None, is_causal: bool = False
+    ) -> Tensor:
         """Each head's softmax(QK^T / √d_k) (batch, heads, queries, keys) for the arguments of a full forward."""
         q, k, _ = self._queries_keys_values(x, memory)
         return attention_probabilities(q, k, mask, is_causal)
@@ -226,15 +230,32 @@ class Residual(nn.Module):
 class EncoderLayer(nn.Module):
     """§3.1: multi-head self-attention, then the position-wise feed-forward network."""
 
-    def __init__(self, dim: int, *, ffn_dim: int, heads: int, key_dim: int, value_dim: int, dropout: float,
-                 attention_dropout: float, activation_dropout: float, normalize_before: bool):
+    def __init__(
+        self,
+        dim: int,
+        *,
+        ffn_dim: int,
+        heads: int,
+        key_dim: int,
+        value_dim: int,
+        dropout: float,
+        attention_dropout: float,
+        activation_dropout: float,
+        normalize_before: bool,
+    ):
         super().__init__()
         self.self_attention = Residual(
             MultiHeadAttention(dim, heads, key_dim=key_dim, value_dim=value_dim, dropout=attention_dropout),
-            dim, dropout=dropout, normalize_before=normalize_before)
+            dim,
+            dropout=dropout,
+            normalize_before=normalize_before,
+        )
         self.feed_forward = Residual(
             FeedForward(dim, ffn_dim, activation_dropout=activation_dropout),
-            dim, dropout=dropout, normalize_before=normalize_before)
+            dim,
+            dropout=dropout,
+            normalize_before=normalize_before,
+        )
 
     def forward(self, x: Tensor, mask: Optional[Tensor]) -> Tensor:
         x, _ = self.self_attention(x, mask=mask)
@@ -245,23 +266,44 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """§3.1: masked self-attention, encoder-decoder attention, then the feed-forward network."""
 
-    def __init__(self, dim: int, *, memory_dim: int, ffn_dim: int, heads: int, key_dim: int, value_dim: int,
-                 dropout: float, attention_dropout: float, activation_dropout: float, normalize_before: bool):
+    def __init__(
+        self,
+        dim: int,
+        *,
+        memory_dim: int,
+        ffn_dim: int,
+        heads: int,
+        key_dim: int,
+        value_dim: int,
+        dropout: float,
+        attention_dropout: float,
+        activation_dropout: float,
+        normalize_before: bool,
+    ):
         super().__init__()
         self.self_attention = Residual(
             MultiHeadAttention(dim, heads, key_dim=key_dim, value_dim=value_dim, dropout=attention_dropout),
-            dim, dropout=dropout, normalize_before=normalize_before)
+            dim,
+            dropout=dropout,
+            normalize_before=normalize_before,
+        )
         self.encoder_attention = Residual(
-            MultiHeadAttention(dim, heads, key_dim=key_dim, value_dim=value_dim, dropout=attention_dropout,
-                               memory_dim=memory_dim),
-            dim, dropout=dropout, normalize_before=normalize_before)
+            MultiHeadAttention(
+                dim, heads, key_dim=key_dim, value_dim=value_dim, dropout=attention_dropout, memory_dim=memory_dim
+            ),
+            dim,
+            dropout=dropout,
+            normalize_before=normalize_before,
+        )
         self.feed_forward = Residual(
             FeedForward(dim, ffn_dim, activation_dropout=activation_dropout),
-            dim, dropout=dropout, normalize_before=normalize_before)
+            dim,
+            dropout=dropout,
+            normalize_before=normalize_before,
+        )
 
     def forward(self, x, memory, self_mask, self_is_causal, memory_mask, cache=None, need_weights=False):
         x, _ = self.self_attention(x, mask=self_mask, is_causal=self_is_causal, cache=cache)
-        x, weights = self.encoder_attention(x, memory=memory, mask=memory_mask, cache=cache,
-                                            need_weights=need_weights)
+        x, weights = self.encoder_attention(x, memory=memory, mask=memory_mask, cache=cache, need_weights=need_weights)
         x, _ = self.feed_forward(x)
         return x, weights

@@ -112,12 +112,17 @@ def output_bytes(sizes: Sizes, precision: str, target_tokens: int, chunk_logits:
     return gradient * target_tokens * d + 4 * vocabulary * d + cast + per_logit * chunk
 
 
-def peak_bytes(sizes: Sizes, precision: str, source_tokens: int, target_tokens: int, chunk_logits: int,
-               device: str = "cuda") -> int:
+def peak_bytes(
+    sizes: Sizes, precision: str, source_tokens: int, target_tokens: int, chunk_logits: int, device: str = "cuda"
+) -> int:
     """A training step's peak: the state, what the forward pass keeps and the output layer's forward."""
     source, target = saved_per_token(sizes, precision, device)
-    return (state_bytes(sizes, precision) + source * source_tokens + target * target_tokens
-            + output_bytes(sizes, precision, target_tokens, chunk_logits, device))
+    return (
+        state_bytes(sizes, precision)
+        + source * source_tokens
+        + target * target_tokens
+        + output_bytes(sizes, precision, target_tokens, chunk_logits, device)
+    )
 
 
 def largest_batch(sizes: Sizes, precision: str, memory: int, chunk_logits: int) -> int:

@@ -91,8 +91,10 @@ def float16_products_in_float32(device: torch.device) -> bool:
         if problem is None:
             logger.info(f"float16 products on {key}: torch.mm(out_dtype=torch.float32), checked against float32")
         else:
-            logger.warning(f"float16 products on {key}: torch.mm(out_dtype=torch.float32) {problem}; the "
-                           "operands are converted to float32 instead")
+            logger.warning(
+                f"float16 products on {key}: torch.mm(out_dtype=torch.float32) {problem}; the "
+                "operands are converted to float32 instead"
+            )
         FLOAT16_PRODUCTS_IN_FLOAT32[key] = problem is None
     return FLOAT16_PRODUCTS_IN_FLOAT32[key]
 
@@ -114,8 +116,16 @@ class OutputLayerLoss(torch.autograd.Function):
     nll and correct guesses; gradients for x and W only where grad mode asked for them (want_gradients)."""
 
     @staticmethod
-    def forward(ctx, features: Tensor, weight: Tensor, target: Tensor, epsilon: float, padding_idx: int,
-                chunk_logits: int, want_gradients: bool):
+    def forward(
+        ctx,
+        features: Tensor,
+        weight: Tensor,
+        target: Tensor,
+        epsilon: float,
+        padding_idx: int,
+        chunk_logits: int,
+        want_gradients: bool,
+    ):
         """features (tokens, d), weight (V, d), target (tokens,) without padding. Losses in float32 at least."""
         device = features.device.type
         # The products run in the autocast dtype if autocast is on (as nn.Linear would), else in W's.
@@ -132,13 +142,13 @@ class OutputLayerLoss(torch.autograd.Function):
             totals = torch.zeros(3, dtype=wide, device=features.device)
             rows = max(1, chunk_logits // w.size(0))
             for start in range(0, x.size(0), rows):
-                chunk, y = x[start:start + rows], target[start:start + rows]
+                chunk, y = x[start : start + rows], target[start : start + rows]
                 lprobs = torch.log_softmax(torch.mm(chunk, w.t()).to(wide), dim=-1)
                 totals += torch.stack([part.sum() for part in smoothed_losses(lprobs, y, epsilon, padding_idx)])
                 if need_x or need_w:
                     grad_z = logits_gradient_(lprobs, y, epsilon, padding_idx).mul_(scale).to(dtype)
                     if need_x:
-                        wide_product(grad_z, w, out=grad_x[start:start + rows])
+                        wide_product(grad_z, w, out=grad_x[start : start + rows])
                     if need_w:
                         grad_w += wide_product(grad_z.t(), chunk)
             for grad in (grad_x, grad_w):
@@ -154,8 +164,15 @@ class OutputLayerLoss(torch.autograd.Function):
     def backward(ctx, grad_loss: Tensor, _grad_nll, _grad_correct):
         grad_x, grad_w = ctx.saved_tensors
         x_dtype, w_dtype = ctx.dtypes
-        return (None if grad_x is None else (grad_x * grad_loss).to(x_dtype),
-                None if grad_w is None else (grad_w * grad_loss).to(w_dtype), None, None, None, None, None)
+        return (
+            None if grad_x is None else (grad_x * grad_loss).to(x_dtype),
+            None if grad_w is None else (grad_w * grad_loss).to(w_dtype),
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
 
 
 def real_positions(features: Tensor, target: Tensor, padding_idx: int, ntokens: Optional[int]):
@@ -185,5 +202,6 @@ class SmoothedLoss(NamedTuple):
         """(loss, nll_loss, n_correct) summed over the non-padding targets; features (batch, time, d)."""
         x, y = real_positions(features, self.target, self.padding_idx, self.ntokens)
         chunk_logits = self.chunk_logits or chunk_logits_for(x.device)
-        return OutputLayerLoss.apply(x, weight, y, self.epsilon, self.padding_idx, chunk_logits,
-                                     torch.is_grad_enabled())
+        return OutputLayerLoss.apply(
+            x, weight, y, self.epsilon, self.padding_idx, chunk_logits, torch.is_grad_enabled()
+        )

@@ -38,45 +38,59 @@ class VaswaniTransformerConfig(FairseqDataclass):
 
     encoder_embed_dim: int = field(default=BASE["encoder_embed_dim"], metadata={"help": "encoder d_model (§3.1)"})
     encoder_ffn_embed_dim: int = field(
-        default=BASE["encoder_ffn_embed_dim"], metadata={"help": "encoder d_ff, FFN inner size (§3.3)"})
-    encoder_layers: int = field(
-        default=BASE["encoder_layers"], metadata={"help": "encoder N, number of layers (§3.1)"})
+        default=BASE["encoder_ffn_embed_dim"], metadata={"help": "encoder d_ff, FFN inner size (§3.3)"}
+    )
+    encoder_layers: int = field(default=BASE["encoder_layers"], metadata={"help": "encoder N, number of layers (§3.1)"})
     encoder_attention_heads: int = field(
-        default=BASE["encoder_attention_heads"], metadata={"help": "encoder h, attention heads (§3.2.2)"})
+        default=BASE["encoder_attention_heads"], metadata={"help": "encoder h, attention heads (§3.2.2)"}
+    )
     encoder_normalize_before: bool = field(
-        default=False, metadata={"help": "pre-norm x + Sublayer(LayerNorm(x)) instead of the paper's post-norm"})
+        default=False, metadata={"help": "pre-norm x + Sublayer(LayerNorm(x)) instead of the paper's post-norm"}
+    )
     encoder_learned_pos: bool = field(
-        default=False, metadata={"help": "learned positional embeddings instead of sinusoids (Table 3 row E)"})
+        default=False, metadata={"help": "learned positional embeddings instead of sinusoids (Table 3 row E)"}
+    )
     decoder_embed_dim: int = field(default=BASE["decoder_embed_dim"], metadata={"help": "decoder d_model (§3.1)"})
     decoder_ffn_embed_dim: int = field(
-        default=BASE["decoder_ffn_embed_dim"], metadata={"help": "decoder d_ff, FFN inner size (§3.3)"})
-    decoder_layers: int = field(
-        default=BASE["decoder_layers"], metadata={"help": "decoder N, number of layers (§3.1)"})
+        default=BASE["decoder_ffn_embed_dim"], metadata={"help": "decoder d_ff, FFN inner size (§3.3)"}
+    )
+    decoder_layers: int = field(default=BASE["decoder_layers"], metadata={"help": "decoder N, number of layers (§3.1)"})
     decoder_attention_heads: int = field(
-        default=BASE["decoder_attention_heads"], metadata={"help": "decoder h, attention heads (§3.2.2)"})
+        default=BASE["decoder_attention_heads"], metadata={"help": "decoder h, attention heads (§3.2.2)"}
+    )
     decoder_normalize_before: bool = field(
-        default=False, metadata={"help": "pre-norm x + Sublayer(LayerNorm(x)) instead of the paper's post-norm"})
+        default=False, metadata={"help": "pre-norm x + Sublayer(LayerNorm(x)) instead of the paper's post-norm"}
+    )
     decoder_learned_pos: bool = field(
-        default=False, metadata={"help": "learned positional embeddings instead of sinusoids (Table 3 row E)"})
+        default=False, metadata={"help": "learned positional embeddings instead of sinusoids (Table 3 row E)"}
+    )
     attention_key_dim: Optional[int] = field(
-        default=None, metadata={"help": "d_k, query/key size per head (§3.2.2, Table 3 rows A, B); "
-                                        "default d_model / h"})
+        default=None, metadata={"help": "d_k, query/key size per head (§3.2.2, Table 3 rows A, B); default d_model / h"}
+    )
     attention_value_dim: Optional[int] = field(
-        default=None, metadata={"help": "d_v, value size per head (§3.2.2, Table 3 row A); default d_model / h"})
+        default=None, metadata={"help": "d_v, value size per head (§3.2.2, Table 3 row A); default d_model / h"}
+    )
     dropout: float = field(
-        default=BASE["dropout"],
-        metadata={"help": "P_drop on every sub-layer output and on embedding + PE sums (§5.4)"})
+        default=BASE["dropout"], metadata={"help": "P_drop on every sub-layer output and on embedding + PE sums (§5.4)"}
+    )
     attention_dropout: float = field(default=0.0, metadata={"help": "dropout on attention probabilities"})
     activation_dropout: float = field(default=0.0, metadata={"help": "dropout after the FFN's ReLU"})
     share_all_embeddings: bool = field(
-        default=False, metadata={"help": "one matrix for source and target embeddings and the pre-softmax "
-                                         "projection (§3.4); needs a joined dictionary"})
+        default=False,
+        metadata={
+            "help": "one matrix for source and target embeddings and the pre-softmax "
+            "projection (§3.4); needs a joined dictionary"
+        },
+    )
     share_decoder_input_output_embed: bool = field(
-        default=False, metadata={"help": "share the target embedding and the pre-softmax projection (§3.4)"})
+        default=False, metadata={"help": "share the target embedding and the pre-softmax projection (§3.4)"}
+    )
     max_source_positions: int = field(
-        default=1024, metadata={"help": "longest source accepted (sinusoids themselves have no limit)"})
+        default=1024, metadata={"help": "longest source accepted (sinusoids themselves have no limit)"}
+    )
     max_target_positions: int = field(
-        default=1024, metadata={"help": "longest target accepted (sinusoids themselves have no limit)"})
+        default=1024, metadata={"help": "longest target accepted (sinusoids themselves have no limit)"}
+    )
 
 
 def head_dims(cfg, side: str):
@@ -86,7 +100,8 @@ def head_dims(cfg, side: str):
     if (key_dim is None or value_dim is None) and dim % heads != 0:
         raise VaswaniConfigError(
             f"--{side}-embed-dim {dim} is not divisible by --{side}-attention-heads {heads}; change one, "
-            "or set --attention-key-dim and --attention-value-dim (d_k, d_v) explicitly")
+            "or set --attention-key-dim and --attention-value-dim (d_k, d_v) explicitly"
+        )
     return key_dim or dim // heads, value_dim or dim // heads
 
 
@@ -117,19 +132,25 @@ class VaswaniTransformerModel(FairseqEncoderDecoderModel):
             if source_dict != target_dict:
                 raise VaswaniConfigError(
                     "--share-all-embeddings needs one dictionary for source and target; binarize with "
-                    "fairseq-preprocess --joined-dictionary (or drop --share-all-embeddings)")
+                    "fairseq-preprocess --joined-dictionary (or drop --share-all-embeddings)"
+                )
             if cfg.encoder_embed_dim != cfg.decoder_embed_dim:
                 raise VaswaniConfigError(
                     "--share-all-embeddings needs --encoder-embed-dim == --decoder-embed-dim "
-                    f"(got {cfg.encoder_embed_dim} and {cfg.decoder_embed_dim})")
+                    f"(got {cfg.encoder_embed_dim} and {cfg.decoder_embed_dim})"
+                )
             encoder_embedding = decoder_embedding = build_embedding(source_dict, cfg.encoder_embed_dim)
         else:
             encoder_embedding = build_embedding(source_dict, cfg.encoder_embed_dim)
             decoder_embedding = build_embedding(target_dict, cfg.decoder_embed_dim)
         encoder = VaswaniEncoder(cfg, source_dict, encoder_embedding)
-        decoder = VaswaniDecoder(cfg, target_dict, decoder_embedding,
-                                 share_output=cfg.share_all_embeddings or cfg.share_decoder_input_output_embed,
-                                 right_padded=not getattr(getattr(task, "cfg", None), "left_pad_target", False))
+        decoder = VaswaniDecoder(
+            cfg,
+            target_dict,
+            decoder_embedding,
+            share_output=cfg.share_all_embeddings or cfg.share_decoder_input_output_embed,
+            right_padded=not getattr(getattr(task, "cfg", None), "left_pad_target", False),
+        )
         return cls(cfg, encoder, decoder)
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens, **kwargs):
@@ -161,14 +182,24 @@ class VaswaniEncoder(FairseqEncoder):
         dim = cfg.encoder_embed_dim
         key_dim, value_dim = head_dims(cfg, "encoder")
         self.embedding = TokenEmbedding(
-            embed_tokens, dropout=cfg.dropout,
-            learned_positions=cfg.max_source_positions if cfg.encoder_learned_pos else 0)
+            embed_tokens,
+            dropout=cfg.dropout,
+            learned_positions=cfg.max_source_positions if cfg.encoder_learned_pos else 0,
+        )
         self.layers = nn.ModuleList(
-            EncoderLayer(dim, ffn_dim=cfg.encoder_ffn_embed_dim, heads=cfg.encoder_attention_heads,
-                         key_dim=key_dim, value_dim=value_dim, dropout=cfg.dropout,
-                         attention_dropout=cfg.attention_dropout, activation_dropout=cfg.activation_dropout,
-                         normalize_before=cfg.encoder_normalize_before)
-            for _ in range(cfg.encoder_layers))
+            EncoderLayer(
+                dim,
+                ffn_dim=cfg.encoder_ffn_embed_dim,
+                heads=cfg.encoder_attention_heads,
+                key_dim=key_dim,
+                value_dim=value_dim,
+                dropout=cfg.dropout,
+                attention_dropout=cfg.attention_dropout,
+                activation_dropout=cfg.activation_dropout,
+                normalize_before=cfg.encoder_normalize_before,
+            )
+            for _ in range(cfg.encoder_layers)
+        )
         # Pre-norm leaves the last residual sum un-normalised; post-norm (the paper) needs no extra norm.
         self.final_norm = nn.LayerNorm(dim) if cfg.encoder_normalize_before else None
 
@@ -213,14 +244,25 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
         dim = cfg.decoder_embed_dim
         key_dim, value_dim = head_dims(cfg, "decoder")
         self.embedding = TokenEmbedding(
-            embed_tokens, dropout=cfg.dropout,
-            learned_positions=cfg.max_target_positions if cfg.decoder_learned_pos else 0)
+            embed_tokens,
+            dropout=cfg.dropout,
+            learned_positions=cfg.max_target_positions if cfg.decoder_learned_pos else 0,
+        )
         self.layers = nn.ModuleList(
-            DecoderLayer(dim, memory_dim=cfg.encoder_embed_dim, ffn_dim=cfg.decoder_ffn_embed_dim,
-                         heads=cfg.decoder_attention_heads, key_dim=key_dim, value_dim=value_dim,
-                         dropout=cfg.dropout, attention_dropout=cfg.attention_dropout,
-                         activation_dropout=cfg.activation_dropout, normalize_before=cfg.decoder_normalize_before)
-            for _ in range(cfg.decoder_layers))
+            DecoderLayer(
+                dim,
+                memory_dim=cfg.encoder_embed_dim,
+                ffn_dim=cfg.decoder_ffn_embed_dim,
+                heads=cfg.decoder_attention_heads,
+                key_dim=key_dim,
+                value_dim=value_dim,
+                dropout=cfg.dropout,
+                attention_dropout=cfg.attention_dropout,
+                activation_dropout=cfg.activation_dropout,
+                normalize_before=cfg.decoder_normalize_before,
+            )
+            for _ in range(cfg.decoder_layers)
+        )
         self.final_norm = nn.LayerNorm(dim) if cfg.decoder_normalize_before else None
         # §3.4: the pre-softmax linear transformation, without bias; shares the embedding matrix if asked.
         self.output_projection = nn.Linear(dim, len(dictionary), bias=False)
@@ -229,8 +271,15 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
         else:
             nn.init.normal_(self.output_projection.weight, mean=0.0, std=dim**-0.5)
 
-    def forward(self, prev_output_tokens, encoder_out=None, incremental_state=None, features_only=False,
-                return_attention: Optional[bool] = None, **kwargs):
+    def forward(
+        self,
+        prev_output_tokens,
+        encoder_out=None,
+        incremental_state=None,
+        features_only=False,
+        return_attention: Optional[bool] = None,
+        **kwargs,
+    ):
         """(logits, extra), or with features_only (features, extra) whose extra also holds "output_weight", §3.4's
         W for the caller to apply (the criterion's chunked output layer and loss), as a view: a data-parallel
         wrapper traces it back to W among the outputs and counts W used (DDP's find_unused_parameters with an
@@ -241,8 +290,14 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
             return x, dict(extra, output_weight=weight.view_as(weight) if torch.is_grad_enabled() else weight)
         return self.output_layer(x), extra
 
-    def extract_features(self, prev_output_tokens, encoder_out=None, incremental_state=None,
-                         return_attention: Optional[bool] = None, **kwargs):
+    def extract_features(
+        self,
+        prev_output_tokens,
+        encoder_out=None,
+        incremental_state=None,
+        return_attention: Optional[bool] = None,
+        **kwargs,
+    ):
         """Returns (features, {"attn": [encoder-decoder attention of the last layer, averaged over heads]}).
 
         The attention is computed for full passes in eval mode (--print-alignment: fairseq aligns with a full
@@ -273,9 +328,15 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
         attention = None
         for index, layer in enumerate(self.layers):
             is_last = index == len(self.layers) - 1
-            x, weights = layer(x, memory, self_mask, self_is_causal, memory_mask,
-                               cache=None if cache is None else cache.layers[index],
-                               need_weights=return_attention and is_last)
+            x, weights = layer(
+                x,
+                memory,
+                self_mask,
+                self_is_causal,
+                memory_mask,
+                cache=None if cache is None else cache.layers[index],
+                need_weights=return_attention and is_last,
+            )
             if weights is not None:
                 attention = weights
         if cache is not None:
@@ -289,8 +350,9 @@ class VaswaniDecoder(FairseqIncrementalDecoder):
         super().set_beam_size(beam_size)
         self.beam_size = beam_size
 
-    def beam_cache(self, incremental_state: Dict[str, BeamCache], encoder_out: Dict[str, List[Tensor]]
-                   ) -> Tuple[BeamCache, Optional[Tensor], Optional[Tensor]]:
+    def beam_cache(
+        self, incremental_state: Dict[str, BeamCache], encoder_out: Dict[str, List[Tensor]]
+    ) -> Tuple[BeamCache, Optional[Tensor], Optional[Tensor]]:
         """This decoding run's BeamCache, started at its first step, and the memory and padding its groups
         attend to (one row per sentence where beam search's layout allows, see BeamCache.start). Later steps
         get None for both: the layers' caches already hold the memory's keys/values."""

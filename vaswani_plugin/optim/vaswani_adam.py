@@ -28,19 +28,25 @@ IMPLEMENTATIONS = ("auto", "fused", "foreach")
 
 @dataclass
 class VaswaniAdamConfig(FairseqDataclass):
-    adam_betas: Any = field(default=f"({paper.ADAM_BETAS[0]},{paper.ADAM_BETAS[1]})",
-                            metadata={"help": "Adam's (β1, β2), §5.3: (0.9,0.98)"})
+    adam_betas: Any = field(
+        default=f"({paper.ADAM_BETAS[0]},{paper.ADAM_BETAS[1]})", metadata={"help": "Adam's (β1, β2), §5.3: (0.9,0.98)"}
+    )
     adam_eps: float = field(default=paper.ADAM_EPS, metadata={"help": "Adam's ε, §5.3: 1e-9"})
     weight_decay: float = field(default=0.0, metadata={"help": "decoupled weight decay, as fairseq's adam (0)"})
     adam_implementation: str = field(
-        default="auto", metadata={"help": "auto (fused where torch has it for the parameters, else foreach), fused "
-                                          "or foreach: torch's kernels that step all parameters at once"})
+        default="auto",
+        metadata={
+            "help": "auto (fused where torch has it for the parameters, else foreach), fused "
+            "or foreach: torch's kernels that step all parameters at once"
+        },
+    )
     lr: List[float] = II("optimization.lr")
 
 
 def fused_supported(params: List[torch.Tensor]) -> bool:
     """Whether torch's fused AdamW takes these parameters: floating point, on a device it has the kernel for."""
     from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
     devices = set(_get_fused_kernels_supported_devices())
     return all(p.is_floating_point() and p.device.type in devices for p in params)
 
@@ -65,14 +71,17 @@ class VaswaniAdam(FairseqOptimizer):
     def __init__(self, cfg: VaswaniAdamConfig, params):
         super().__init__(cfg)
         if cfg.adam_implementation not in IMPLEMENTATIONS:
-            raise VaswaniConfigError(f"--adam-implementation {cfg.adam_implementation}: choose one of "
-                                     f"{', '.join(IMPLEMENTATIONS)}")
+            raise VaswaniConfigError(
+                f"--adam-implementation {cfg.adam_implementation}: choose one of {', '.join(IMPLEMENTATIONS)}"
+            )
         params = list(params)
         tensors = [p for group in params for p in (group["params"] if isinstance(group, dict) else [group])]
         fused = cfg.adam_implementation == "fused" or (cfg.adam_implementation == "auto" and fused_supported(tensors))
         if fused and not fused_supported(tensors):
-            raise VaswaniConfigError("--adam-implementation fused: torch has no fused Adam for these parameters "
-                                     f"({tensors[0].device.type}, {tensors[0].dtype}); use foreach")
+            raise VaswaniConfigError(
+                "--adam-implementation fused: torch has no fused Adam for these parameters "
+                f"({tensors[0].device.type}, {tensors[0].dtype}); use foreach"
+            )
         self.implementation = "fused" if fused else "foreach"
         self._optimizer = torch.optim.AdamW(params, **self.optimizer_config, **{self.implementation: True})
         self.steps = 0  # steps taken, kept on the host (torch's count lives on the device with fused)
@@ -81,10 +90,13 @@ class VaswaniAdam(FairseqOptimizer):
 
     @property
     def optimizer_config(self):
-        lr = self.cfg.lr[0] if isinstance(self.cfg.lr, (list, tuple)) or OmegaConf.is_list(self.cfg.lr) \
-            else self.cfg.lr
-        return {"lr": lr, "betas": betas(self.cfg.adam_betas), "eps": self.cfg.adam_eps,
-                "weight_decay": self.cfg.weight_decay}
+        lr = self.cfg.lr[0] if isinstance(self.cfg.lr, (list, tuple)) or OmegaConf.is_list(self.cfg.lr) else self.cfg.lr
+        return {
+            "lr": lr,
+            "betas": betas(self.cfg.adam_betas),
+            "eps": self.cfg.adam_eps,
+            "weight_decay": self.cfg.weight_decay,
+        }
 
     @property
     def supports_flat_params(self):

@@ -28,9 +28,9 @@ DROPPED_HINT = " (fairseq dropped some: pass --required-batch-size-multiple 1)"
 class Scores:
     tokenised_bleu: float  # BLEU (tokenised, compound-split)
     sacrebleu: float
-    signature: str         # sacreBLEU's
+    signature: str  # sacreBLEU's
     sentences: int
-    report: str            # what the command prints
+    report: str  # what the command prints
 
 
 def split_compounds(text: str) -> str:
@@ -45,8 +45,9 @@ def read_lines(path) -> List[str]:
         with open(path, encoding="utf-8") as file:
             return [line.rstrip("\r\n") for line in file]
     except UnicodeDecodeError as error:
-        raise VaswaniConfigError(f"{path}: not UTF-8 text ({error.reason}: cut short inside a character, "
-                                 "or another encoding)") from None
+        raise VaswaniConfigError(
+            f"{path}: not UTF-8 text ({error.reason}: cut short inside a character, or another encoding)"
+        ) from None
 
 
 def read_hypotheses(path, remove_bpe: Optional[str] = None):
@@ -60,6 +61,7 @@ def read_hypotheses(path, remove_bpe: Optional[str] = None):
     hypotheses = [by_id[i] for i in ids] if by_id else lines
     if remove_bpe:
         from fairseq.data.data_utils import post_process  # fairseq-generate's own (3 s to import: only here)
+
         hypotheses = [post_process(h, remove_bpe) for h in hypotheses]
     return hypotheses, ids
 
@@ -73,11 +75,13 @@ def compared_texts(hypotheses: Sequence[str], references: Sequence[str], target_
     def prepare(text: str) -> str:
         return split_compounds(tokeniser.tokenize(text, escape=False, return_str=True))
 
-    return {"tokenised": ([prepare(h) for h in detokenised], [prepare(r) for r in references]),
-            "sacrebleu": (detokenised, list(references))}
+    return {
+        "tokenised": ([prepare(h) for h in detokenised], [prepare(r) for r in references]),
+        "sacrebleu": (detokenised, list(references)),
+    }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def moses(target_lang: str):
     """(detokeniser, tokeniser) of the language, made once (0.1 s each; a validation scores batch by batch).
     sacremoses is imported here, not with the module: every fairseq command that loads the plugin imports this
@@ -87,11 +91,13 @@ def moses(target_lang: str):
     return MosesDetokenizer(lang=target_lang), MosesTokenizer(lang=target_lang)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def metrics(target_lang: str):
     """The two BLEUs: multi-bleu.perl's on the tokenised texts (no smoothing), sacreBLEU's defaults."""
-    return {"tokenised": BLEU(tokenize="none", smooth_method="none", force=True),
-            "sacrebleu": BLEU(trg_lang=target_lang)}
+    return {
+        "tokenised": BLEU(tokenize="none", smooth_method="none", force=True),
+        "sacrebleu": BLEU(trg_lang=target_lang),
+    }
 
 
 def bleu_statistics(hypotheses: Sequence[str], references: Sequence[str], target_lang: str):
@@ -109,8 +115,14 @@ def bleu_from_statistics(name: str, statistics: Sequence[float], target_lang: st
     """The corpus BLEU of summed bleu_statistics (score_lines' on the same sentences)."""
     sys_len, ref_len, counts, totals = statistics[0], statistics[1], statistics[2:6], statistics[6:10]
     bleu = metrics(target_lang)[name]
-    return bleu.compute_bleu([int(c) for c in counts], [int(t) for t in totals], int(sys_len), int(ref_len),
-                             smooth_method=bleu.smooth_method, smooth_value=bleu.smooth_value).score
+    return bleu.compute_bleu(
+        [int(c) for c in counts],
+        [int(t) for t in totals],
+        int(sys_len),
+        int(ref_len),
+        smooth_method=bleu.smooth_method,
+        smooth_value=bleu.smooth_value,
+    ).score
 
 
 def score_lines(hypotheses: Sequence[str], references: Sequence[str], target_lang: str) -> Scores:
@@ -121,9 +133,11 @@ def score_lines(hypotheses: Sequence[str], references: Sequence[str], target_lan
     tokenised = bleus["tokenised"].corpus_score(texts["tokenised"][0], [texts["tokenised"][1]])
     plain = bleus["sacrebleu"].corpus_score(texts["sacrebleu"][0], [texts["sacrebleu"][1]])
     signature = str(bleus["sacrebleu"].get_signature())
-    report = (f"BLEU (tokenised, compound-split) = {str(tokenised).split(' = ', 1)[1]}\n"
-              f"sacreBLEU = {str(plain).split(' = ', 1)[1]} {signature}\n"
-              f"sentences = {len(references)}")
+    report = (
+        f"BLEU (tokenised, compound-split) = {str(tokenised).split(' = ', 1)[1]}\n"
+        f"sacreBLEU = {str(plain).split(' = ', 1)[1]} {signature}\n"
+        f"sentences = {len(references)}"
+    )
     return Scores(tokenised.score, plain.score, signature, len(references), report)
 
 
@@ -142,30 +156,45 @@ def score_files(hypotheses, reference, target_lang: str, remove_bpe: Optional[st
     return score_lines(lines, references, target_lang)
 
 
-def examples(hypotheses, reference, source, target_lang: str, count: int,
-             remove_bpe: Optional[str] = None) -> str:
+def examples(hypotheses, reference, source, target_lang: str, count: int, remove_bpe: Optional[str] = None) -> str:
     """The first `count` sentences side by side: source, reference and the detokenised translation."""
     lines, _ = read_hypotheses(hypotheses, remove_bpe)
     detokeniser, _ = moses(target_lang)
     texts = [read_lines(source), read_lines(reference)]
     shown = []
     for index, (src, ref, hyp) in enumerate(zip(texts[0], texts[1], lines[:count])):
-        shown.append(f"example {index + 1}\n  source:      {src}\n  reference:   {ref}\n"
-                     f"  translation: {detokeniser.detokenize(hyp.split())}")
+        shown.append(
+            f"example {index + 1}\n  source:      {src}\n  reference:   {ref}\n"
+            f"  translation: {detokeniser.detokenize(hyp.split())}"
+        )
     return "\n".join(shown)
 
 
 def main(argv: Optional[List[str]] = None) -> None:
-    parser = argparse.ArgumentParser(prog="vaswani_plugin.scoring.bleu", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--hypotheses", "--generate-output", required=True, dest="hypotheses",
-                        help="fairseq-generate output, or one hypothesis a line")
+    parser = argparse.ArgumentParser(
+        prog="vaswani_plugin.scoring.bleu", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--hypotheses",
+        "--generate-output",
+        required=True,
+        dest="hypotheses",
+        help="fairseq-generate output, or one hypothesis a line",
+    )
     parser.add_argument("--reference", required=True, help="plain reference, one sentence a line")
     parser.add_argument("--target-lang", required=True, help="target language for the Moses (de)tokeniser, e.g. de")
-    parser.add_argument("--remove-bpe", choices=sorted(BPE_MARKERS),
-                        help="undo BPE if fairseq-generate ran without --remove-bpe/--post-process")
-    parser.add_argument("--examples", type=int, default=0, metavar="N",
-                        help="first print N example translations next to --source and the reference")
+    parser.add_argument(
+        "--remove-bpe",
+        choices=sorted(BPE_MARKERS),
+        help="undo BPE if fairseq-generate ran without --remove-bpe/--post-process",
+    )
+    parser.add_argument(
+        "--examples",
+        type=int,
+        default=0,
+        metavar="N",
+        help="first print N example translations next to --source and the reference",
+    )
     parser.add_argument("--source", help="plain source text, for --examples")
     run_command(parser, score_command, argv)
 
@@ -175,8 +204,7 @@ def score_command(args) -> None:
         raise VaswaniConfigError("--examples needs --source")
     scores = score_files(args.hypotheses, args.reference, args.target_lang, args.remove_bpe)
     if args.examples:
-        print(examples(args.hypotheses, args.reference, args.source, args.target_lang, args.examples,
-                       args.remove_bpe))
+        print(examples(args.hypotheses, args.reference, args.source, args.target_lang, args.examples, args.remove_bpe))
     print(scores.report)
 
 

@@ -112,23 +112,27 @@ def compare(gold_line: str, test_line: str, parameters: Parameters = COLLINS) ->
     if not test.terminals:
         return Result(2, gold.length)
     if len(gold.terminals) != len(test.terminals) or not all(
-            parameters.same_word(g, t) for (_, g), (_, t) in zip(gold.terminals, test.terminals)):
+        parameters.same_word(g, t) for (_, g), (_, t) in zip(gold.terminals, test.terminals)
+    ):
         return Result(1, gold.length)
     gold_brackets, test_brackets = scored_brackets(gold, parameters), scored_brackets(test, parameters)
     used = [False] * len(test_brackets)
     matched = 0
     for label, start, end in gold_brackets:
         for j, (test_label, test_start, test_end) in enumerate(test_brackets):
-            if not used[j] and (start, end) == (test_start, test_end) and (
-                    not parameters.labeled or parameters.same_label(label, test_label)):
+            if (
+                not used[j]
+                and (start, end) == (test_start, test_end)
+                and (not parameters.labeled or parameters.same_label(label, test_label))
+            ):
                 used[j] = True
                 matched += 1
                 break
-    crossing = sum(any(s < ts < e < te or ts < s < te < e for _, s, e in gold_brackets)
-                   for _, ts, te in test_brackets)
+    crossing = sum(any(s < ts < e < te or ts < s < te < e for _, s, e in gold_brackets) for _, ts, te in test_brackets)
     correct_tags = sum(parameters.same_label(g, t) for (g, _), (t, _) in zip(gold.terminals, test.terminals))
-    return Result(0, gold.length, matched, len(gold_brackets), len(test_brackets), crossing, len(gold.terminals),
-                  correct_tags)
+    return Result(
+        0, gold.length, matched, len(gold_brackets), len(test_brackets), crossing, len(gold.terminals), correct_tags
+    )
 
 
 @dataclass
@@ -161,13 +165,19 @@ def summarise(results: Sequence[Result]) -> Summary:
     valid = [r for r in results if r.status == 0]
     recall, precision, f1 = bracketing(*(sum(getattr(r, key) for r in valid) for key in ("matched", "gold", "test")))
     return Summary(
-        sentences=len(results), errors=sum(r.status == 1 for r in results),
-        skipped=sum(r.status == 2 for r in results), valid=len(valid), recall=recall, precision=precision, f1=f1,
+        sentences=len(results),
+        errors=sum(r.status == 1 for r in results),
+        skipped=sum(r.status == 2 for r in results),
+        valid=len(valid),
+        recall=recall,
+        precision=precision,
+        f1=f1,
         complete_match=percent(sum(r.matched == r.gold == r.test for r in valid), len(valid)),
         average_crossing=sum(r.crossing for r in valid) / len(valid) if valid else 0.0,
         no_crossing=percent(sum(r.crossing == 0 for r in valid), len(valid)),
         two_or_less_crossing=percent(sum(r.crossing <= 2 for r in valid), len(valid)),
-        tagging_accuracy=percent(sum(r.correct_tags for r in valid), sum(r.words for r in valid)))
+        tagging_accuracy=percent(sum(r.correct_tags for r in valid), sum(r.words for r in valid)),
+    )
 
 
 def evaluate(gold_lines: Sequence[str], test_lines: Sequence[str], parameters: Parameters = COLLINS):
@@ -180,24 +190,27 @@ def evaluate(gold_lines: Sequence[str], test_lines: Sequence[str], parameters: P
 
 
 def summary_lines(title: str, summary: Summary) -> List[str]:
-    return [f"-- {title} --",
-            f"Number of sentence        = {summary.sentences:6d}",
-            f"Number of Error sentence  = {summary.errors:6d}",
-            f"Number of Skip  sentence  = {summary.skipped:6d}",
-            f"Number of Valid sentence  = {summary.valid:6d}",
-            f"Bracketing Recall         = {summary.recall:6.2f}",
-            f"Bracketing Precision      = {summary.precision:6.2f}",
-            f"Bracketing FMeasure       = {summary.f1:6.2f}",
-            f"Complete match            = {summary.complete_match:6.2f}",
-            f"Average crossing          = {summary.average_crossing:6.2f}",
-            f"No crossing               = {summary.no_crossing:6.2f}",
-            f"2 or less crossing        = {summary.two_or_less_crossing:6.2f}",
-            f"Tagging accuracy          = {summary.tagging_accuracy:6.2f}"]
+    return [
+        f"-- {title} --",
+        f"Number of sentence        = {summary.sentences:6d}",
+        f"Number of Error sentence  = {summary.errors:6d}",
+        f"Number of Skip  sentence  = {summary.skipped:6d}",
+        f"Number of Valid sentence  = {summary.valid:6d}",
+        f"Bracketing Recall         = {summary.recall:6.2f}",
+        f"Bracketing Precision      = {summary.precision:6.2f}",
+        f"Bracketing FMeasure       = {summary.f1:6.2f}",
+        f"Complete match            = {summary.complete_match:6.2f}",
+        f"Average crossing          = {summary.average_crossing:6.2f}",
+        f"No crossing               = {summary.no_crossing:6.2f}",
+        f"2 or less crossing        = {summary.two_or_less_crossing:6.2f}",
+        f"Tagging accuracy          = {summary.tagging_accuracy:6.2f}",
+    ]
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="vaswani_plugin.scoring.evalb", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="vaswani_plugin.scoring.evalb", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--gold", required=True, help="gold trees, one per line")
     parser.add_argument("--test", required=True, help="parser output trees, one per line, in the same order")
     parser.add_argument("--per-sentence", action="store_true", help="print EVALB's per-sentence table first")
@@ -210,11 +223,12 @@ def evalb_command(args) -> None:
     if args.per_sentence:
         print("  Sent.  Len. Stat. Recal  Prec.  Matched  gold test  Cross  Words  Correct tags")
         for i, r in enumerate(results, 1):
-            print(f"{i:6d} {r.length:5d} {r.status:4d} {percent(r.matched, r.gold):6.2f} "
-                  f"{percent(r.matched, r.test):6.2f} {r.matched:7d} {r.gold:6d} {r.test:4d} {r.crossing:6d} "
-                  f"{r.words:6d} {r.correct_tags:6d}")
-    print("\n".join(summary_lines("All", everything) + [""] +
-                    summary_lines(f"len<={COLLINS.cutoff_length}", short)))
+            print(
+                f"{i:6d} {r.length:5d} {r.status:4d} {percent(r.matched, r.gold):6.2f} "
+                f"{percent(r.matched, r.test):6.2f} {r.matched:7d} {r.gold:6d} {r.test:4d} {r.crossing:6d} "
+                f"{r.words:6d} {r.correct_tags:6d}"
+            )
+    print("\n".join(summary_lines("All", everything) + [""] + summary_lines(f"len<={COLLINS.cutoff_length}", short)))
 
 
 if __name__ == "__main__":

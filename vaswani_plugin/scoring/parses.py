@@ -12,8 +12,8 @@ import argparse
 
 from vaswani_plugin.cli import run_command
 from vaswani_plugin.errors import VaswaniConfigError
-from vaswani_plugin.scoring.evalb import COLLINS, evaluate, summary_lines
 from vaswani_plugin.scoring.bleu import read_hypotheses
+from vaswani_plugin.scoring.evalb import COLLINS, evaluate, summary_lines
 from vaswani_plugin.scoring.trees import Tree, delinearise, is_one_tree, repair
 
 
@@ -29,8 +29,7 @@ def check_sentences(words, tags, words_path, tags_path):
         if not count:
             raise VaswaniConfigError(f"{words_path}, line {line}: an empty sentence; a tree needs a word")
         if count != tag_count:
-            raise VaswaniConfigError(f"line {line}: {count} words in {words_path} but {tag_count} tags in "
-                                     f"{tags_path}")
+            raise VaswaniConfigError(f"line {line}: {count} words in {words_path} but {tag_count} tags in {tags_path}")
 
 
 def parse_trees(outputs, words, tags):
@@ -55,13 +54,17 @@ def right_branching(words, tags) -> Tree:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="vaswani_plugin.scoring.parses", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="vaswani_plugin.scoring.parses", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     output = parser.add_mutually_exclusive_group(required=True)
     output.add_argument("--generate-output", help="fairseq-generate's output (H-/D- lines)")
-    output.add_argument("--right-branching", action="store_true",
-                        help="score the right-branching baseline instead, (S w1 (S w2 ... (S w(n-1) wn))) over "
-                             "every sentence: the floor a parser must beat")
+    output.add_argument(
+        "--right-branching",
+        action="store_true",
+        help="score the right-branching baseline instead, (S w1 (S w2 ... (S w(n-1) wn))) over "
+        "every sentence: the floor a parser must beat",
+    )
     parser.add_argument("--words", required=True, help="the input sentences, one per line (prepare: text/SPLIT.words)")
     parser.add_argument("--tags", required=True, help="their gold POS tags (prepare: gold/SPLIT.tags)")
     parser.add_argument("--gold", required=True, help="gold trees, one per line (prepare: gold/SPLIT.trees)")
@@ -82,9 +85,11 @@ def parses_command(args) -> None:
     if ids is None:
         raise VaswaniConfigError(f"{args.generate_output} holds no fairseq-generate H-/D- lines")
     if ids != list(range(len(words))) or not len(words) == len(tags) == len(gold):
-        raise VaswaniConfigError(f"{len(outputs)} outputs (ids {ids[:1]}..{ids[-1:]}) for {len(words)} sentences, "
-                                 f"{len(tags)} tag lines and {len(gold)} gold trees: every sentence must be "
-                                 "translated once (fairseq-generate --required-batch-size-multiple 1)")
+        raise VaswaniConfigError(
+            f"{len(outputs)} outputs (ids {ids[:1]}..{ids[-1:]}) for {len(words)} sentences, "
+            f"{len(tags)} tag lines and {len(gold)} gold trees: every sentence must be "
+            "translated once (fairseq-generate --required-batch-size-multiple 1)"
+        )
     check_sentences(words, tags, args.words, args.tags)
     trees, repaired = parse_trees(outputs, words, tags)
     report(gold, trees, args, repaired)
@@ -103,8 +108,10 @@ def report(gold, trees, args, repaired) -> None:
         print(f"outputs repaired into well-formed trees: {repaired} of {len(trees)}")
     for title, summary in (("All", everything), (f"len<={COLLINS.cutoff_length}", short)):
         print("\n".join(line for line in summary_lines(title, summary) if "Tagging" not in line))
-    print(f"F1 = {everything.f1:.2f} (labelled bracketing, EVALB COLLINS.prm, {everything.valid} of "
-          f"{everything.sentences} sentences scored)")
+    print(
+        f"F1 = {everything.f1:.2f} (labelled bracketing, EVALB COLLINS.prm, {everything.valid} of "
+        f"{everything.sentences} sentences scored)"
+    )
 
 
 if __name__ == "__main__":

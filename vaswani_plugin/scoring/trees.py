@@ -49,8 +49,9 @@ class Tree:
 
     def __str__(self) -> str:
         """One line of brackets, as EVALB and the treebank write them (a bracket as a word: -LRB-, -RRB-)."""
-        inside = " ".join(str(child) if isinstance(child, Tree) else PTB_BRACKETS.get(child, child)
-                          for child in self.children)
+        inside = " ".join(
+            str(child) if isinstance(child, Tree) else PTB_BRACKETS.get(child, child) for child in self.children
+        )
         return f"({PTB_BRACKETS.get(self.label, self.label)} {inside})"
 
 
@@ -81,8 +82,11 @@ def read_trees(text: str) -> List[Tree]:
                 raise error("a closing bracket with nothing open (unbalanced brackets)", position)
             tree = stack.pop()
             if not tree.children:
-                raise error(f"({tree.label} ) holds nothing: a bracket written as a word? The treebank writes the "
-                            "words ( and ) as -LRB- and -RRB-", position)
+                raise error(
+                    f"({tree.label} ) holds nothing: a bracket written as a word? The treebank writes the "
+                    "words ( and ) as -LRB- and -RRB-",
+                    position,
+                )
             if stack:
                 stack[-1].children.append(tree)
             else:
@@ -122,6 +126,7 @@ def is_bracket(token: str) -> bool:
 
 def linearise(tree: Tree, keep_words: bool = True) -> List[str]:
     """The target sequence of a tree (see the module's docstring): leaves are the words, or XX."""
+
     def walk(node: Tree) -> Iterator[str]:
         if node.is_preterminal:
             yield node.children[0] if keep_words else PLACEHOLDER

@@ -46,7 +46,8 @@ def head_dim(model: VaswaniTransformerModel, side: str):
     if key_dim != value_dim:
         raise VaswaniConfigError(
             f"the {side} has d_k = {key_dim} and d_v = {value_dim} "
-            "(--attention-key-dim/--attention-value-dim); CTranslate2's attention needs d_k = d_v")
+            "(--attention-key-dim/--attention-value-dim); CTranslate2's attention needs d_k = d_v"
+        )
     return None if key_dim * getattr(cfg, f"{side}_attention_heads") == getattr(cfg, f"{side}_embed_dim") else key_dim
 
 
@@ -102,17 +103,30 @@ def layer_norm_epsilon(model) -> float:
     return epsilons.pop()
 
 
-def transformer_spec_of(model: VaswaniTransformerModel, source_dictionary: Dictionary,
-                        target_dictionary: Dictionary, max_source_positions: int, max_target_positions: int):
+def transformer_spec_of(
+    model: VaswaniTransformerModel,
+    source_dictionary: Dictionary,
+    target_dictionary: Dictionary,
+    max_source_positions: int,
+    max_target_positions: int,
+):
     """The ctranslate2.specs.TransformerSpec that computes what `model` computes (sizes from its config)."""
     cfg, encoder, decoder = model.cfg, model.encoder, model.decoder
     encoder_pre_norm, decoder_pre_norm = cfg.encoder_normalize_before, cfg.decoder_normalize_before
     encoder_spec = transformer_spec.TransformerEncoderSpec(
-        cfg.encoder_layers, cfg.encoder_attention_heads, pre_norm=encoder_pre_norm,
-        activation=common_spec.Activation.RELU, head_dim=head_dim(model, "encoder"))
+        cfg.encoder_layers,
+        cfg.encoder_attention_heads,
+        pre_norm=encoder_pre_norm,
+        activation=common_spec.Activation.RELU,
+        head_dim=head_dim(model, "encoder"),
+    )
     decoder_spec = transformer_spec.TransformerDecoderSpec(
-        cfg.decoder_layers, cfg.decoder_attention_heads, pre_norm=decoder_pre_norm,
-        activation=common_spec.Activation.RELU, head_dim=head_dim(model, "decoder"))
+        cfg.decoder_layers,
+        cfg.decoder_attention_heads,
+        pre_norm=decoder_pre_norm,
+        activation=common_spec.Activation.RELU,
+        head_dim=head_dim(model, "decoder"),
+    )
 
     set_embedding(encoder_spec, encoder_spec.embeddings[0], encoder.embedding, max_source_positions)
     for layer_spec, layer in zip(encoder_spec.layer, encoder.layers):
@@ -139,8 +153,10 @@ def transformer_spec_of(model: VaswaniTransformerModel, source_dictionary: Dicti
     spec.config.layer_norm_epsilon = layer_norm_epsilon(model)
     # fairseq's conventions: the source ends in </s>, decoding starts from </s>.
     spec.config.bos_token, spec.config.eos_token, spec.config.unk_token = (
-        target_dictionary[target_dictionary.bos()], target_dictionary[target_dictionary.eos()],
-        target_dictionary[target_dictionary.unk()])
+        target_dictionary[target_dictionary.bos()],
+        target_dictionary[target_dictionary.eos()],
+        target_dictionary[target_dictionary.unk()],
+    )
     spec.config.decoder_start_token = spec.config.eos_token
     spec.config.add_source_eos = True
     spec.register_source_vocabulary(vocabulary(source_dictionary))
@@ -151,49 +167,77 @@ def transformer_spec_of(model: VaswaniTransformerModel, source_dictionary: Dicti
 class VaswaniConverter(Converter):
     """CTranslate2's Converter for an in-memory vaswani_transformer and its dictionaries."""
 
-    def __init__(self, model: VaswaniTransformerModel, source_dictionary: Dictionary, target_dictionary: Dictionary,
-                 max_source_positions: int = None, max_target_positions: int = None):
+    def __init__(
+        self,
+        model: VaswaniTransformerModel,
+        source_dictionary: Dictionary,
+        target_dictionary: Dictionary,
+        max_source_positions: int = None,
+        max_target_positions: int = None,
+    ):
         self.model, self.source_dictionary, self.target_dictionary = model, source_dictionary, target_dictionary
         self.max_source_positions = max_source_positions or model.encoder.max_positions()
         self.max_target_positions = max_target_positions or model.decoder.max_positions()
 
     def _load(self):
         with torch.no_grad():
-            return transformer_spec_of(self.model, self.source_dictionary, self.target_dictionary,
-                                       self.max_source_positions, self.max_target_positions)
+            return transformer_spec_of(
+                self.model,
+                self.source_dictionary,
+                self.target_dictionary,
+                self.max_source_positions,
+                self.max_target_positions,
+            )
 
 
-def export(model: VaswaniTransformerModel, source_dictionary: Dictionary, target_dictionary: Dictionary,
-           output_dir, quantization: str = None, force: bool = False) -> str:
+def export(
+    model: VaswaniTransformerModel,
+    source_dictionary: Dictionary,
+    target_dictionary: Dictionary,
+    output_dir,
+    quantization: str = None,
+    force: bool = False,
+) -> str:
     """Write `model` as a CTranslate2 model directory; returns its path. quantization: one of QUANTIZATIONS
     (the weights' type on disk; CTranslate2 converts on load to the compute_type asked for)."""
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise VaswaniConfigError(f"--quantization {quantization}: not one of {', '.join(QUANTIZATIONS)}")
     refuse_existing_output(output_dir, force)
     return VaswaniConverter(model, source_dictionary, target_dictionary).convert(
-        str(output_dir), quantization=quantization, force=force)
+        str(output_dir), quantization=quantization, force=force
+    )
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="vaswani_plugin.serving.export_ctranslate2", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="vaswani_plugin.serving.export_ctranslate2",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_export_arguments(parser, "the CTranslate2 model directory to write")
-    parser.add_argument("--quantization", choices=QUANTIZATIONS,
-                        help="weight type on disk (default: float32); int8 is the fast one on CPUs")
+    parser.add_argument(
+        "--quantization",
+        choices=QUANTIZATIONS,
+        help="weight type on disk (default: float32); int8 is the fast one on CPUs",
+    )
     run_command(parser, export_command, argv)
 
 
 def export_command(args) -> None:
     task, model = load_for_export(args)
     source_dictionary, target_dictionary = task.source_dictionary, task.target_dictionary
-    print(f"writing {args.output} (ctranslate2 {ctranslate2.__version__}, weights "
-          f"{args.quantization or 'float32'})", flush=True)
+    print(
+        f"writing {args.output} (ctranslate2 {ctranslate2.__version__}, weights {args.quantization or 'float32'})",
+        flush=True,
+    )
     export(model, source_dictionary, target_dictionary, args.output, args.quantization, args.force)
     cfg = model.cfg
-    print(f"exported {args.checkpoint} -> {args.output}: d_model {cfg.encoder_embed_dim}, N "
-          f"{cfg.encoder_layers}/{cfg.decoder_layers}, {'pre' if cfg.encoder_normalize_before else 'post'}-norm, "
-          f"vocabularies {len(source_dictionary)}/{len(target_dictionary)}; translate with "
-          f"python -m vaswani_plugin.serving.translate_ctranslate2 --model {args.output}")
+    print(
+        f"exported {args.checkpoint} -> {args.output}: d_model {cfg.encoder_embed_dim}, N "
+        f"{cfg.encoder_layers}/{cfg.decoder_layers}, {'pre' if cfg.encoder_normalize_before else 'post'}-norm, "
+        f"vocabularies {len(source_dictionary)}/{len(target_dictionary)}; translate with "
+        f"python -m vaswani_plugin.serving.translate_ctranslate2 --model {args.output}"
+    )
 
 
 if __name__ == "__main__":

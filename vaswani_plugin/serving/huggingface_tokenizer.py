@@ -36,7 +36,7 @@ ENTITIES = [escape(char) for char in "&|<>'\"[]"]
 def escape_symbol(symbol: str) -> str:
     """A BPE symbol escaped; its end-of-word mark is BPE's, not text, so it stays as it is."""
     if symbol.endswith(END_OF_WORD):
-        return escape(symbol[:-len(END_OF_WORD)]) + END_OF_WORD
+        return escape(symbol[: -len(END_OF_WORD)]) + END_OF_WORD
     return escape(symbol)
 
 
@@ -62,8 +62,10 @@ def read_bpe_codes(path):
     except UnicodeDecodeError:
         raise VaswaniConfigError(f"BPE codes {path}: not UTF-8 text, not subword-nmt codes") from None
     if lines[0].strip() != "#version: 0.2":
-        raise VaswaniConfigError(f"BPE codes {path}: not subword-nmt codes of version 0.2 (first line "
-                                 f"{lines[0][:40]!r}, expected '#version: 0.2')")
+        raise VaswaniConfigError(
+            f"BPE codes {path}: not subword-nmt codes of version 0.2 (first line "
+            f"{lines[0][:40]!r}, expected '#version: 0.2')"
+        )
     merges = [tuple(line.strip("\r\n ").split(" ")) for line in lines[1:]]
     for number, merge in enumerate(merges, start=2):
         if len(merge) != 2:
@@ -83,7 +85,7 @@ def fsmt_merges(codes):
 def piece_key(symbol: str, transform) -> str:
     """FSMT's form of a fairseq piece: "x@@" (inside a word) -> "x", "y" (ends a word) -> "y</w>"."""
     if symbol.endswith(SEPARATOR):
-        return transform(symbol[:-len(SEPARATOR)])
+        return transform(symbol[: -len(SEPARATOR)])
     return transform(symbol) + END_OF_WORD
 
 
@@ -106,12 +108,18 @@ def write_json(path: Path, content) -> None:
 def tokenizer_config(tokenizer_class: str, **fields) -> dict:
     # split_special_tokens: a literal "<unk>" in the input is text to tokenise, as prepare does, not the token;
     # clean_up_tokenization_spaces would join " ." and others after the detokeniser has done its work.
-    return dict(tokenizer_class=tokenizer_class, clean_up_tokenization_spaces=False, split_special_tokens=True,
-                **SPECIALS, **fields)
+    return dict(
+        tokenizer_class=tokenizer_class,
+        clean_up_tokenization_spaces=False,
+        split_special_tokens=True,
+        **SPECIALS,
+        **fields,
+    )
 
 
-def write_fsmt_tokenizer(output_dir, bpe_codes, source_dictionary, target_dictionary, source_lang: str,
-                         target_lang: str) -> None:
+def write_fsmt_tokenizer(
+    output_dir, bpe_codes, source_dictionary, target_dictionary, source_lang: str, target_lang: str
+) -> None:
     """FSMTTokenizer files for Moses (aggressive dash splits) + subword-nmt BPE + fairseq dictionaries."""
     output_dir = Path(output_dir)
     merges = fsmt_merges(read_bpe_codes(bpe_codes))
@@ -121,9 +129,12 @@ def write_fsmt_tokenizer(output_dir, bpe_codes, source_dictionary, target_dictio
     # Decoding only: FSMT's detokeniser unescapes, as fairseq's does, so the target pieces are kept unescaped,
     # and the text decodes as fairseq decodes it even where a piece holds an entity's text ("&quot;").
     write_json(output_dir / "vocab-tgt.json", fsmt_vocabulary(target_dictionary, lambda text: text))
-    write_json(output_dir / "tokenizer_config.json",
-               tokenizer_config("FSMTTokenizer", langs=[source_lang, target_lang], do_lower_case=False,
-                                sep_token=SPECIALS["eos_token"]))
+    write_json(
+        output_dir / "tokenizer_config.json",
+        tokenizer_config(
+            "FSMTTokenizer", langs=[source_lang, target_lang], do_lower_case=False, sep_token=SPECIALS["eos_token"]
+        ),
+    )
 
 
 def check_sentencepiece_model(path) -> Path:
@@ -131,6 +142,7 @@ def check_sentencepiece_model(path) -> Path:
     if not path.is_file():
         raise VaswaniConfigError(f"sentencepiece model {path}: no such file")
     import sentencepiece
+
     try:
         sentencepiece.SentencePieceProcessor(model_file=str(path))
     except (RuntimeError, OSError):
@@ -146,8 +158,9 @@ def marian_vocabulary(dictionary) -> dict:
     return vocabulary
 
 
-def write_marian_tokenizer(output_dir, sentencepiece_model, source_dictionary, target_dictionary,
-                           source_lang: str, target_lang: str) -> None:
+def write_marian_tokenizer(
+    output_dir, sentencepiece_model, source_dictionary, target_dictionary, source_lang: str, target_lang: str
+) -> None:
     """MarianTokenizer files for a joint sentencepiece model + fairseq dictionaries. Pieces the dictionary
     lacks become <unk> (MarianTokenizer looks every piece up in vocab.json)."""
     output_dir = Path(output_dir)
@@ -159,6 +172,7 @@ def write_marian_tokenizer(output_dir, sentencepiece_model, source_dictionary, t
     write_json(output_dir / "vocab.json", source)
     if separate:
         write_json(output_dir / "target_vocab.json", target)
-    write_json(output_dir / "tokenizer_config.json",
-               tokenizer_config("MarianTokenizer", source_lang=source_lang, target_lang=target_lang,
-                                separate_vocabs=separate))
+    write_json(
+        output_dir / "tokenizer_config.json",
+        tokenizer_config("MarianTokenizer", source_lang=source_lang, target_lang=target_lang, separate_vocabs=separate),
+    )

@@ -27,8 +27,9 @@ def dictionary_mismatch(error: RuntimeError) -> bool:
     return bool(names) and all(name is not None and name[1].endswith(DICTIONARY_SIZED) for name in names)
 
 
-def load_model(path, data, source_lang: Optional[str] = None, target_lang: Optional[str] = None,
-               option: str = "--path"):
+def load_model(
+    path, data, source_lang: Optional[str] = None, target_lang: Optional[str] = None, option: str = "--path"
+):
     """(task, model in eval mode) through fairseq's loader, the dictionaries read from `data`; a mistake is one
     VaswaniConfigError naming `option` (the command's name for the checkpoint)."""
     vaswani_plugin.register()  # the checkpoint's task and model, by their registered names
@@ -44,9 +45,11 @@ def load_model(path, data, source_lang: Optional[str] = None, target_lang: Optio
         raise VaswaniConfigError(f"{option} {path} is not a fairseq checkpoint") from None
     model_class = ARCH_MODEL_REGISTRY.get(arch)
     if model_class is None or not issubclass(model_class, VaswaniTransformerModel):
-        raise VaswaniConfigError(f"{option} {path} holds a {arch!r} model, not a vaswani_transformer (a fairseq "
-                                 "transformer: convert it first with python -m "
-                                 "vaswani_plugin.checkpoints.convert_fairseq)")
+        raise VaswaniConfigError(
+            f"{option} {path} holds a {arch!r} model, not a vaswani_transformer (a fairseq "
+            "transformer: convert it first with python -m "
+            "vaswani_plugin.checkpoints.convert_fairseq)"
+        )
     if not Path(data).is_dir():
         raise VaswaniConfigError(f"--data {data}: no such directory")
     source_lang = source_lang or getattr(cfg.task, "source_lang", None)
@@ -65,8 +68,9 @@ def load_model(path, data, source_lang: Optional[str] = None, target_lang: Optio
         models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], state=state)
     except RuntimeError as error:
         if dictionary_mismatch(error):  # load_state_dict: embedding sizes follow the dictionaries
-            raise VaswaniConfigError(f"the dictionaries in --data {data} are not the ones {path} was trained with") \
-                from error
+            raise VaswaniConfigError(
+                f"the dictionaries in --data {data} are not the ones {path} was trained with"
+            ) from error
         raise VaswaniConfigError(f"{option} {path} does not load: {' '.join(str(error).split())}") from error
     return task, models[0].eval()
 

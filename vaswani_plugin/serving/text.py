@@ -16,8 +16,9 @@ class TextPipeline:
         for option, path in (("--bpe-codes", bpe_codes), ("--sentencepiece-model", sentencepiece_model)):
             if path is not None and not Path(path).is_file():
                 raise VaswaniConfigError(f"{option} {path}: no such file")
-        self.tokenizer = MosesTokenizer(MosesTokenizerConfig(source_lang=source_lang, target_lang=target_lang,
-                                                             moses_no_escape=True))
+        self.tokenizer = MosesTokenizer(
+            MosesTokenizerConfig(source_lang=source_lang, target_lang=target_lang, moses_no_escape=True)
+        )
         if bpe_codes is not None:
             self.subwords = SubwordNMTBPE(SubwordNMTBPEConfig(bpe_codes=str(bpe_codes)))
         else:

@@ -34,8 +34,11 @@ class DevScoring:
 
     def __init__(self, cfg, target_lang: Optional[str]):
         self.kind, self.every, self.sentences = cfg.dev_score, cfg.dev_score_interval_updates, cfg.dev_score_sentences
-        self.reference, self.post_process, self.target_lang = cfg.dev_score_reference, cfg.dev_score_post_process, \
-            target_lang
+        self.reference, self.post_process, self.target_lang = (
+            cfg.dev_score_reference,
+            cfg.dev_score_post_process,
+            target_lang,
+        )
         if self.kind not in KINDS:
             raise VaswaniConfigError(f"--dev-score {self.kind}: choose one of {', '.join(KINDS)}")
         try:
@@ -62,8 +65,7 @@ class DevScoring:
             self.next_due, self.scored_at = self.due_after(self.scored_at), None
 
     def due(self, updates_done: Optional[int]) -> bool:
-        return self.enabled and self.next_due is not None and updates_done is not None and \
-            updates_done >= self.next_due
+        return self.enabled and self.next_due is not None and updates_done is not None and updates_done >= self.next_due
 
     def read_references(self) -> Dict[str, List[str]]:
         if self.kind == "bleu":
@@ -71,15 +73,22 @@ class DevScoring:
                 raise VaswaniConfigError("--dev-score bleu needs the target language (--target-lang)")
             return {"reference": self.read(Path(self.reference or ""))}
         folder, split = Path(self.reference or ""), "valid"
-        return {"words": self.read(folder / "text" / f"{split}.words"),
-                "tags": self.read(folder / "gold" / f"{split}.tags"),
-                "gold": self.read(folder / "gold" / f"{split}.trees")}
+        return {
+            "words": self.read(folder / "text" / f"{split}.words"),
+            "tags": self.read(folder / "gold" / f"{split}.tags"),
+            "gold": self.read(folder / "gold" / f"{split}.trees"),
+        }
 
     def read(self, path: Path) -> List[str]:
         if not path.is_file():
-            raise VaswaniConfigError(f"--dev-score {self.kind}: {path} is not a file (--dev-score-reference: "
-                                     + ("the valid split's plain reference text)" if self.kind == "bleu" else
-                                        "the folder prepare.wsj_parsing wrote, with text/ and gold/)"))
+            raise VaswaniConfigError(
+                f"--dev-score {self.kind}: {path} is not a file (--dev-score-reference: "
+                + (
+                    "the valid split's plain reference text)"
+                    if self.kind == "bleu"
+                    else "the folder prepare.wsj_parsing wrote, with text/ and gold/)"
+                )
+            )
         return read_lines(path)
 
     def statistics(self, task, sample, model, updates_done: int) -> Dict[str, object]:
@@ -93,8 +102,10 @@ class DevScoring:
             self.generator = task.build_generator([model], self.generation)
         hypotheses = task.inference_step(self.generator, [model], sample)
         strip = {task.target_dictionary.eos(), task.target_dictionary.bos()}
-        outputs = [task.target_dictionary.string(h[0]["tokens"].int().cpu(), self.post_process,
-                                                 extra_symbols_to_ignore=strip) for h in hypotheses]
+        outputs = [
+            task.target_dictionary.string(h[0]["tokens"].int().cpu(), self.post_process, extra_symbols_to_ignore=strip)
+            for h in hypotheses
+        ]
         return self.counts(ids, outputs)
 
     def counts(self, ids: List[int], outputs: List[str]) -> Dict[str, object]:
@@ -111,8 +122,9 @@ class DevScoring:
             words, tags = [self.line("words", i) for i in ids], [self.line("tags", i) for i in ids]
             trees, _ = parse_trees(outputs, words, tags)
             results = [compare(self.line("gold", i), tree) for i, tree in zip(ids, trees)]
-            counts.update(numbered("_dev_brackets", [sum(getattr(r, key) for r in results if r.status == 0)
-                                                     for key in F1_COUNTS]))
+            counts.update(
+                numbered("_dev_brackets", [sum(getattr(r, key) for r in results if r.status == 0) for key in F1_COUNTS])
+            )
         return counts
 
     def subset(self, indices: np.ndarray, size: int) -> np.ndarray:
@@ -122,8 +134,10 @@ class DevScoring:
     def line(self, name: str, index: int) -> str:
         lines = self.texts[name]
         if index >= len(lines):
-            raise VaswaniConfigError(f"--dev-score-reference: sentence {index} of the valid split has no line in "
-                                     f"its {name} file ({len(lines)} lines): the files of another split?")
+            raise VaswaniConfigError(
+                f"--dev-score-reference: sentence {index} of the valid split has no line in "
+                f"its {name} file ({len(lines)} lines): the files of another split?"
+            )
         return lines[index]
 
     def log(self, logging_outputs, metrics):
@@ -137,8 +151,12 @@ class DevScoring:
         metrics.log_derived("dev_sentences", lambda meters: int(meters["_dev_sentences"].sum))
         if self.kind == "bleu":
             for shown, name in BLEUS.items():
-                metrics.log_derived(shown, lambda meters, name=name: round(
-                    bleu_from_statistics(name, summed(meters, f"_dev_{name}", 10), self.target_lang), 2))
+                metrics.log_derived(
+                    shown,
+                    lambda meters, name=name: round(
+                        bleu_from_statistics(name, summed(meters, f"_dev_{name}", 10), self.target_lang), 2
+                    ),
+                )
         else:
             metrics.log_derived("f1", lambda meters: round(bracketing(*summed(meters, "_dev_brackets", 3))[2], 2))
 

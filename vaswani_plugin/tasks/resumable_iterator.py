@@ -21,14 +21,15 @@ class ResumableEpochBatchIterator(iterators.EpochBatchIterator):
         return state
 
     def load_state_dict(self, state_dict):
-        position, batches, shards = (state_dict.get(key) for key in ("iterations_in_epoch", "epoch_batches",
-                                                                       "shards"))
+        position, batches, shards = (state_dict.get(key) for key in ("iterations_in_epoch", "epoch_batches", "shards"))
         if position and batches and shards and (batches, shards) != (len(self.frozen_batches), self.num_shards):
             share = min(1.0, position * shards / batches)  # of the epoch's batches, read by all shards together
             moved = round(share * len(self.frozen_batches) / self.num_shards)
-            logger.info(f"resuming epoch {state_dict['epoch']} {share:.1%} of the way through: saved at batch "
-                        f"{position} of {batches} in {shards} shard(s), now batch {moved} of "
-                        f"{len(self.frozen_batches)} in {self.num_shards}")
+            logger.info(
+                f"resuming epoch {state_dict['epoch']} {share:.1%} of the way through: saved at batch "
+                f"{position} of {batches} in {shards} shard(s), now batch {moved} of "
+                f"{len(self.frozen_batches)} in {self.num_shards}"
+            )
             state_dict = dict(state_dict, iterations_in_epoch=moved)
             if moved >= len(self):  # the epoch was read to its end
                 state_dict.update(epoch=state_dict["epoch"] + 1, iterations_in_epoch=0)

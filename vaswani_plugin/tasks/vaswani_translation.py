@@ -37,60 +37,98 @@ SEARCH_RULES = ("fairseq", "paper")
 @dataclass
 class VaswaniTranslationConfig(TranslationConfig):
     gnmt_alpha: Optional[float] = field(
-        default=None, metadata={"help": "rank beam-search hypotheses by log P(Y|X) / ((5+|Y|)/6)^alpha, the GNMT "
-                                        f"length penalty of §6.1 ({paper.ALPHA} in the paper); replaces --lenpen"})
+        default=None,
+        metadata={
+            "help": "rank beam-search hypotheses by log P(Y|X) / ((5+|Y|)/6)^alpha, the GNMT "
+            f"length penalty of §6.1 ({paper.ALPHA} in the paper); replaces --lenpen"
+        },
+    )
     search: str = field(
-        default="fairseq", metadata={
+        default="fairseq",
+        metadata={
             "help": "the beam search's rule: fairseq (default), fairseq-generate's hypotheses; paper, §6.1's (GNMT "
-                    "penalty and early stop, each sentence's own limit); docs/reference.md#vaswani_translation-61"})
+            "penalty and early stop, each sentence's own limit); docs/reference.md#vaswani_translation-61"
+        },
+    )
     parse_constrained: bool = field(
-        default=False, metadata={"help": "parsing (§6.3): beam search emits only well-formed trees over exactly the "
-                                         "input's words (docs/reference.md)"})
+        default=False,
+        metadata={
+            "help": "parsing (§6.3): beam search emits only well-formed trees over exactly the "
+            "input's words (docs/reference.md)"
+        },
+    )
     bf16_autocast: str = field(
-        default="off", metadata={
+        default="off",
+        metadata={
             "argparse_const": "on",
             "help": "auto, on or off (default off; bare: on): train under bfloat16 autocast, weights, loss and Adam "
-                    "in float32; auto: on only on a CPU with AVX512-BF16 or AMX. Not fairseq's --bf16 (TPUs)"})
+            "in float32; auto: on only on a CPU with AVX512-BF16 or AMX. Not fairseq's --bf16 (TPUs)",
+        },
+    )
     dev_score: str = field(
-        default="none", metadata={"help": "none (default), bleu (sacreBLEU as `bleu`, tokenised as `tok_bleu`) or f1 "
-                                          "(parsing): score the valid split at validations while training"})
+        default="none",
+        metadata={
+            "help": "none (default), bleu (sacreBLEU as `bleu`, tokenised as `tok_bleu`) or f1 "
+            "(parsing): score the valid split at validations while training"
+        },
+    )
     dev_score_interval_updates: int = field(
-        default=0, metadata={"help": "--dev-score at the first validation after every N updates (0: every one)"})
+        default=0, metadata={"help": "--dev-score at the first validation after every N updates (0: every one)"}
+    )
     dev_score_sentences: int = field(
-        default=0, metadata={"help": "validate on N sentences spread evenly over the valid split, loss and score "
-                                     "(0: all of them)"})
+        default=0,
+        metadata={
+            "help": "validate on N sentences spread evenly over the valid split, loss and score (0: all of them)"
+        },
+    )
     dev_score_reference: Optional[str] = field(
-        default=None, metadata={"help": "bleu: the valid split's plain reference text; f1: the folder "
-                                        "prepare.wsj_parsing wrote (text/valid.words, gold/valid.{tags,trees})"})
+        default=None,
+        metadata={
+            "help": "bleu: the valid split's plain reference text; f1: the folder "
+            "prepare.wsj_parsing wrote (text/valid.words, gold/valid.{tags,trees})"
+        },
+    )
     dev_score_args: str = field(
-        default="{}", metadata={"help": "the decoding of --dev-score as JSON, e.g. '{\"beam\": 4, \"max_len_a\": 1, "
-                                        "\"max_len_b\": 50}'; --search, --gnmt-alpha and --parse-constrained apply"})
+        default="{}",
+        metadata={
+            "help": 'the decoding of --dev-score as JSON, e.g. \'{"beam": 4, "max_len_a": 1, '
+            '"max_len_b": 50}\'; --search, --gnmt-alpha and --parse-constrained apply'
+        },
+    )
     dev_score_post_process: Optional[str] = field(
-        default=None, metadata={"help": "join subwords before scoring: subword_nmt or sentencepiece (fairseq's "
-                                        "--post-process)"})
+        default=None,
+        metadata={"help": "join subwords before scoring: subword_nmt or sentencepiece (fairseq's --post-process)"},
+    )
 
 
-def unsupported_by_plugin_search(models, args, seq_gen_cls, extra_gen_cls_kwargs,
-                                 prefix_allowed_tokens_fn) -> Optional[str]:
+def unsupported_by_plugin_search(
+    models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn
+) -> Optional[str]:
     """What of this generation fairseq's SequenceGenerator must do (named as its option); None: nothing."""
     if len(models) != 1:
         return "an ensemble of models"
     # fairseq-generate always passes lm_model (None without --lm-path) and lm_weight.
     extra_options = set(extra_gen_cls_kwargs or {}) - {"lm_model", "lm_weight"}
-    options = [("--sampling", getattr(args, "sampling", False)),
-               ("--diverse-beam-groups", getattr(args, "diverse_beam_groups", -1) > 0),
-               ("--diversity-rate", getattr(args, "diversity_rate", -1) > -1),
-               ("--match-source-len", getattr(args, "match_source_len", False)),
-               ("--constraints", getattr(args, "constraints", False)),
-               ("--prefix-size", getattr(args, "prefix_size", 0) > 0),
-               ("--no-repeat-ngram-size", getattr(args, "no_repeat_ngram_size", 0) > 0),
-               ("a prefix_allowed_tokens_fn", prefix_allowed_tokens_fn is not None
-                or getattr(args, "prefix_allowed_tokens_fn", None) is not None),
-               (f"generator class {getattr(seq_gen_cls, '__name__', '')}", seq_gen_cls is not None),
-               ("--lm-path", (extra_gen_cls_kwargs or {}).get("lm_model") is not None),
-               (f"generator options {', '.join(sorted(extra_options))}", bool(extra_options)),
-               ("--print-alignment with a model that aligns step by step (no full_context_alignment)",
-                getattr(args, "print_alignment", None) and not getattr(models[0], "full_context_alignment", False))]
+    options = [
+        ("--sampling", getattr(args, "sampling", False)),
+        ("--diverse-beam-groups", getattr(args, "diverse_beam_groups", -1) > 0),
+        ("--diversity-rate", getattr(args, "diversity_rate", -1) > -1),
+        ("--match-source-len", getattr(args, "match_source_len", False)),
+        ("--constraints", getattr(args, "constraints", False)),
+        ("--prefix-size", getattr(args, "prefix_size", 0) > 0),
+        ("--no-repeat-ngram-size", getattr(args, "no_repeat_ngram_size", 0) > 0),
+        (
+            "a prefix_allowed_tokens_fn",
+            prefix_allowed_tokens_fn is not None or getattr(args, "prefix_allowed_tokens_fn", None) is not None,
+        ),
+        (f"generator class {getattr(seq_gen_cls, '__name__', '')}", seq_gen_cls is not None),
+        ("--lm-path", (extra_gen_cls_kwargs or {}).get("lm_model") is not None),
+        (f"generator options {', '.join(sorted(extra_options))}", bool(extra_options)),
+        (
+            "--print-alignment with a model that aligns step by step (no full_context_alignment)",
+            getattr(args, "print_alignment", None) and not getattr(models[0], "full_context_alignment", False),
+        ),
+    ]
     return next((option for option, present in options if present), None)
 
 
@@ -155,8 +193,7 @@ class VaswaniTranslationTask(TranslationTask):
         super().reduce_metrics(logging_outputs, criterion)
         self.dev_scoring.log(logging_outputs, metrics)
 
-    def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None,
-                        prefix_allowed_tokens_fn=None):
+    def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, prefix_allowed_tokens_fn=None):
         """--search paper: the plugin's beam search (§6.1); fairseq: fairseq's generator, GNMT-ranked."""
         if getattr(args, "score_reference", False):
             return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn)
@@ -164,21 +201,31 @@ class VaswaniTranslationTask(TranslationTask):
         if self.cfg.search == "fairseq":
             if alpha is not None:
                 check_no_fairseq_normalisation(args, f"--gnmt-alpha {alpha}")
-            generator = self.build_ranked_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs,
-                                                    prefix_allowed_tokens_fn)
+            generator = self.build_ranked_generator(
+                models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn
+            )
         else:
             check_no_fairseq_normalisation(args, "--search paper" if alpha is None else f"--gnmt-alpha {alpha}")
-            unsupported = unsupported_by_plugin_search(models, args, seq_gen_cls, extra_gen_cls_kwargs,
-                                                       prefix_allowed_tokens_fn)
+            unsupported = unsupported_by_plugin_search(
+                models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn
+            )
             if unsupported is not None:
-                raise VaswaniConfigError(f"--search paper does not combine with {unsupported}: fairseq's generator "
-                                         "would decode by its own rule; use --search fairseq")
+                raise VaswaniConfigError(
+                    f"--search paper does not combine with {unsupported}: fairseq's generator "
+                    "would decode by its own rule; use --search fairseq"
+                )
             generator = BeamSearchGenerator(
-                models, self.target_dictionary, beam_size=getattr(args, "beam", 5),
-                max_len_a=getattr(args, "max_len_a", 0), max_len_b=getattr(args, "max_len_b", 200),
-                min_len=getattr(args, "min_len", 1), unk_penalty=getattr(args, "unkpen", 0),
-                temperature=getattr(args, "temperature", 1.0), gnmt_alpha=alpha,
-                print_alignment=getattr(args, "print_alignment", None))
+                models,
+                self.target_dictionary,
+                beam_size=getattr(args, "beam", 5),
+                max_len_a=getattr(args, "max_len_a", 0),
+                max_len_b=getattr(args, "max_len_b", 200),
+                min_len=getattr(args, "min_len", 1),
+                unk_penalty=getattr(args, "unkpen", 0),
+                temperature=getattr(args, "temperature", 1.0),
+                gnmt_alpha=alpha,
+                print_alignment=getattr(args, "print_alignment", None),
+            )
         if self.cfg.parse_constrained:
             generator = constrain_to_trees(generator, self.tgt_dict, self.datasets, self.src_dict)
         return generator
@@ -235,5 +282,6 @@ class VaswaniTranslationTask(TranslationTask):
             raise VaswaniConfigError(
                 f"{name}{others} is longer than the model takes: {sizes} tokens (source, target: "
                 f"</s> included), positions {max_positions}; --skip-invalid-size-inputs-valid-test leaves such "
-                "sentences out")
+                "sentences out"
+            )
         return super().filter_indices_by_size(indices, dataset, max_positions, ignore_invalid_inputs)

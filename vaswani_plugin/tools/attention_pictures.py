@@ -36,8 +36,11 @@ KINDS = {
     "encoder_decoder": ("Encoder-decoder attention", "decoder", "encoder_attention"),
 }
 # kind -> the tokens along (queries, keys); see the module docstring.
-AXES = {"encoder_self": ("source", "source"), "decoder_self": ("target", "decoder_input"),
-        "encoder_decoder": ("target", "source")}
+AXES = {
+    "encoder_self": ("source", "source"),
+    "decoder_self": ("target", "decoder_input"),
+    "encoder_decoder": ("target", "source"),
+}
 AXIS_NAMES = {"source": "source token", "target": "decoder output", "decoder_input": "decoder input"}
 # §6.1's beam size and maximum output length (input length + 50).
 BEAM, MAX_LEN_A, MAX_LEN_B = paper.BEAM, paper.MAX_LEN_A, paper.MAX_LEN_B
@@ -47,8 +50,9 @@ def _store_probabilities(slots: List[Optional[Tensor]], index: int, attention, a
     """Forward hook: recompute the module's per-head probabilities from its own inputs and projections."""
     if kwargs.get("cache") is not None:
         raise RuntimeError("attention capture needs full forward passes, not incremental decoding")
-    slots[index] = attention.head_probabilities(args[0], kwargs.get("memory"), kwargs.get("mask"),
-                                                kwargs.get("is_causal", False))
+    slots[index] = attention.head_probabilities(
+        args[0], kwargs.get("memory"), kwargs.get("mask"), kwargs.get("is_causal", False)
+    )
 
 
 @contextmanager
@@ -63,8 +67,9 @@ def captured_attention(model: VaswaniTransformerModel) -> Iterator[Dict[str, Lis
         captured[kind] = [None] * len(layers)
         for index, layer in enumerate(layers):
             attention = getattr(layer, sublayer).sublayer
-            handles.append(attention.register_forward_hook(partial(_store_probabilities, captured[kind], index),
-                                                           with_kwargs=True))
+            handles.append(
+                attention.register_forward_hook(partial(_store_probabilities, captured[kind], index), with_kwargs=True)
+            )
     try:
         yield captured
     finally:
@@ -72,8 +77,7 @@ def captured_attention(model: VaswaniTransformerModel) -> Iterator[Dict[str, Lis
             handle.remove()
 
 
-def attention_maps(model: VaswaniTransformerModel, src_tokens: Tensor,
-                   prev_output_tokens: Tensor) -> Dict[str, Tensor]:
+def attention_maps(model: VaswaniTransformerModel, src_tokens: Tensor, prev_output_tokens: Tensor) -> Dict[str, Tensor]:
     """One sentence (1-D token tensors), teacher-forced in eval mode: kind -> [layers, heads, queries, keys]."""
     was_training = model.training
     model.eval()
@@ -92,8 +96,10 @@ def encode(dictionary, sentence: str, option: str) -> Tensor:
         raise VaswaniConfigError(f"{option} is empty")
     unknown = [word for word in words if dictionary.index(word) == dictionary.unk()]
     if unknown:
-        print(f"warning: {option}: not in the dictionary, read as {dictionary.unk_word}: {' '.join(unknown)}",
-              file=sys.stderr)
+        print(
+            f"warning: {option}: not in the dictionary, read as {dictionary.unk_word}: {' '.join(unknown)}",
+            file=sys.stderr,
+        )
     return dictionary.encode_line(" ".join(words), add_if_not_exist=False, append_eos=True).long()
 
 
@@ -109,12 +115,20 @@ def check_range(option: str, value: int, counts: Dict[str, int]) -> None:
     """A 1-based --layer/--head must exist in every stack (counts: stack -> layers or heads)."""
     if not 1 <= value <= min(counts.values()):
         sizes = ", ".join(f"{stack} {count}" for stack, count in counts.items())
-        raise VaswaniConfigError(f"{option} {value} is out of range: valid {option.lstrip('-')}s are "
-                                 f"1..{min(counts.values())} ({sizes})")
+        raise VaswaniConfigError(
+            f"{option} {value} is out of range: valid {option.lstrip('-')}s are 1..{min(counts.values())} ({sizes})"
+        )
 
 
-def labelled_heatmap(axes, weights: numpy.ndarray, query_tokens, key_tokens, vmax: float,
-                     label_keys: bool = True, label_queries: bool = True):
+def labelled_heatmap(
+    axes,
+    weights: numpy.ndarray,
+    query_tokens,
+    key_tokens,
+    vmax: float,
+    label_keys: bool = True,
+    label_queries: bool = True,
+):
     """Draw one [queries, keys] map with the tokens on the axes; returns the image for a colorbar."""
     image = axes.imshow(weights, cmap="viridis", vmin=0.0, vmax=vmax)
     axes.set_xticks(range(len(key_tokens)), key_tokens, rotation=90, fontsize=8)
@@ -128,8 +142,9 @@ def panel_size(query_tokens, key_tokens):
     return max(3.0, 1.5 + 0.25 * len(key_tokens)), max(3.0, 1.5 + 0.25 * len(query_tokens))
 
 
-def write_pictures(maps: Dict[str, Tensor], tokens: Dict[str, List[str]], layers: Dict[str, int],
-                   head: int, output_dir: Path) -> List[Path]:
+def write_pictures(
+    maps: Dict[str, Tensor], tokens: Dict[str, List[str]], layers: Dict[str, int], head: int, output_dir: Path
+) -> List[Path]:
     """Per kind a heatmap of one head and a grid of all heads of one layer (1-based); returns the PNG paths."""
     try:
         from matplotlib.figure import Figure  # Figure.savefig renders PNG with Agg; pyplot is never touched
@@ -147,8 +162,11 @@ def write_pictures(maps: Dict[str, Tensor], tokens: Dict[str, List[str]], layers
         axes = figure.add_subplot()
         weights = layer_maps[head - 1]
         image = labelled_heatmap(axes, weights, queries, keys, weights.max())
-        axes.set(title=f"{heading}, head {head}", xlabel=f"key ({AXIS_NAMES[key_side]})",
-                 ylabel=f"query ({AXIS_NAMES[query_side]})")
+        axes.set(
+            title=f"{heading}, head {head}",
+            xlabel=f"key ({AXIS_NAMES[key_side]})",
+            ylabel=f"query ({AXIS_NAMES[query_side]})",
+        )
         figure.colorbar(image, ax=axes, label="attention probability")
         written.append(output_dir / f"{kind}_layer{layers[kind]}_head{head}.png")
         figure.savefig(written[-1], dpi=120, bbox_inches="tight")
@@ -164,8 +182,15 @@ def write_pictures(maps: Dict[str, Tensor], tokens: Dict[str, List[str]], layers
                 continue
             # One colour scale for the whole layer, so that the heads compare at a glance; tokens only on the
             # outer panels (far fewer labels to lay out).
-            image = labelled_heatmap(axes, layer_maps[index], queries, keys, layer_maps.max(),
-                                     label_keys=index + columns >= heads, label_queries=index % columns == 0)
+            image = labelled_heatmap(
+                axes,
+                layer_maps[index],
+                queries,
+                keys,
+                layer_maps.max(),
+                label_keys=index + columns >= heads,
+                label_queries=index % columns == 0,
+            )
             axes.set_title(f"head {index + 1}", fontsize=10)
         figure.suptitle(f"{heading}, all heads (rows: {AXIS_NAMES[query_side]}, columns: {AXIS_NAMES[key_side]})")
         figure.colorbar(image, ax=grid.ravel().tolist(), label="attention probability")
@@ -188,8 +213,9 @@ def write_attention_pictures(args: argparse.Namespace) -> List[Path]:
     if args.bpe_codes:
         source = " ".join(TextPipeline(task.cfg.source_lang, task.cfg.source_lang, args.bpe_codes).encode(source))
         if target_text is not None:
-            target_text = " ".join(TextPipeline(task.cfg.target_lang, task.cfg.target_lang,
-                                                args.bpe_codes).encode(target_text))
+            target_text = " ".join(
+                TextPipeline(task.cfg.target_lang, task.cfg.target_lang, args.bpe_codes).encode(target_text)
+            )
     src_tokens = encode(task.source_dictionary, source, "--source")
     print(f"source: {task.source_dictionary.string(src_tokens)}")
     if target_text is None:
@@ -202,22 +228,30 @@ def write_attention_pictures(args: argparse.Namespace) -> List[Path]:
     decoder_input = torch.cat([target.new_tensor([task.target_dictionary.eos()]), target[:-1]])
     maps = attention_maps(model, src_tokens, decoder_input)
 
-    tokens = {"source": [task.source_dictionary[i] for i in src_tokens],
-              "target": [task.target_dictionary[i] for i in target],
-              "decoder_input": [task.target_dictionary[i] for i in decoder_input]}
+    tokens = {
+        "source": [task.source_dictionary[i] for i in src_tokens],
+        "target": [task.target_dictionary[i] for i in target],
+        "decoder_input": [task.target_dictionary[i] for i in decoder_input],
+    }
     output_dir = Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     written = write_pictures(maps, tokens, layers, args.head or 1, output_dir)
     written.append(output_dir / "attention.npz")
-    numpy.savez(written[-1], **{kind: weights.numpy() for kind, weights in maps.items()},
-                **{f"{side}_tokens": numpy.array(words) for side, words in tokens.items()})
+    numpy.savez(
+        written[-1],
+        **{kind: weights.numpy() for kind, weights in maps.items()},
+        **{f"{side}_tokens": numpy.array(words) for side, words in tokens.items()},
+    )
     return written
 
 
 def main(argv: Optional[List[str]] = None) -> None:
     """Parse the command line, write the pictures, print their paths; user mistakes end in one line."""
-    parser = argparse.ArgumentParser(prog="vaswani_plugin.tools.attention_pictures", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="vaswani_plugin.tools.attention_pictures",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--path", required=True, help="vaswani_transformer checkpoint written by fairseq-train")
     parser.add_argument("--data", required=True, help="directory with dict.SRC.txt and dict.TGT.txt")
     parser.add_argument("--source-lang", help="source language (default: the checkpoint's task)")

@@ -32,25 +32,41 @@ def sizes_of(args, source_vocabulary: int, target_vocabulary: int) -> Sizes:
     """The model's sizes from fairseq's parsed arguments; the encoder's and decoder's must agree but for depth."""
     for name in ("embed_dim", "ffn_embed_dim", "attention_heads"):
         if getattr(args, f"encoder_{name}") != getattr(args, f"decoder_{name}"):
-            raise VaswaniConfigError(f"the memory model takes one {name.replace('_', ' ')} for encoder and decoder "
-                                     f"(got {getattr(args, f'encoder_{name}')} and {getattr(args, f'decoder_{name}')})"
-                                     "; set MAX_TOKENS_PER_GPU")
-    share = ("all" if args.share_all_embeddings else
-             "output" if args.share_decoder_input_output_embed else "none")
-    return Sizes(args.encoder_layers, args.encoder_embed_dim, args.encoder_ffn_embed_dim,
-                 args.encoder_attention_heads, source_vocabulary, target_vocabulary, share, args.decoder_layers)
+            raise VaswaniConfigError(
+                f"the memory model takes one {name.replace('_', ' ')} for encoder and decoder "
+                f"(got {getattr(args, f'encoder_{name}')} and {getattr(args, f'decoder_{name}')})"
+                "; set MAX_TOKENS_PER_GPU"
+            )
+    share = "all" if args.share_all_embeddings else "output" if args.share_decoder_input_output_embed else "none"
+    return Sizes(
+        args.encoder_layers,
+        args.encoder_embed_dim,
+        args.encoder_ffn_embed_dim,
+        args.encoder_attention_heads,
+        source_vocabulary,
+        target_vocabulary,
+        share,
+        args.decoder_layers,
+    )
 
 
 def largest_on_gpus(sizes: Sizes, precision: str):
     """(tokens, why): the largest batch on the smallest visible GPU, and a line saying how it was chosen."""
     if not torch.cuda.is_available():
         raise VaswaniConfigError("no GPU visible: the batch is chosen from a GPU's memory; set MAX_TOKENS_PER_GPU")
-    device, properties = min(((torch.device("cuda", index), torch.cuda.get_device_properties(index))
-                              for index in range(torch.cuda.device_count())), key=lambda pair: pair[1].total_memory)
+    device, properties = min(
+        (
+            (torch.device("cuda", index), torch.cuda.get_device_properties(index))
+            for index in range(torch.cuda.device_count())
+        ),
+        key=lambda pair: pair[1].total_memory,
+    )
     tokens = largest_batch(sizes, precision, int(properties.total_memory * GPU_MEMORY_SHARE), chunk_logits_for(device))
-    budget = (f"{GPU_MEMORY_SHARE:.0%} of {properties.name}'s {properties.total_memory / 2**30:.0f} GiB for d_model "
-              f"{sizes.d_model}, d_ff {sizes.d_ff}, {sizes.layers}+{sizes.decoder_layers or sizes.layers} layers, "
-              f"{sizes.target_vocabulary} symbols in {precision} (vaswani_plugin/models/memory.py)")
+    budget = (
+        f"{GPU_MEMORY_SHARE:.0%} of {properties.name}'s {properties.total_memory / 2**30:.0f} GiB for d_model "
+        f"{sizes.d_model}, d_ff {sizes.d_ff}, {sizes.layers}+{sizes.decoder_layers or sizes.layers} layers, "
+        f"{sizes.target_vocabulary} symbols in {precision} (vaswani_plugin/models/memory.py)"
+    )
     if tokens == 0:
         raise VaswaniConfigError(f"the model's weights, gradients and Adam's state alone exceed {budget}")
     return tokens, f"{tokens} tokens a batch fit {budget}"
@@ -60,8 +76,9 @@ PROG = "vaswani_plugin.tools.gpu_batch"
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0],
-                                     usage="%(prog)s DATA_BIN [fairseq-train arguments]")
+    parser = argparse.ArgumentParser(
+        prog=PROG, description=__doc__.split("\n")[0], usage="%(prog)s DATA_BIN [fairseq-train arguments]"
+    )
     parser.add_argument("training", nargs=argparse.REMAINDER, help="fairseq-train's arguments, DATA_BIN first")
     run_command(parser, lambda args: print(command_batch(args.training)), argv)
 
@@ -69,6 +86,7 @@ def main(argv=None):
 def command_batch(training) -> int:
     """The tokens for fairseq-train's arguments `training`, said on stderr."""
     from fairseq import options, tasks
+
     parsed = options.parse_args_and_arch(options.get_training_parser(), list(training))
     task = tasks.setup_task(parsed)  # its dictionaries; no data is read
     sizes = sizes_of(parsed, len(task.source_dictionary), len(task.target_dictionary))

@@ -48,11 +48,18 @@ def parse_line(line: str) -> Optional[dict]:
     """A record of one of fairseq-train's log lines (simple format), or None for the others."""
     if match := TRAIN_INNER.search(line):
         values = numbers([pair.split("=", 1) for pair in match[4].split(", ")])
-        return dict(values, kind="train", epoch=int(match[1]), epoch_updates=int(match[3]),
-                    update=int(values.get("num_updates", 0)))
+        return dict(
+            values,
+            kind="train",
+            epoch=int(match[1]),
+            epoch_updates=int(match[3]),
+            update=int(values.get("num_updates", 0)),
+        )
     if match := VALID.search(line):
         values = numbers([pair.strip().split(" ", 1) for pair in match[3].split(" | ")])
-        return dict(values, kind="valid", subset=match[2], epoch=int(match[1]), update=int(values.get("num_updates", 0)))
+        return dict(
+            values, kind="valid", subset=match[2], epoch=int(match[1]), update=int(values.get("num_updates", 0))
+        )
     if match := EPOCH.search(line):
         values = numbers([pair.strip().split(" ", 1) for pair in match[2].split(" | ")])
         return dict(values, kind="epoch", epoch=int(match[1]), update=int(values.get("num_updates", 0)))
@@ -113,8 +120,15 @@ def duration(seconds: float) -> str:
 class Progress:
     """The filter's state: the target, the rate and the records of this piece."""
 
-    def __init__(self, records_path: Path, target: argparse.Namespace, on_checkpoint: Optional[str] = None,
-                 workers: int = 1, refresh_interval: float = 0.0, clock=time.time):
+    def __init__(
+        self,
+        records_path: Path,
+        target: argparse.Namespace,
+        on_checkpoint: Optional[str] = None,
+        workers: int = 1,
+        refresh_interval: float = 0.0,
+        clock=time.time,
+    ):
         self.records_path, self.target, self.on_checkpoint, self.clock = records_path, target, on_checkpoint, clock
         self.started = clock()
         # The first refresh a --refresh-interval after the start: a short run is drawn once, by the recipe at its end.
@@ -128,9 +142,17 @@ class Progress:
                 file.seek(-1, os.SEEK_END)
                 if file.read(1) != b"\n":
                     file.write(b"\n")
-        self.write({"kind": "start", "argv": target.argv, "workers": workers, "machine": machine(),
-                    "max_update": target.max_update, "max_epoch": target.max_epoch,
-                    "stop_time_hours": target.stop_time_hours})
+        self.write(
+            {
+                "kind": "start",
+                "argv": target.argv,
+                "workers": workers,
+                "machine": machine(),
+                "max_update": target.max_update,
+                "max_epoch": target.max_epoch,
+                "stop_time_hours": target.stop_time_hours,
+            }
+        )
 
     def previous_seconds(self) -> float:
         """The training time of the pieces before this one (a resumed run), as fairseq's budget counts it."""
@@ -170,7 +192,7 @@ class Progress:
     def estimate(self, record: dict, now: float) -> str:
         """The ETA line; the record gets the target update and the seconds left."""
         update = record["update"]
-        self.recent = (self.recent + [(now, update)])[-(RATE_WINDOW + 1):]
+        self.recent = (self.recent + [(now, update)])[-(RATE_WINDOW + 1) :]
         (first_time, first_update), rate = self.recent[0], record.get("ups", 0.0)
         if now > first_time and update > first_update:
             rate = (update - first_update) / (now - first_time)
@@ -187,8 +209,11 @@ class Progress:
         lefts = [s for s in (left_by_updates, left_by_budget) if s is not None]
         left = max(min(lefts), 0.0) if lefts else None
         record.update(target_update=target, seconds_left=None if left is None else round(left, 1), rate=round(rate, 4))
-        parts = [f"update {update:,}" + (f" of {target:,} ({100 * update / target:.1f} %)" if target else ""),
-                 f"{rate:.2f} updates/s", f"{record.get('wps', 0):,.0f} target tokens/s"]
+        parts = [
+            f"update {update:,}" + (f" of {target:,} ({100 * update / target:.1f} %)" if target else ""),
+            f"{rate:.2f} updates/s",
+            f"{record.get('wps', 0):,.0f} target tokens/s",
+        ]
         if left is not None:
             ends = time.strftime("%Y-%m-%d %H:%M", time.localtime(now + left))
             why = "the time budget" if left_by_budget is not None and left == max(left_by_budget, 0.0) else "updates"
@@ -205,8 +230,13 @@ class Progress:
         now = self.clock()
         if self.refresh_pending and now - self.refreshed >= self.refresh_interval:
             self.refresh_pending, self.refreshed = False, now
-            self.refresh = subprocess.Popen(self.on_checkpoint, shell=True, stdin=subprocess.DEVNULL,
-                                            stdout=sys.stderr, preexec_fn=lambda: os.nice(10))
+            self.refresh = subprocess.Popen(
+                self.on_checkpoint,
+                shell=True,
+                stdin=subprocess.DEVNULL,
+                stdout=sys.stderr,
+                preexec_fn=lambda: os.nice(10),
+            )
 
     def finish(self):
         """At the end of training's output: the refresh under way waited for, so that none outlives the training
@@ -221,15 +251,18 @@ def dev_line(record: dict) -> List[str]:
     if not scores:
         return []
     sentences = f" ({int(record['dev_sentences']):,} sentences)" if "dev_sentences" in record else ""
-    return [f"[progress] dev at update {record['update']:,}{sentences}: {', '.join(scores)}, loss {record.get('loss', 0):.3f}"]
+    return [
+        f"[progress] dev at update {record['update']:,}{sentences}: {', '.join(scores)}, loss {record.get('loss', 0):.3f}"
+    ]
 
 
 def machine() -> str:
     """The GPUs (nvidia-smi's names) or else the CPU model, as the report states it."""
     if shutil.which("nvidia-smi"):
         try:
-            names = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                                   text=True, timeout=20).stdout.split("\n")
+            names = subprocess.run(
+                ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
+            ).stdout.split("\n")
             names = [name.strip() for name in names if name.strip()]
             if names:
                 return f"{len(names)} x {names[0]} (this node)"
@@ -258,19 +291,28 @@ def training_target(argv: List[str]) -> argparse.Namespace:
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="vaswani_plugin.tools.progress", description=__doc__.splitlines()[0])
     parser.add_argument("--records", required=True, type=Path, help="the JSON-lines record, appended to")
-    parser.add_argument("--on-checkpoint", help="a shell command run in the background after each checkpoint "
-                                                "(one at a time, low priority): the recipes redraw curves and report")
-    parser.add_argument("--refresh-interval", type=float, default=0.0, metavar="SECONDS",
-                        help="run --on-checkpoint at most this often, the first time this long after the start "
-                             "(default: after every checkpoint)")
+    parser.add_argument(
+        "--on-checkpoint",
+        help="a shell command run in the background after each checkpoint "
+        "(one at a time, low priority): the recipes redraw curves and report",
+    )
+    parser.add_argument(
+        "--refresh-interval",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="run --on-checkpoint at most this often, the first time this long after the start "
+        "(default: after every checkpoint)",
+    )
     parser.add_argument("--workers", type=int, default=1, help="processes training together (for the report)")
     parser.add_argument("training", nargs="*", help="fairseq-train's arguments, after --")
     run_command(parser, progress_command, argv)
 
 
 def progress_command(args):
-    progress = Progress(args.records, training_target(args.training), args.on_checkpoint, args.workers,
-                        args.refresh_interval)
+    progress = Progress(
+        args.records, training_target(args.training), args.on_checkpoint, args.workers, args.refresh_interval
+    )
     try:
         for line in sys.stdin:
             sys.stdout.write(line)
@@ -279,8 +321,9 @@ def progress_command(args):
                     for said in progress.line(line.rstrip("\n")):
                         sys.stdout.write(said + "\n")
                 except Exception as error:  # noqa: BLE001  (a broken pipe here would stop the training)
-                    sys.stdout.write(f"[progress] no more estimates or records ({type(error).__name__}: {error}); "
-                                     "training goes on\n")
+                    sys.stdout.write(
+                        f"[progress] no more estimates or records ({type(error).__name__}: {error}); training goes on\n"
+                    )
                     progress.finish()
                     progress = None
             sys.stdout.flush()

@@ -32,8 +32,13 @@ def stage_lines(work_dir: Path) -> List[str]:
         if "plan" not in record:
             continue
         state = f"finished {record['finished']}" if record.get("finished") else "not finished"
-        lines += [f"- **{record.get('stage')}**: started {record.get('started')}, {state}", "", "  ```",
-                  *[f"  {line}" for line in record["plan"].splitlines() if line.strip()], "  ```"]
+        lines += [
+            f"- **{record.get('stage')}**: started {record.get('started')}, {state}",
+            "",
+            "  ```",
+            *[f"  {line}" for line in record["plan"].splitlines() if line.strip()],
+            "  ```",
+        ]
     versions = next((r.get("versions") for r in records if r.get("versions")), None)
     if versions:
         lines.append("- versions: " + ", ".join(f"{name} {version}" for name, version in versions.items()))
@@ -53,19 +58,26 @@ def progress_lines(records: List[dict], raw: List[dict]) -> List[str]:
     if train:
         last = train[-1]
         target = f" of {last['target_update']:,}" if last.get("target_update") else ""
-        lines.append(f"- update {last['update']:,}{target} after {duration(last['seconds'])} of training; "
-                     f"training loss {last.get('loss', float('nan')):.3f}, lr {last.get('lr', float('nan')):.3g}")
+        lines.append(
+            f"- update {last['update']:,}{target} after {duration(last['seconds'])} of training; "
+            f"training loss {last.get('loss', float('nan')):.3f}, lr {last.get('lr', float('nan')):.3g}"
+        )
         if last.get("seconds_left") is not None:
             lines.append(f"- estimated time left at the last record: {duration(last['seconds_left'])}")
     valid = [r for r in records if r.get("kind") == "valid" and r.get("subset", "valid") == "valid"]
     validating = sum(r.get("validation_seconds", 0) for r in records if r.get("kind") == "valid")
     if validating and train:
-        lines.append(f"- validating (dev loss and scores): {duration(validating)}, "
-                     f"{100 * validating / max(train[-1]['seconds'], 1e-9):.1f} % of the training time")
+        lines.append(
+            f"- validating (dev loss and scores): {duration(validating)}, "
+            f"{100 * validating / max(train[-1]['seconds'], 1e-9):.1f} % of the training time"
+        )
     if valid:
         shown = [(key, name) for key, name in DEV_SCORES.items() if any(key in r for r in valid)]
-        lines += ["", "| update | dev loss | " + " | ".join(name for _, name in shown) + " |",
-                  "|---:|---:|" + "---:|" * len(shown)]
+        lines += [
+            "",
+            "| update | dev loss | " + " | ".join(name for _, name in shown) + " |",
+            "|---:|---:|" + "---:|" * len(shown),
+        ]
         for record in valid:
             scores = " | ".join(f"{record[key]:.2f}" if key in record else "" for key, _ in shown)
             lines.append(f"| {record['update']:,} | {record.get('loss', float('nan')):.3f} | {scores} |")
@@ -78,11 +90,26 @@ def report(work_dir: Path) -> Path:
     raw = read_records(source)
     records = stitched(raw)
     draw({work_dir.name: records}, work_dir / "curves")
-    lines = [f"# Report: {work_dir.name}", "", f"Written {time.strftime('%Y-%m-%d %H:%M:%S %Z')} from "
-             f"{source.relative_to(work_dir)}; refreshed at each checkpoint and at the end.", "",
-             "## Command and settings", "", *stage_lines(work_dir), "", "## Machine and progress", "",
-             *progress_lines(records, raw), "", "## Curves", "",
-             "![against updates](curves/updates.png)", "", "![against wall-clock time](curves/wall_clock.png)"]
+    lines = [
+        f"# Report: {work_dir.name}",
+        "",
+        f"Written {time.strftime('%Y-%m-%d %H:%M:%S %Z')} from "
+        f"{source.relative_to(work_dir)}; refreshed at each checkpoint and at the end.",
+        "",
+        "## Command and settings",
+        "",
+        *stage_lines(work_dir),
+        "",
+        "## Machine and progress",
+        "",
+        *progress_lines(records, raw),
+        "",
+        "## Curves",
+        "",
+        "![against updates](curves/updates.png)",
+        "",
+        "![against wall-clock time](curves/wall_clock.png)",
+    ]
     scores = sorted(path for pattern in SCORES for path in work_dir.glob(pattern))
     if scores:
         lines += ["", "## Final scores", ""]
@@ -102,8 +129,11 @@ def report(work_dir: Path) -> Path:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="vaswani_plugin.tools.run_report", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="vaswani_plugin.tools.run_report",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("work_dir", type=Path, help="the recipe's WORK_DIR")
     run_command(parser, lambda args: print(report(args.work_dir)), argv)
 

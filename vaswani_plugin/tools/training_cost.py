@@ -15,9 +15,18 @@ from vaswani_plugin.errors import VaswaniConfigError
 # Dense peak TFLOP/s per GPU: (fp32, fp16/bf16 tensor cores). Table 2 used 2.8, 3.7, 6.0 and 9.5 TFLOPS
 # for K80, K40, M40 and P100 ("sustained single-precision floating-point capacity").
 PEAK_TFLOPS = {
-    "K80": (2.8, None), "K40": (3.7, None), "M40": (6.0, None), "P100": (9.5, 18.7),
-    "V100": (15.7, 125.0), "T4": (8.1, 65.0), "A10": (31.2, 125.0), "A100": (19.5, 312.0),
-    "L4": (30.3, 121.0), "L40": (90.5, 181.0), "H100": (67.0, 989.0), "H200": (67.0, 989.0),
+    "K80": (2.8, None),
+    "K40": (3.7, None),
+    "M40": (6.0, None),
+    "P100": (9.5, 18.7),
+    "V100": (15.7, 125.0),
+    "T4": (8.1, 65.0),
+    "A10": (31.2, 125.0),
+    "A100": (19.5, 312.0),
+    "L4": (30.3, 121.0),
+    "L40": (90.5, 181.0),
+    "H100": (67.0, 989.0),
+    "H200": (67.0, 989.0),
 }
 # Table 2's training costs, for comparison.
 PAPER_COST = {"base": 3.3e18, "big": 2.3e19}
@@ -37,8 +46,10 @@ def training_seconds(checkpoint: str) -> float:
     try:
         return float(state["extra_state"]["previous_training_time"])
     except (KeyError, TypeError):
-        raise VaswaniConfigError(f"{checkpoint}: no training time in it (extra_state.previous_training_time); "
-                                 "not a checkpoint written by fairseq-train") from None
+        raise VaswaniConfigError(
+            f"{checkpoint}: no training time in it (extra_state.previous_training_time); "
+            "not a checkpoint written by fairseq-train"
+        ) from None
 
 
 def main(argv=None):
@@ -59,12 +70,13 @@ def cost_command(args) -> None:
         peak, source = peak_for(name, args.fp16), f"{name} {'fp16' if args.fp16 else 'fp32'} peak"
     paper = f"; paper (Table 2): {PAPER_COST[args.paper]:.1e}" if args.paper else ""
     if peak is None:
-        print(f"Training cost: {seconds:.0f} s x {args.gpus} GPUs; peak FLOP/s unknown for this device "
-              f"(set PEAK_TFLOPS / --peak-tflops to estimate FLOPs){paper}")
+        print(
+            f"Training cost: {seconds:.0f} s x {args.gpus} GPUs; peak FLOP/s unknown for this device "
+            f"(set PEAK_TFLOPS / --peak-tflops to estimate FLOPs){paper}"
+        )
         return
     flops = seconds * args.gpus * peak * 1e12
-    print(f"Training cost: {flops:.2e} FLOPs = {seconds:.0f} s x {args.gpus} GPUs x {peak:g} TFLOP/s "
-          f"({source}){paper}")
+    print(f"Training cost: {flops:.2e} FLOPs = {seconds:.0f} s x {args.gpus} GPUs x {peak:g} TFLOP/s ({source}){paper}")
 
 
 if __name__ == "__main__":

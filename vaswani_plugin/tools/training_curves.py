@@ -17,11 +17,13 @@ from vaswani_plugin.tools.progress import DEV_SCORES, read_records, stitched
 
 RECORDS = ("checkpoints/progress.jsonl", "progress.jsonl")
 # (title, record kind, the record's keys drawn in that panel)
-PANELS = (("training loss (bits)", "train", ("loss", "nll_loss")),
-          ("learning rate (eq. 3)", "train", ("lr",)),
-          ("gradient norm", "train", ("gnorm",)),
-          ("dev loss (bits)", "valid", ("loss", "nll_loss")),
-          ("dev score", "valid", tuple(DEV_SCORES)))
+PANELS = (
+    ("training loss (bits)", "train", ("loss", "nll_loss")),
+    ("learning rate (eq. 3)", "train", ("lr",)),
+    ("gradient norm", "train", ("gnorm",)),
+    ("dev loss (bits)", "valid", ("loss", "nll_loss")),
+    ("dev score", "valid", tuple(DEV_SCORES)),
+)
 NAMES = {**DEV_SCORES, "nll_loss": "nll"}  # the legends'
 AXES = {"updates.png": ("update", "updates"), "wall_clock.png": ("hours", "wall-clock hours of training")}
 Series = Dict[str, Tuple[List[float], List[float]]]
@@ -34,8 +36,9 @@ def records_of(run: Path) -> Path:
     for relative in RECORDS:
         if (run / relative).is_file():
             return run / relative
-    raise VaswaniConfigError(f"{run}: no progress record ({' or '.join(RECORDS)}); the recipes write it while "
-                             "training (tools/progress.py)")
+    raise VaswaniConfigError(
+        f"{run}: no progress record ({' or '.join(RECORDS)}); the recipes write it while training (tools/progress.py)"
+    )
 
 
 def labels(runs: Sequence[Path]) -> List[str]:
@@ -69,12 +72,16 @@ def summary(label: str, records: List[dict], color: str) -> str:
     trained = [r for r in records if r.get("kind") in ("train", "epoch")]
     lines = [f"{label} ({color})"]
     if trained:
-        lines.append(f"{max(r['update'] for r in trained):,} updates in {max(r['seconds'] for r in trained) / 3600:.2f} h")
+        lines.append(
+            f"{max(r['update'] for r in trained):,} updates in {max(r['seconds'] for r in trained) / 3600:.2f} h"
+        )
     scored = [r for r in records if r.get("kind") == "valid" and any(key in r for key in ("bleu", "f1"))]
     if scored:
         last = scored[-1]
-        lines.append(f"dev at update {last['update']:,}: " + ", ".join(
-            f"{name} {last[key]:.2f}" for key, name in DEV_SCORES.items() if key in last))
+        lines.append(
+            f"dev at update {last['update']:,}: "
+            + ", ".join(f"{name} {last[key]:.2f}" for key, name in DEV_SCORES.items() if key in last)
+        )
     return "\n".join(lines)
 
 
@@ -82,6 +89,7 @@ def draw(runs: Dict[str, List[dict]], output_dir: Path, dpi: int = 80) -> Dict[s
     """Draw the pictures of the runs (label: stitched records) into output_dir; return what each picture plots:
     {picture: {run: {panel: {key: (x, y)}}}}."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -96,8 +104,15 @@ def draw(runs: Dict[str, List[dict]], output_dir: Path, dpi: int = 80) -> Dict[s
             for run_index, (label, panels) in enumerate(plotted[picture].items()):
                 for key_index, (key, (x, y)) in enumerate(panels.get(title, {}).items()):
                     name = f"{label}: {NAMES.get(key, key)}" if len(runs) > 1 else NAMES.get(key, key)
-                    axis.plot(x, y, color=f"C{run_index}", linestyle=("-", "--", ":")[key_index % 3],
-                              marker="o" if len(x) < 30 else None, markersize=3, label=name)
+                    axis.plot(
+                        x,
+                        y,
+                        color=f"C{run_index}",
+                        linestyle=("-", "--", ":")[key_index % 3],
+                        marker="o" if len(x) < 30 else None,
+                        markersize=3,
+                        label=name,
+                    )
             if title.startswith("learning rate"):
                 axis.ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
             if axis.lines:
@@ -105,9 +120,14 @@ def draw(runs: Dict[str, List[dict]], output_dir: Path, dpi: int = 80) -> Dict[s
             else:
                 axis.text(0.5, 0.5, "not recorded", ha="center", va="center", transform=axis.transAxes)
         axes.flat[-1].axis("off")
-        axes.flat[-1].text(0, 0.5, "\n\n".join(summary(label, records, f"C{i}")
-                                               for i, (label, records) in enumerate(runs.items())),
-                           fontsize=9, va="center", wrap=True)
+        axes.flat[-1].text(
+            0,
+            0.5,
+            "\n\n".join(summary(label, records, f"C{i}") for i, (label, records) in enumerate(runs.items())),
+            fontsize=9,
+            va="center",
+            wrap=True,
+        )
         figure.tight_layout()
         temporary = output_dir / f".{picture}.tmp"
         figure.savefig(temporary, dpi=dpi, format="png")
@@ -117,8 +137,11 @@ def draw(runs: Dict[str, List[dict]], output_dir: Path, dpi: int = 80) -> Dict[s
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="vaswani_plugin.tools.training_curves", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="vaswani_plugin.tools.training_curves",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("runs", nargs="+", type=Path, help="WORK_DIRs (or their progress.jsonl files)")
     parser.add_argument("--output-dir", type=Path, help="where the PNGs go (default: the first run's curves/)")
     run_command(parser, curves_command, argv)
