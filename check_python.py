@@ -3,7 +3,7 @@
 
 import sys
 
-SUPPORTED = [(3, 11), (3, 12)]  # setup.py's python_requires says the same
+SUPPORTED = [(3, 11), (3, 12)]  # pyproject.toml's requires-python says the same
 
 if sys.version_info[:2] not in SUPPORTED:
     sys.exit(

@@ -80,7 +80,7 @@ KIT_PACKAGES = (
 )
 SOURCE_ONLY = ("antlr4-python3-runtime",)  # no wheel on PyPI: built here (pure Python)
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
-PLUGIN_SOURCES = ("setup.py", "README.md", "vaswani_plugin")  # what building the plugin's wheel reads
+PLUGIN_SOURCES = ("pyproject.toml", "README.md", "vaswani_plugin")  # what building the plugin's wheel reads
 LIMIT_MIB = 50
 
 
@@ -107,7 +107,7 @@ def installed_versions(names):
             raise KitError(
                 f"{name} is not installed in {sys.executable}: run with the Python of the README's "
                 "set-up (PYTHON=.venv/bin/python)"
-            )
+            ) from None
     return versions
 
 
@@ -169,7 +169,7 @@ def fetch_multi30k(kit, raw_dir):
             say("Multi30k: downloading (nothing at ../shared/data/multi30k)")
             download.obtain("multi30k", dest)
     except PrepareError as error:
-        raise KitError(str(error))
+        raise KitError(str(error)) from None
 
 
 def kit_size(kit):

@@ -18,9 +18,10 @@ Then, each implementation in its own process (so that peak memory is its own):
   §6.1: GNMT α = 0.6, early stop, each sentence's own limit; other hypotheses, their mean GNMT score printed).
 - CTranslate2 (vaswani_plugin.serving.export_ctranslate2; not with --no-ctranslate2) on the plugin's model, exported
   with float32 and with int8 weights, on 1 thread, 2 threads a batch and 2 batches at once (a thread each), in a
-  process of its own: the same batches, beam 4 and greedy, length penalty 1 (fairseq-generate's --lenpen 1) and the same limit; how many of
-  its hypotheses are the plugin's; BLEU of the plugin's beam 4 and of both exports (sacrebleu, tokenize none: on
-  the data's Moses tokens with the BPE joined, against the test references so written); and how often each
+  process of its own: the same batches, beam 4 and greedy, length penalty 1 (fairseq-generate's --lenpen 1) and the
+  same limit; how many of its hypotheses are the plugin's; BLEU of the plugin's beam 4 and of both exports
+  (sacrebleu, tokenize none: on the data's Moses tokens with the BPE joined, against the test references so
+  written); and how often each
   length_penalty finds the hypothesis of the plugin's --search paper (GNMT alpha 0.6).
 On GPU (--device cuda) with --amp, fp16 autocast; the model FLOP utilisation (model FLOPs per second / the
 GPU's peak) is printed for training. With --bf16-autocast on (or auto, on a CPU that multiplies bfloat16

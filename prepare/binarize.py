@@ -92,7 +92,9 @@ def binarize(
     try:
         result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     except OSError as error:
-        raise PrepareError(f"cannot run fairseq-preprocess ({error}): install fairseq (pip install -e '.[fairseq]')")
+        raise PrepareError(
+            f"cannot run fairseq-preprocess ({error}): install fairseq (pip install -e '.[fairseq]')"
+        ) from None
     output = result.stdout or ""
     if result.returncode != 0:
         tail = "\n".join(output.strip().splitlines()[-15:])

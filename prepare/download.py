@@ -188,10 +188,10 @@ def fetch(
             if error.code == 416 and offset and size is None:
                 response = None  # the server says nothing is left: the .part file is complete
             else:
-                raise PrepareError(f"download of {url} failed: HTTP {error.code} {error.reason}; {hint}")
+                raise PrepareError(f"download of {url} failed: HTTP {error.code} {error.reason}; {hint}") from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as error:
             reason = getattr(error, "reason", None) or error
-            raise PrepareError(f"download of {url} failed: {reason}; {hint}")
+            raise PrepareError(f"download of {url} failed: {reason}; {hint}") from None
 
         if response is not None:
             with response:
@@ -256,8 +256,8 @@ def _stream(response, part: Path, mode: str, offset: int, total: Optional[int], 
                     last_report = now
     except (TimeoutError, OSError, http.client.HTTPException) as error:
         if isinstance(error, OSError) and error.errno == 28:  # ENOSPC
-            raise PrepareError(f"disk full while downloading {url} to {part}")
-        raise PrepareError(f"download of {url} broke off after {done:,} bytes ({error}); {hint}")
+            raise PrepareError(f"disk full while downloading {url} to {part}") from None
+        raise PrepareError(f"download of {url} broke off after {done:,} bytes ({error}); {hint}") from None
 
 
 def locate(name: str, raw_dir: Optional[Path], dest: Path) -> Path:

@@ -123,7 +123,7 @@ def _members(archive: Path, wanted: Dict[str, object]):
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as error:
         raise PrepareError(
             f"cannot read {archive} ({error}): incomplete or not the upstream file? Remove it and run again"
-        )
+        ) from None
     missing = sorted(set(wanted) - found)
     if missing:
         raise PrepareError(f"{archive} has no {', '.join(missing)}: not the upstream file?")
@@ -155,7 +155,7 @@ def extract_train(pair: str, raw: Dict[str, Path], out_dir: Path, train_lines: O
                 except (EOFError, zlib.error, gzip.BadGzipFile, tarfile.TarError) as error:
                     raise PrepareError(
                         f"cannot read {member} in {raw[corpus.archive]} ({error}): incomplete or not the upstream file?"
-                    )
+                    ) from None
                 counts[lang] = count
                 log(f"  {corpus.archive}: {member}: {count:,} lines")
             if counts[src] != counts[tgt]:

@@ -58,7 +58,7 @@ def train(
         )
     except (RuntimeError, OSError) as error:
         # e.g. "Vocabulary size is too high (32000). Please set it to a value <= 1234."
-        raise PrepareError(f"sentencepiece training failed: {str(error).strip().splitlines()[-1]}")
+        raise PrepareError(f"sentencepiece training failed: {str(error).strip().splitlines()[-1]}") from None
     model = Path(f"{model_prefix}.model")
     log(f"  wrote {model} ({load(model).get_piece_size():,} pieces)")
     return model

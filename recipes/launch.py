@@ -353,8 +353,7 @@ def tokens_per_gpu(python: str, data_bin: str, training: List[str]) -> str:
         return str(FIXED_TOKENS_PER_GPU)
     found = subprocess.run(
         [python, "-m", "vaswani_plugin.tools.gpu_batch", data_bin, *training],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        capture_output=True,
         text=True,
     )
     said = found.stderr.strip().splitlines()
@@ -466,7 +465,7 @@ def plan(args) -> str:
         raise LaunchError(
             f"paper.py has no section {error}; use training, decoding, parsing-decoding or model:NAME "
             f"({', '.join(paper.MODELS)})"
-        )
+        ) from None
 
 
 if __name__ == "__main__":

@@ -21,10 +21,10 @@ torch.set_num_threads(1)
 
 import cli_helpers  # noqa: E402  (SHARED_DATA read at collection, so that a test run can point it elsewhere)
 import doc_blocks  # noqa: E402
-from cli_helpers import TEST_SENTENCES, TINY_MODEL, run, write_reversal_corpus
+from cli_helpers import TEST_SENTENCES, TINY_MODEL, run, write_reversal_corpus  # noqa: E402
 
 import vaswani_plugin  # noqa: E402,F401  (registers the plugin's components)
-from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerModel
+from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerModel  # noqa: E402
 
 TINY_SIZES = dict(
     encoder_embed_dim=32,

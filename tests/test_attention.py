@@ -21,7 +21,7 @@ def naive_attention(attention: MultiHeadAttention, x, memory, allowed):
         w_q, b_q = attention.q_proj.weight, attention.q_proj.bias
         w_k, w_v = attention.kv_proj.weight.split((h * d_k, h * d_v))
         b_k, b_v = attention.kv_proj.bias.split((h * d_k, h * d_v))
-    batch, queries, keys = x.size(0), x.size(1), memory.size(1)
+    batch, queries = x.size(0), x.size(1)
     out = torch.zeros(batch, queries, h * d_v)
     for n in range(batch):
         for head in range(h):

@@ -156,8 +156,8 @@ def not_vaswani(checkpoint, folder):
         ),
         (
             lambda args, tmp: ["--path", not_vaswani(args[1], tmp)] + args[2:],
-            "--path {tmp}/transformer.pt holds a 'transformer' model, not a vaswani_transformer (a fairseq transformer: "
-            "convert it first with python -m vaswani_plugin.checkpoints.convert_fairseq)",
+            "--path {tmp}/transformer.pt holds a 'transformer' model, not a vaswani_transformer "
+            "(a fairseq transformer: convert it first with python -m vaswani_plugin.checkpoints.convert_fairseq)",
         ),
         (lambda args, tmp: args + ["--target-lang", "de"], "--data {data} has no dict.de.txt"),
     ],

@@ -465,8 +465,8 @@ TORCHRUN = dict(
             0,
             dict(tasks=2, nodes=1, rank=1, CPU=1),
             "workers=2 args=--distributed-world-size 2 --distributed-rank 1 "
-            "--distributed-init-method tcp://127.0.0.1:29500 --distributed-no-spawn --device-id 0 --distributed-backend "
-            "gloo --ddp-backend legacy_ddp --cpu update_freq=4 max_tokens=3125 run=task 1",
+            "--distributed-init-method tcp://127.0.0.1:29500 --distributed-no-spawn --device-id 0 "
+            "--distributed-backend gloo --ddp-backend legacy_ddp --cpu update_freq=4 max_tokens=3125 run=task 1",
         ),
     ],
 )

@@ -54,7 +54,7 @@ def test_the_logged_bleu_is_fairseq_generates_scored(trained, reversal_data, tmp
         dataset=task.dataset("valid"), max_tokens=50, max_positions=(1024, 1024)
     ).next_epoch_itr(shuffle=False)
     with metrics.aggregate(new_root=True) as aggregate:
-        for count, sample in enumerate(batches, 1):
+        for count, sample in enumerate(batches, 1):  # noqa: B007  (count read after the loop)
             _, _, logged = task.valid_step(sample, model, criterion)
             task.reduce_metrics([logged], criterion)  # one batch at a time, as fairseq's trainer
         values = aggregate.get_smoothed_values()

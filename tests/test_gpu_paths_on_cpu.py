@@ -3,6 +3,7 @@ overflow only where fairseq's autograd would, no gradient work without grad mode
 find_unused_parameters, no host syncs a GPU would wait on, chunks chosen by device, and the declared torch floor."""
 
 import re
+import tomllib
 from argparse import Namespace
 from pathlib import Path
 from types import SimpleNamespace
@@ -281,8 +282,9 @@ TORCH_APIS = {
 def test_declared_torch_floor_is_the_apis_used():
     source = "\n".join(path.read_text() for path in (REPO / "vaswani_plugin").rglob("*.py"))
     used = {pattern: version for pattern, version in TORCH_APIS.items() if re.search(pattern, source)}
-    declared = re.search(r'"torch>=(\d+)\.(\d+)"', (REPO / "setup.py").read_text())
-    assert declared, "setup.py declares no torch floor"
+    dependencies = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    declared = re.fullmatch(r"torch>=(\d+)\.(\d+)", " ".join(d for d in dependencies if d.startswith("torch")))
+    assert declared, "pyproject.toml declares no torch floor"
     assert tuple(map(int, declared.groups())) == max(used.values()), used
     assert callable(torch.get_autocast_dtype) and callable(torch.is_autocast_enabled)
 

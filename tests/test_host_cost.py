@@ -33,7 +33,7 @@ def test_smoke_run_measures_every_configuration():
         for precision in ("float32", "fp16", "amp")
         for implementation in (("transformer", "adam"), ("vaswani_transformer", "vaswani_adam"))
     }
-    for (precision, implementation, _), (
+    for (
         host_ms,
         _,
         forward_backward,
@@ -43,7 +43,7 @@ def test_smoke_run_measures_every_configuration():
         calls,
         syncs,
         plugin_syncs,
-    ) in rows.items():
+    ) in rows.values():
         assert host_ms > 0 and forward_backward > 0 and optimizer > 0
         assert calls == forward_backward + grads + optimizer + other
         assert plugin_syncs == 0 and syncs >= 3  # fairseq's own: its logging reads the loss every update

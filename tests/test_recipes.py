@@ -486,7 +486,8 @@ def test_train_average_translate_takes_the_papers_values_as_arguments(settings, 
     """--arch ARCH --paper big: the big model's steps, checkpoint cadence and average (paper.py), the user's
     variables over them; P_drop is the architecture's unless DROPOUT is set."""
     stub = (
-        'stage() { shift; while [ "$1" = --output ]; do shift 2; done; "$@"; }; train() { echo "train $*"; }; average() { echo "average $*"; }; '
+        'stage() { shift; while [ "$1" = --output ]; do shift 2; done; "$@"; }; train() { echo "train $*"; }; '
+        'average() { echo "average $*"; }; '
         'translate() { echo "translate $*"; }; score() { :; }; training_cost() { echo "cost $*"; }; '
         "write_report() { echo report; }; "
     )

@@ -272,9 +272,9 @@ def resumable_update(checkpoints: Path) -> int:
 
 @lane_job
 def resume_killed_runs(tmp_path_factory, lane):
-    """The same run killed after updates 1 and 5 (before and after a checkpoint), then re-run to the end; after the last kill checkpoint_last.pt
-    is cut to half, as a kill during fairseq's copy of checkpoint_1_4.pt leaves it. Returns (root, the update
-    each re-run should resume from, the last run's result)."""
+    """The same run killed after updates 1 and 5 (before and after a checkpoint), then re-run to the end; after the last
+    kill checkpoint_last.pt is cut to half, as a kill during fairseq's copy of checkpoint_1_4.pt leaves it. Returns
+    (root, the update each re-run should resume from, the last run's result)."""
     root, _ = lane["en_de_big_run"].result()
     env = tiny_env(root / "killed", root / "raw", root / "data", **BIG_RUN)
     checkpoints = root / "killed" / "checkpoints"

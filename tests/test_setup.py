@@ -1,14 +1,14 @@
 """The README's set-up on the Pythons it names: on 3.12 (the GPU image's) pip resolves the whole command (CI sets
-it up on 3.11 for real); on 3.9 and 3.10 it stops at once with one line; setup.py's python_requires says the same.
+it up on 3.11 for real); on 3.9 and 3.10 it stops at once with one line; pyproject.toml's requires-python says the same.
 The Pythons come from pyenv (or PATH): this machine has 3.9 to 3.13."""
 
 import glob
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -17,7 +17,7 @@ from conftest import lane_job
 from doc_blocks import block, substituted
 
 SETUP = block("README.md", "ci:setup")
-FILES = ["setup.py", "README.md", "check_python.py", "vaswani_plugin"]  # what the set-up reads
+FILES = ["pyproject.toml", "README.md", "check_python.py", "vaswani_plugin"]  # what the set-up reads
 
 
 def interpreter(version: str) -> str:
@@ -87,8 +87,8 @@ def test_another_python_stops_at_once_with_one_line(version, tmp_path):
     assert not (tmp_path / ".venv").exists()  # nothing created, nothing downloaded
 
 
-def test_setup_py_and_the_check_name_the_same_pythons():
-    requires = re.search(r'python_requires="([^"]+)"', (REPO / "setup.py").read_text())[1]
+def test_pyproject_and_the_check_name_the_same_pythons():
+    requires = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"]
     assert requires == ">=3.11,<3.13"
     namespace = {}
     exec(compile((REPO / "check_python.py").read_text().split("\nif ", 1)[0], "check_python.py", "exec"), namespace)

@@ -3,7 +3,8 @@
 Importing this package (``--user-dir``) runs register(): the architecture family ``vaswani_transformer``, the LR
 scheduler ``noam``, the optimizer ``vaswani_adam``, the criterion ``vaswani_label_smoothed_cross_entropy`` and the
 task ``vaswani_translation`` (GNMT length penalty) registered with fairseq, and fairseq's checkpoint classes
-allow-listed for torch's safe (``weights_only``) loading. ``python -m vaswani_plugin.COMMAND`` leaves that to the commands that use fairseq.
+allow-listed for torch's safe (``weights_only``) loading. ``python -m vaswani_plugin.COMMAND`` leaves that to the
+commands that use fairseq.
 """
 
 import sys

@@ -252,7 +252,8 @@ def dev_line(record: dict) -> List[str]:
         return []
     sentences = f" ({int(record['dev_sentences']):,} sentences)" if "dev_sentences" in record else ""
     return [
-        f"[progress] dev at update {record['update']:,}{sentences}: {', '.join(scores)}, loss {record.get('loss', 0):.3f}"
+        f"[progress] dev at update {record['update']:,}{sentences}: {', '.join(scores)}, "
+        f"loss {record.get('loss', 0):.3f}"
     ]
 
 
