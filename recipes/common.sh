@@ -39,7 +39,7 @@
 #                        is installed; 0: never
 #   REPORT               1 (default): curves in WORK_DIR/curves/ and WORK_DIR/report.md (tools/run_report.py),
 #                        refreshed at checkpoints and written at the end; 0: neither (draw them later with run_report)
-# Every run writes SAVE_DIR/progress.jsonl (tools/progress.py: an ETA line at each log interval).
+# Every training writes SAVE_DIR/progress.jsonl and an ETA line at each log interval (tools/progress_meter.py).
 #
 # SLURM: run the recipe as the tasks of an srun step, one task per GPU or one per node; each finds its rank, the
 # world size, its GPU and the master (scontrol) from SLURM's variables (docs/recipes.md, "SLURM"). torchrun:
@@ -477,15 +477,13 @@ sys.exit(not (u.find_spec('tensorboard') or u.find_spec('tensorboardX')))" 2> /d
         run "${command[@]}"
         return
     fi
-    # Run 0 reads its training's output on the way to the log: an ETA line at each log interval, the records, and
-    # the curves and report redrawn after a checkpoint (at most every REPORT_EVERY seconds, in the background).
-    local watch=(cat) refresh=()
-    [ "$REPORT" = 0 ] || refresh=(--refresh-interval "${REPORT_EVERY:-300}"
-        --on-checkpoint "$(quoted "$PYTHON" -m vaswani_plugin.tools.run_report "$WORK_DIR") > /dev/null")
-    [ "$RUN_RANK" != 0 ] || watch=("$PYTHON" -m vaswani_plugin.tools.progress --records "$save_dir/progress.jsonl"
-        --workers "$WORKERS" "${refresh[@]}" -- "${command[@]:3}")
+    # The training writes its own ETA lines and records (rank 0, vaswani_plugin/tools/progress_meter.py); after a
+    # validation it redraws the curves and report (at most every REPORT_EVERY seconds, in the background).
+    local refresh=()
+    [ "$REPORT" = 0 ] || refresh=(VASWANI_PROGRESS_REFRESH_SECONDS="${REPORT_EVERY:-300}"
+        VASWANI_PROGRESS_REFRESH="$(quoted "$PYTHON" -m vaswani_plugin.tools.run_report "$WORK_DIR") > /dev/null")
     { [ "$WORKERS" = 1 ] || echo "[$RECIPE] $RUN_NAME: world size $WORKERS (started as $LAUNCH)"
-      "${command[@]}"; } 2>&1 | "${watch[@]}" | tee -a "$save_dir/$log"
+      env "${refresh[@]}" "${command[@]}"; } 2>&1 | tee -a "$save_dir/$log"
 }
 
 # dev_score bleu|f1 REFERENCE ARGS...: DEV_ARGS, fairseq-train's arguments for the dev set's score while training

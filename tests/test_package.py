@@ -273,15 +273,14 @@ def test_the_wheel_installed_alone_draws_pictures_from_raw_text(reversal_data, r
 def test_commands_that_need_no_fairseq_start_without_it():
     """`python -m vaswani_plugin.COMMAND` imports the package while sys.argv[0] is "-m" (Python's documentation of
     -m; set so here with sys.orig_argv, to import the commands in one process): scoring, averaging, the
-    resumption plan's reading of checkpoints, the training cost, the progress filter (in every recipe's training),
-    the curves and the report import no fairseq (3 s); `import vaswani_plugin` registers (every other test)."""
+    resumption plan's reading of checkpoints, the training cost, the curves and the report (with the progress
+    records they read) import no fairseq (3 s); `import vaswani_plugin` registers (every other test)."""
     commands = [
         "vaswani_plugin.checkpoints.average",
         "vaswani_plugin.checkpoints.resume",
         "vaswani_plugin.tools.training_cost",
         "vaswani_plugin.scoring.bleu",
         "vaswani_plugin.scoring.parses",
-        "vaswani_plugin.tools.progress",
         "vaswani_plugin.tools.training_curves",
         "vaswani_plugin.tools.run_report",
     ]

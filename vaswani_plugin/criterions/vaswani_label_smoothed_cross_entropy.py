@@ -6,16 +6,16 @@ from dataclasses import dataclass, field
 import torch
 from fairseq import metrics, utils
 from fairseq.criterions import FairseqCriterion, register_criterion
-from fairseq.dataclass import FairseqDataclass
 from omegaconf import II
 
 from vaswani_plugin import paper
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.models.output_layer_loss import SmoothedLoss
+from vaswani_plugin.tools import progress_meter
 
 
 @dataclass
-class VaswaniLabelSmoothedCrossEntropyConfig(FairseqDataclass):
+class VaswaniLabelSmoothedCrossEntropyConfig(progress_meter.ProgressOptions):
     label_smoothing: float = field(default=paper.LABEL_SMOOTHING, metadata={"help": "epsilon_ls of §5.4"})
     loss_chunk_logits: int = field(
         default=0,
@@ -31,11 +31,13 @@ class VaswaniLabelSmoothedCrossEntropyConfig(FairseqDataclass):
 class VaswaniLabelSmoothedCrossEntropy(FairseqCriterion):
     """Cross-entropy against the label-smoothed target distribution (§5.4); logs loss, nll_loss, accuracy."""
 
-    def __init__(self, task, label_smoothing, sentence_avg, loss_chunk_logits=0):
+    def __init__(self, task, label_smoothing, sentence_avg, loss_chunk_logits=0, cfg=None):
         super().__init__(task)
         self.epsilon = label_smoothing
         self.sentence_avg = sentence_avg
         self.loss_chunk_logits = loss_chunk_logits
+        if cfg is not None:  # built by fairseq: its training's progress is written (on rank 0, from its values)
+            progress_meter.configure_from(cfg)
 
     def forward(self, model, sample, reduce=True):
         if getattr(model.decoder, "adaptive_softmax", None) is not None:
@@ -81,6 +83,7 @@ class VaswaniLabelSmoothedCrossEntropy(FairseqCriterion):
         metrics.log_derived("ppl", lambda meters: utils.get_perplexity(meters["nll_loss"].avg))
         metrics.log_scalar_sum("n_correct", total("n_correct"))
         metrics.log_scalar_sum("total", total("total"))
+        progress_meter.observe()
         metrics.log_derived(
             "accuracy",
             lambda meters: (

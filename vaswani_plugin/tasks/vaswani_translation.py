@@ -28,6 +28,7 @@ from vaswani_plugin.precision import bf16_autocast_enabled, bf16_autocast_settin
 from vaswani_plugin.tasks.dev_scores import DevScoring
 from vaswani_plugin.tasks.dictionary import VaswaniDictionary
 from vaswani_plugin.tasks.resumable_iterator import resumable
+from vaswani_plugin.tools import progress_meter
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ SEARCH_RULES = ("fairseq", "paper")
 
 
 @dataclass
-class VaswaniTranslationConfig(TranslationConfig):
+class VaswaniTranslationConfig(TranslationConfig, progress_meter.ProgressOptions):
     gnmt_alpha: Optional[float] = field(
         default=None,
         metadata={
@@ -147,6 +148,7 @@ class VaswaniTranslationTask(TranslationTask):
         super().__init__(cfg, src_dict, tgt_dict)
         bf16_autocast_setting(cfg.bf16_autocast)  # a bad value: an error before the model and data load
         self.bf16_autocast = None  # decided at the first training step, where the device and optimizer are known
+        progress_meter.configure_from(cfg)  # fairseq's own criterion and model too write their progress
         if cfg.search not in SEARCH_RULES:
             raise VaswaniConfigError(f"--search {cfg.search}: choose one of {', '.join(SEARCH_RULES)}")
         self.inputs_seen = 0  # sentences given to build_dataset_for_inference so far (fairseq-interactive's lines)
@@ -164,7 +166,9 @@ class VaswaniTranslationTask(TranslationTask):
             parameter = next(model.parameters())
             half = fairseq_precision(optimizer, parameter.dtype)
             self.bf16_autocast, reason = bf16_autocast_enabled(self.cfg.bf16_autocast, parameter.device, half)
-            logger.info(precision_line(self.bf16_autocast, reason, half))
+            line = precision_line(self.bf16_autocast, reason, half)
+            logger.info(line)
+            progress_meter.note({"kind": "precision", "precision": line.removeprefix("precision: ")})
         return self.bf16_autocast
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
@@ -191,6 +195,7 @@ class VaswaniTranslationTask(TranslationTask):
 
     def reduce_metrics(self, logging_outputs, criterion):
         super().reduce_metrics(logging_outputs, criterion)
+        progress_meter.observe()
         self.dev_scoring.log(logging_outputs, metrics)
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, prefix_allowed_tokens_fn=None):

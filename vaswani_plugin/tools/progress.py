@@ -1,75 +1,31 @@
-"""fairseq-train's progress with an end: a filter its output passes through, which adds an ETA line at each log
-interval and keeps a JSON-lines record of the run (training, dev scores, checkpoints) for programs and curves.
-
-    fairseq-train ... 2>&1 | python -m vaswani_plugin.tools.progress --records SAVE_DIR/progress.jsonl \\
-        [--on-checkpoint COMMAND] -- ARGS-OF-FAIRSEQ-TRAIN
-
-The target is read from the training's arguments: --max-update, --max-epoch (updates per epoch from the log) and
---stop-time-hours (the time budget, counted over a resumed run's pieces as fairseq counts it).
+"""A training run's progress with an end: an ETA line at each log interval, the dev scores at each validation and a
+JSON-lines record (SAVE_DIR/progress.jsonl) for programs and curves, written inside fairseq-train's own process on
+rank 0 by tools/progress_meter.py (from the values fairseq logs); the readers (`stitched`) for curves and report.
 """
 
-import argparse
 import json
 import os
 import platform
-import re
 import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import List, Optional
 
-from vaswani_plugin.cli import run_command
-
-TRAIN_INNER = re.compile(r"\| train_inner \| epoch (\d+):\s+(\d+) / (\d+) (.*)$")
-EPOCH = re.compile(r"\| train \| epoch (\d+) \| (.*)$")
-VALID = re.compile(r"\| valid \| epoch (\d+) \| valid on '([^']+)' subset \| (.*)$")
-SAVED = re.compile(r"Saved checkpoint (\S+) \(epoch (\d+) @ (\d+) updates")
-LOADED = re.compile(r"Loaded checkpoint (\S+) \(epoch (\d+) @ (\d+) updates\)")
-PRECISION = re.compile(r"\| precision: (.*)$")
-VALIDATING = re.compile(r'begin validation on "([^"]+)" subset')
 DEV_SCORES = {"bleu": "sacreBLEU", "tok_bleu": "tokenised BLEU", "f1": "F1"}  # a valid record's scores, named
 RATE_WINDOW = 5  # intervals the update rate is measured over (validations and saves included)
 
 
-def numbers(pairs: List[List[str]]) -> Dict[str, float]:
-    found = {}
-    for pair in pairs:
-        if len(pair) == 2:
-            try:
-                found[pair[0].strip()] = float(pair[1])
-            except ValueError:
-                pass
-    return found
+@dataclass
+class Target:
+    """What ends the training (fairseq's --max-update, --max-epoch, --stop-time-hours; 0: not set)."""
 
-
-def parse_line(line: str) -> Optional[dict]:
-    """A record of one of fairseq-train's log lines (simple format), or None for the others."""
-    if match := TRAIN_INNER.search(line):
-        values = numbers([pair.split("=", 1) for pair in match[4].split(", ")])
-        return dict(
-            values,
-            kind="train",
-            epoch=int(match[1]),
-            epoch_updates=int(match[3]),
-            update=int(values.get("num_updates", 0)),
-        )
-    if match := VALID.search(line):
-        values = numbers([pair.strip().split(" ", 1) for pair in match[3].split(" | ")])
-        return dict(
-            values, kind="valid", subset=match[2], epoch=int(match[1]), update=int(values.get("num_updates", 0))
-        )
-    if match := EPOCH.search(line):
-        values = numbers([pair.strip().split(" ", 1) for pair in match[2].split(" | ")])
-        return dict(values, kind="epoch", epoch=int(match[1]), update=int(values.get("num_updates", 0)))
-    if match := SAVED.search(line):
-        return {"kind": "checkpoint", "path": match[1], "epoch": int(match[2]), "update": int(match[3])}
-    if match := LOADED.search(line):
-        return {"kind": "resumed", "path": match[1], "epoch": int(match[2]), "update": int(match[3])}
-    if match := PRECISION.search(line):
-        return {"kind": "precision", "precision": match[1].strip()}
-    return None
+    max_update: int = 0
+    max_epoch: int = 0
+    stop_time_hours: float = 0.0
+    argv: List[str] = field(default_factory=list)
 
 
 def read_records(path) -> List[dict]:
@@ -118,26 +74,29 @@ def duration(seconds: float) -> str:
 
 
 class Progress:
-    """The filter's state: the target, the rate and the records of this piece."""
+    """The ETA, the records of this piece of training and the refresh: what tools/progress_meter.py feeds it."""
 
     def __init__(
         self,
-        records_path: Path,
-        target: argparse.Namespace,
-        on_checkpoint: Optional[str] = None,
+        records_path: Optional[Path],
+        target: Target,
+        refresh: Optional[str] = None,
         workers: int = 1,
         refresh_interval: float = 0.0,
         clock=time.time,
     ):
-        self.records_path, self.target, self.on_checkpoint, self.clock = records_path, target, on_checkpoint, clock
+        self.records_path, self.target, self.refresh_command, self.clock = records_path, target, refresh, clock
         self.started = clock()
-        # The first refresh a --refresh-interval after the start: a short run is drawn once, by the recipe at its end.
+        # The first refresh a refresh_interval after the start: a short run is drawn once, by the recipe at its end.
         self.refresh_interval, self.refreshed, self.validating = refresh_interval, self.started, None
-        self.before = self.previous_seconds()
+        earlier = stitched(read_records(records_path)) if records_path and records_path.exists() else []
+        self.before = max((r["seconds"] for r in earlier if "seconds" in r), default=0.0)
+        # Updates an epoch: the update at the end of the run's first epoch (fairseq counts epochs from the start)
+        self.epoch_updates = next((r["update"] for r in earlier if r.get("kind") == "epoch"), None)
         self.recent: List[tuple] = []  # (time, update) of the last intervals
         self.refresh: Optional[subprocess.Popen] = None
         self.refresh_pending = False
-        if records_path.exists() and records_path.stat().st_size:
+        if records_path and records_path.exists() and records_path.stat().st_size:
             with open(records_path, "rb+") as file:  # a record cut short by a kill: ended, so the next line parses
                 file.seek(-1, os.SEEK_END)
                 if file.read(1) != b"\n":
@@ -154,28 +113,23 @@ class Progress:
             }
         )
 
-    def previous_seconds(self) -> float:
-        """The training time of the pieces before this one (a resumed run), as fairseq's budget counts it."""
-        if not self.records_path.exists():
-            return 0.0
-        seconds = [r["seconds"] for r in stitched(read_records(self.records_path)) if "seconds" in r]
-        return max(seconds, default=0.0)
-
     def write(self, record: dict):
+        if self.records_path is None:
+            return
         self.records_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.records_path, "a", encoding="utf-8") as file:
             file.write(json.dumps(record) + "\n")
 
-    def line(self, line: str) -> List[str]:
-        """The lines to print after `line` (which is printed as it is)."""
-        record = parse_line(line)
+    def begin_validation(self, since: float):
+        """A validation began at `since` (the end of the last update; its first batch is seen once it is done)."""
+        if self.validating is None:
+            self.validating = since
+
+    def add(self, record: dict) -> List[str]:
+        """Record one of fairseq's logged sets of values (kind train, valid, epoch, resumed or precision); the
+        lines to print after fairseq's own."""
         now = self.clock()
-        if VALIDATING.search(line):
-            self.validating = now
-        if record is None:
-            self.poll_refresh()
-            return []
-        record.update(time=round(now, 3), elapsed=round(now - self.started, 3))
+        record = dict(record, time=round(now, 3), elapsed=round(now - self.started, 3))
         said = []
         if record["kind"] == "train":
             said.append(self.estimate(record, now))
@@ -183,9 +137,10 @@ class Progress:
             if self.validating is not None:  # the validation's seconds: its share of training, in the report
                 record["validation_seconds"], self.validating = round(now - self.validating, 3), None
             said.extend(dev_line(record))
+            self.refresh_pending = bool(self.refresh_command)  # a checkpoint follows its validation
+        elif record["kind"] == "epoch" and self.epoch_updates is None:
+            self.epoch_updates = record["update"]
         self.write(record)
-        if record["kind"] == "checkpoint" and self.on_checkpoint:
-            self.refresh_pending = True
         self.poll_refresh()
         return said
 
@@ -196,12 +151,7 @@ class Progress:
         (first_time, first_update), rate = self.recent[0], record.get("ups", 0.0)
         if now > first_time and update > first_update:
             rate = (update - first_update) / (now - first_time)
-        targets = []
-        if self.target.max_update:
-            targets.append(self.target.max_update)
-        if self.target.max_epoch:
-            targets.append(self.target.max_epoch * record["epoch_updates"])
-        target = min(targets) if targets else None
+        target = self.target_update()
         left_by_updates = (target - update) / rate if target and rate > 0 else None
         left_by_budget = None
         if self.target.stop_time_hours:
@@ -221,9 +171,23 @@ class Progress:
             parts.append(f"{duration(left)} left ({why}), ends about {ends}{reach}")
         return "[progress] " + " | ".join(parts)
 
+    def target_update(self) -> Optional[int]:
+        """The update that ends training: --max-update, or --max-epoch's once the first epoch has ended (fairseq's
+        values do not say an epoch's length before), whichever comes first; None without either."""
+        targets = [self.target.max_update] if self.target.max_update else []
+        if self.target.max_epoch and self.epoch_updates:
+            targets.append(self.target.max_epoch * self.epoch_updates)
+        return min(targets) if targets else None
+
+    def done(self, update: int) -> float:
+        """The share of the target update reached, in percent (fairseq's log lines show it as `done`); NaN
+        without one."""
+        target = self.target_update()
+        return round(100 * update / target, 1) if target else float("nan")
+
     def poll_refresh(self):
-        """Run --on-checkpoint after a checkpoint, one at a time, at low priority and at most once every
-        --refresh-interval seconds, never waiting for it."""
+        """Run the refresh command after a validation (each checkpoint follows one), one at a time, at low
+        priority and at most once every refresh_interval seconds, never waiting for it."""
         if self.refresh is not None and self.refresh.poll() is None:
             return
         self.refresh = None
@@ -231,7 +195,7 @@ class Progress:
         if self.refresh_pending and now - self.refreshed >= self.refresh_interval:
             self.refresh_pending, self.refreshed = False, now
             self.refresh = subprocess.Popen(
-                self.on_checkpoint,
+                self.refresh_command,
                 shell=True,
                 stdin=subprocess.DEVNULL,
                 stdout=sys.stderr,
@@ -239,8 +203,8 @@ class Progress:
             )
 
     def finish(self):
-        """At the end of training's output: the refresh under way waited for, so that none outlives the training
-        (the recipe writes the last report itself)."""
+        """At the end of training: the refresh under way waited for, so that none outlives the training (the
+        recipe writes the last report itself)."""
         if self.refresh is not None:
             self.refresh.wait()
         self.refresh = None
@@ -276,62 +240,3 @@ def machine() -> str:
     except OSError:
         pass
     return f"CPU: {model}, {os.cpu_count()} cores"
-
-
-def training_target(argv: List[str]) -> argparse.Namespace:
-    """What ends the training, from fairseq-train's arguments (the last of a repeated option, as fairseq)."""
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    parser.add_argument("--max-update", type=int, default=0)
-    parser.add_argument("--max-epoch", type=int, default=0)
-    parser.add_argument("--stop-time-hours", type=float, default=0.0)
-    target, _ = parser.parse_known_args(argv)
-    target.argv = argv
-    return target
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="vaswani_plugin.tools.progress", description=__doc__.splitlines()[0])
-    parser.add_argument("--records", required=True, type=Path, help="the JSON-lines record, appended to")
-    parser.add_argument(
-        "--on-checkpoint",
-        help="a shell command run in the background after each checkpoint "
-        "(one at a time, low priority): the recipes redraw curves and report",
-    )
-    parser.add_argument(
-        "--refresh-interval",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="run --on-checkpoint at most this often, the first time this long after the start "
-        "(default: after every checkpoint)",
-    )
-    parser.add_argument("--workers", type=int, default=1, help="processes training together (for the report)")
-    parser.add_argument("training", nargs="*", help="fairseq-train's arguments, after --")
-    run_command(parser, progress_command, argv)
-
-
-def progress_command(args):
-    progress = Progress(
-        args.records, training_target(args.training), args.on_checkpoint, args.workers, args.refresh_interval
-    )
-    try:
-        for line in sys.stdin:
-            sys.stdout.write(line)
-            if progress is not None:
-                try:
-                    for said in progress.line(line.rstrip("\n")):
-                        sys.stdout.write(said + "\n")
-                except Exception as error:  # noqa: BLE001  (a broken pipe here would stop the training)
-                    sys.stdout.write(
-                        f"[progress] no more estimates or records ({type(error).__name__}: {error}); training goes on\n"
-                    )
-                    progress.finish()
-                    progress = None
-            sys.stdout.flush()
-    finally:
-        if progress is not None:
-            progress.finish()
-
-
-if __name__ == "__main__":
-    main()

@@ -2,9 +2,10 @@
 
     python -m vaswani_plugin.tools.training_curves WORK_DIR [WORK_DIR ...] [--output-dir DIR]
 
-Reads each run's rank-0 record (WORK_DIR/checkpoints/progress.jsonl, written by tools/progress.py; a resumed run's
-pieces stitched in order) and draws updates.png and wall_clock.png: training loss and nll, the learning rate
-(eq. 3), the gradient norm, the dev loss and the dev score (BLEU or F1), against updates and against hours.
+Reads each run's rank-0 record (WORK_DIR/checkpoints/progress.jsonl, written while training by
+tools/progress_meter.py; a resumed run's pieces stitched in order) and draws updates.png and wall_clock.png:
+training loss and nll, the learning rate (eq. 3), the gradient norm, the dev loss and the dev score (BLEU or F1),
+against updates and against hours.
 """
 
 import argparse
@@ -37,7 +38,8 @@ def records_of(run: Path) -> Path:
         if (run / relative).is_file():
             return run / relative
     raise VaswaniConfigError(
-        f"{run}: no progress record ({' or '.join(RECORDS)}); the recipes write it while training (tools/progress.py)"
+        f"{run}: no progress record ({' or '.join(RECORDS)}); fairseq-train writes it with the plugin's criterion "
+        "or task"
     )
 
 

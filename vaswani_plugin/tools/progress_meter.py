@@ -1,0 +1,216 @@
+"""fairseq-train's progress written in its own process, on rank 0: tools/progress.py's ETA line, dev line and records,
+from the values fairseq logs, not from its text. The plugin's criterion and task add a derived meter `done` (the
+target's share reached, in percent) to fairseq's metrics; fairseq evaluates it where it logs a training window, an
+epoch's end or a validation, and once an update in the trainer's own reduction (a lookup here: no sync, no I/O)."""
+
+import atexit
+import logging
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import List, Optional
+
+from fairseq import metrics
+from fairseq.dataclass import FairseqDataclass
+from fairseq.distributed import utils as distributed_utils
+from omegaconf import II
+from omegaconf.errors import OmegaConfBaseException
+
+from vaswani_plugin.tools.progress import Progress, Target
+
+METER = "done"
+REFRESH = "VASWANI_PROGRESS_REFRESH"  # a shell command run after validations, in the background (the recipes' report)
+REFRESH_SECONDS = "VASWANI_PROGRESS_REFRESH_SECONDS"  # at most this often (default 0: after each validation)
+
+
+@dataclass
+class ProgressOptions(FairseqDataclass):
+    """fairseq's own options that the progress reads, interpolated into the criterion's and the task's
+    configurations (no options of their own)."""
+
+    save_dir: str = II("checkpoint.save_dir")
+    no_save: bool = II("checkpoint.no_save")
+    max_update: int = II("optimization.max_update")
+    max_epoch: int = II("optimization.max_epoch")
+    stop_time_hours: float = II("optimization.stop_time_hours")
+    distributed_world_size: int = II("distributed_training.distributed_world_size")
+    valid_subset: str = II("dataset.valid_subset")
+
+
+@dataclass
+class Settings:
+    """What the run's configuration says of it."""
+
+    save_dir: str = "checkpoints"
+    no_save: bool = False
+    max_update: int = 0
+    max_epoch: int = 0
+    stop_time_hours: float = 0.0
+    workers: int = 1
+    valid_subsets: List[str] = field(default_factory=lambda: ["valid"])
+
+
+class _Run:
+    """One fairseq-train's progress: made when the criterion is built, writing from its first training update."""
+
+    def __init__(self, settings: Settings):
+        self.settings, self.progress, self.broken = settings, None, False
+        self.notes: List[dict] = []  # records from before the first update (the precision, a resumption)
+        self.first_update: Optional[int] = None
+        self.valid_index = 0  # which of the valid subsets the next validation's end is
+        self.stepped = 0.0  # when the last update's values were reduced (a validation starts after it)
+        self.pending: List[str] = []  # lines printed after fairseq's next log line
+        self.handler: Optional[logging.Handler] = None
+
+    def evaluate(self, meters) -> float:
+        """The meter's value; on rank 0 in fairseq-train's loop also the record and line of what is being logged."""
+        if self.broken:
+            return math.nan
+        try:
+            return self.observed(meters)
+        except Exception as error:  # noqa: BLE001  (a failure of the progress must never stop the training)
+            self.broken = True
+            print(f"[progress] no more estimates or records ({type(error).__name__}: {error}); training goes on")
+            return math.nan
+
+    def observed(self, meters) -> float:
+        inner = metrics.get_meters("train_inner")
+        if meters is inner:
+            kind = "train"
+        elif meters is metrics.get_meters("train"):
+            kind = "epoch"
+        elif any(meters is active for active in metrics.get_active_aggregators()):
+            # One update's or one validation batch's own values, which the trainer reads as it reduces them.
+            if inner is not None and any(inner is active for active in metrics.get_active_aggregators()):
+                if self.progress is None and distributed_utils.get_global_rank() == 0:
+                    self.start()
+                self.valid_index, self.stepped = 0, time.time()
+            elif self.progress is not None:
+                self.progress.begin_validation(self.stepped)
+            return math.nan
+        else:
+            kind = "valid"  # the end of a validation: its aggregator, no longer active, evaluated for the log
+        if self.progress is None:
+            return math.nan
+        self.flush()
+        values = {}
+        for key in meters.keys():
+            if key != METER and not key.startswith("_"):
+                value = meters.get_smoothed_value(key)
+                if isinstance(value, (int, float)) or hasattr(value, "item"):
+                    values[key] = float(value)
+        update = values.get("num_updates")
+        if update is None:  # a validation logs no update count: the trainer's
+            update = metrics.get_meter("default", "num_updates").val
+        record = dict(values, kind=kind, update=int(update))
+        if kind == "valid":
+            subsets = self.settings.valid_subsets
+            record["subset"] = subsets[min(self.valid_index, len(subsets) - 1)]
+            self.valid_index += 1
+        self.pending += self.progress.add(record)
+        return self.progress.done(record["update"])
+
+    def start(self):
+        settings = self.settings
+        target = Target(settings.max_update, settings.max_epoch, settings.stop_time_hours, sys.argv[1:])
+        records = None if settings.no_save else Path(settings.save_dir) / "progress.jsonl"
+        refresh_seconds = float(os.environ.get(REFRESH_SECONDS) or 0)
+        self.progress = Progress(records, target, os.environ.get(REFRESH), settings.workers, refresh_seconds)
+        for record in self.notes:
+            self.progress.add(record)
+        # The lines go after fairseq's line of the same values: a handler after fairseq's own, on the root logger.
+        self.handler = _AfterFairseqsLine(self)
+        logging.getLogger().addHandler(self.handler)
+
+    def note(self, record: dict):
+        if self.progress is None:
+            self.notes.append(record)
+        else:
+            self.progress.add(record)
+
+    def flush(self):
+        lines, self.pending = self.pending, []
+        for line in lines:
+            print(line, flush=True)
+
+    def close(self):
+        if self.handler is not None:
+            logging.getLogger().removeHandler(self.handler)
+        self.flush()
+        if self.progress is not None:
+            self.progress.finish()
+
+
+class _AfterFairseqsLine(logging.Handler):
+    def __init__(self, run: _Run):
+        super().__init__()
+        self.run = run
+
+    def emit(self, record):
+        if self.run.pending:
+            self.run.flush()
+
+
+_run: Optional[_Run] = None
+
+
+def configure(settings: Settings):
+    """A new run (an earlier one in this process closed)."""
+    global _run
+    close()
+    _run = _Run(settings)
+
+
+def configure_from(cfg: ProgressOptions):
+    """The task or the criterion, when fairseq builds it from a configuration with ProgressOptions' fields; one
+    that cannot resolve them (a checkpoint's own configuration, read for decoding) trains nothing to watch."""
+    try:
+        settings = Settings(
+            save_dir=cfg.save_dir,
+            no_save=cfg.no_save,
+            max_update=cfg.max_update,
+            max_epoch=cfg.max_epoch,
+            stop_time_hours=cfg.stop_time_hours,
+            workers=cfg.distributed_world_size,
+            valid_subsets=cfg.valid_subset.split(","),
+        )
+    except (AttributeError, KeyError, OmegaConfBaseException):
+        return
+    configure(settings)
+
+
+def observe():
+    """The criterion's or the task's reduce_metrics, at each reduction: the meter in the aggregators logged to."""
+    if _run is not None:
+        metrics.log_derived(METER, _evaluate, priority=1000)
+
+
+def _evaluate(meters) -> float:
+    """The meter's function: the current run's (an aggregator may outlive a run of an earlier criterion)."""
+    return math.nan if _run is None else _run.evaluate(meters)
+
+
+def loaded(update: int):
+    """The model, told its update count: the first time, by fairseq's trainer loading a checkpoint (or 0)."""
+    if _run is not None and _run.first_update is None:
+        _run.first_update = update
+        if update > 0:
+            _run.note({"kind": "resumed", "update": update})
+
+
+def note(record: dict):
+    """A record of the task's (the precision it decided)."""
+    if _run is not None:
+        _run.note(record)
+
+
+@atexit.register
+def close():
+    """At the end of the process: the refresh under way waited for, the last lines printed."""
+    global _run
+    if _run is not None:
+        _run.close()
+    _run = None
