@@ -15,7 +15,6 @@ import re
 from pathlib import Path
 from typing import List, Sequence
 
-
 from vaswani_plugin.checkpoints.storage import load_checkpoint, save_atomically
 from vaswani_plugin.cli import run_command
 from vaswani_plugin.errors import VaswaniConfigError
@@ -29,12 +28,14 @@ def last_checkpoints(folder, count: int, kind: str) -> List[Path]:
     folder = Path(folder)
     if not folder.is_dir():
         raise VaswaniConfigError(f"--num-{kind}-checkpoints needs one checkpoint directory, got {folder}")
-    found = [(int(m.group(m.lastindex)), path) for path in folder.iterdir()
-             if (m := PATTERNS[kind].fullmatch(path.name))]
+    found = [
+        (int(m.group(m.lastindex)), path) for path in folder.iterdir() if (m := PATTERNS[kind].fullmatch(path.name))
+    ]
     if len(found) < count:
-        raise VaswaniConfigError(f"--num-{kind}-checkpoints {count} asks for more than the {len(found)} "
-                                 f"{NAMES[kind]} files in {folder}")
-    return [path for _, path in sorted(found)[len(found) - count:]]
+        raise VaswaniConfigError(
+            f"--num-{kind}-checkpoints {count} asks for more than the {len(found)} {NAMES[kind]} files in {folder}"
+        )
+    return [path for _, path in sorted(found)[len(found) - count :]]
 
 
 def average_checkpoints(paths: Sequence) -> dict:
@@ -51,32 +52,49 @@ def average_checkpoints(paths: Sequence) -> dict:
             raise VaswaniConfigError(f"{path} is not a fairseq checkpoint (it has no 'model')")
         if sums and set(model) != set(sums):
             different = sorted(set(model) ^ set(sums))
-            raise VaswaniConfigError(f"{path} has other parameters than {paths[0]}: "
-                                     f"{', '.join(different[:3])}{' ...' if len(different) > 3 else ''}")
+            raise VaswaniConfigError(
+                f"{path} has other parameters than {paths[0]}: "
+                f"{', '.join(different[:3])}{' ...' if len(different) > 3 else ''}"
+            )
         for key, tensor in model.items():
             if key in sums and sums[key].shape != tensor.shape:
-                raise VaswaniConfigError(f"{key} has shape {tuple(tensor.shape)} in {path} but "
-                                         f"{tuple(sums[key].shape)} in {paths[0]}")
+                raise VaswaniConfigError(
+                    f"{key} has shape {tuple(tensor.shape)} in {path} but {tuple(sums[key].shape)} in {paths[0]}"
+                )
             if tensor.is_floating_point():
                 sums[key] = sums[key] + tensor.double() if key in sums else tensor.double()
             else:
                 sums[key] = tensor
-    state["model"] = {key: (total / len(paths)).to(state["model"][key].dtype)
-                      if state["model"][key].is_floating_point() else total for key, total in sums.items()}
+    state["model"] = {
+        key: (total / len(paths)).to(state["model"][key].dtype) if state["model"][key].is_floating_point() else total
+        for key, total in sums.items()
+    }
     state.pop("last_optimizer_state", None)
     return state
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="vaswani_plugin.checkpoints.average", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--inputs", nargs="+", required=True,
-                        help="checkpoint files, or one directory with --num-update/epoch-checkpoints")
+    parser = argparse.ArgumentParser(
+        prog="vaswani_plugin.checkpoints.average",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--inputs",
+        nargs="+",
+        required=True,
+        help="checkpoint files, or one directory with --num-update/epoch-checkpoints",
+    )
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--num-update-checkpoints", type=int, metavar="N",
-                       help="average the last N checkpoint_<epoch>_<updates>.pt by update count")
-    group.add_argument("--num-epoch-checkpoints", type=int, metavar="N",
-                       help="average the last N checkpoint<epoch>.pt by epoch")
+    group.add_argument(
+        "--num-update-checkpoints",
+        type=int,
+        metavar="N",
+        help="average the last N checkpoint_<epoch>_<updates>.pt by update count",
+    )
+    group.add_argument(
+        "--num-epoch-checkpoints", type=int, metavar="N", help="average the last N checkpoint<epoch>.pt by epoch"
+    )
     parser.add_argument("--output", required=True, help="where to write the averaged checkpoint")
     run_command(parser, average_command, argv)
 

@@ -19,14 +19,38 @@ from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerConfig
 
 # fairseq options that change the computation in ways vaswani_transformer cannot express, when set.
-UNSUPPORTED = ("layernorm_embedding", "no_scale_embedding", "adaptive_input", "adaptive_softmax_cutoff",
-               "cross_self_attention", "no_token_positional_embeddings", "encoder_layers_to_keep",
-               "decoder_layers_to_keep", "quant_noise_pq", "no_decoder_final_norm", "tie_adaptive_weights")
-COPIED = ["encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_layers", "encoder_attention_heads",
-          "encoder_normalize_before", "decoder_embed_dim", "decoder_ffn_embed_dim", "decoder_layers",
-          "decoder_attention_heads", "decoder_normalize_before", "dropout", "attention_dropout",
-          "activation_dropout", "share_all_embeddings", "share_decoder_input_output_embed",
-          "max_source_positions", "max_target_positions"]
+UNSUPPORTED = (
+    "layernorm_embedding",
+    "no_scale_embedding",
+    "adaptive_input",
+    "adaptive_softmax_cutoff",
+    "cross_self_attention",
+    "no_token_positional_embeddings",
+    "encoder_layers_to_keep",
+    "decoder_layers_to_keep",
+    "quant_noise_pq",
+    "no_decoder_final_norm",
+    "tie_adaptive_weights",
+)
+COPIED = [
+    "encoder_embed_dim",
+    "encoder_ffn_embed_dim",
+    "encoder_layers",
+    "encoder_attention_heads",
+    "encoder_normalize_before",
+    "decoder_embed_dim",
+    "decoder_ffn_embed_dim",
+    "decoder_layers",
+    "decoder_attention_heads",
+    "decoder_normalize_before",
+    "dropout",
+    "attention_dropout",
+    "activation_dropout",
+    "share_all_embeddings",
+    "share_decoder_input_output_embed",
+    "max_source_positions",
+    "max_target_positions",
+]
 
 
 def fairseq_options(model_cfg) -> dict:
@@ -41,15 +65,19 @@ def vaswani_config(options: dict) -> dict:
     """This model's cfg["model"] for the fairseq options; refuses options it cannot reproduce."""
     for option in UNSUPPORTED:
         if options.get(option) not in (None, False, 0, ""):
-            raise VaswaniConfigError(f"the checkpoint uses --{option.replace('_', '-')} "
-                                     f"({options[option]!r}), which vaswani_transformer does not have")
+            raise VaswaniConfigError(
+                f"the checkpoint uses --{option.replace('_', '-')} "
+                f"({options[option]!r}), which vaswani_transformer does not have"
+            )
     if options.get("activation_fn", "relu") != "relu":
         raise VaswaniConfigError(f"the checkpoint uses --activation-fn {options['activation_fn']}; §3.3 is ReLU")
     for side in ("decoder_output_dim", "decoder_input_dim"):
         if options.get(side, options["decoder_embed_dim"]) != options["decoder_embed_dim"]:
             raise VaswaniConfigError(f"the checkpoint's --{side.replace('_', '-')} differs from its decoder_embed_dim")
-    config = {field: options[field] if field in COPIED else getattr(VaswaniTransformerConfig, field)
-              for field in VaswaniTransformerConfig.__dataclass_fields__}
+    config = {
+        field: options[field] if field in COPIED else getattr(VaswaniTransformerConfig, field)
+        for field in VaswaniTransformerConfig.__dataclass_fields__
+    }
     config["_name"] = "vaswani_transformer"
     # Learned positions either way: fairseq's own, or fairseq's sinusoid table held fixed in their place.
     config["encoder_learned_pos"] = config["decoder_learned_pos"] = True
@@ -63,11 +91,13 @@ def position_rows(state: dict, side: str, options: dict, padding_idx: int) -> to
     if options.get(f"{side}_learned_pos", False):
         table = state[f"{side}.embed_positions.weight"]
         if table.size(0) < first + count:
-            raise VaswaniConfigError(f"{side}.embed_positions has {table.size(0)} rows, fewer than "
-                                     f"padding_idx + 1 + max positions = {first + count}")
+            raise VaswaniConfigError(
+                f"{side}.embed_positions has {table.size(0)} rows, fewer than "
+                f"padding_idx + 1 + max positions = {first + count}"
+            )
     else:
         table = SinusoidalPositionalEmbedding.get_embedding(first + count, dim, padding_idx)
-    return table[first:first + count].clone()
+    return table[first : first + count].clone()
 
 
 def attention(state: dict, source: str, target: str, self_attention: bool) -> dict:
@@ -100,9 +130,16 @@ def convert_state(state: dict, options: dict, padding_idx: int) -> dict:
             for fairseq_name, name, is_self in attentions:
                 model.update(attention(state, f"{old}.{fairseq_name}", f"{new}.{name}.sublayer", is_self))
                 model.update(renamed(state, [(f"{old}.{fairseq_name}_layer_norm", f"{new}.{name}.norm")]))
-            model.update(renamed(state, [(f"{old}.fc1", f"{new}.feed_forward.sublayer.inner"),
-                                         (f"{old}.fc2", f"{new}.feed_forward.sublayer.outer"),
-                                         (f"{old}.final_layer_norm", f"{new}.feed_forward.norm")]))
+            model.update(
+                renamed(
+                    state,
+                    [
+                        (f"{old}.fc1", f"{new}.feed_forward.sublayer.inner"),
+                        (f"{old}.fc2", f"{new}.feed_forward.sublayer.outer"),
+                        (f"{old}.final_layer_norm", f"{new}.feed_forward.norm"),
+                    ],
+                )
+            )
         if options[f"{side}_normalize_before"]:
             model.update(renamed(state, [(f"{side}.layer_norm", f"{side}.final_norm")]))
     model["decoder.output_projection.weight"] = state["decoder.output_projection.weight"]
@@ -126,8 +163,11 @@ def convert_checkpoint(path) -> dict:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="vaswani_plugin.checkpoints.convert_fairseq", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="vaswani_plugin.checkpoints.convert_fairseq",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--input", required=True, help="checkpoint of fairseq's transformer (any transformer_* arch)")
     parser.add_argument("--output", required=True, help="where to write the vaswani_transformer checkpoint")
     run_command(parser, convert_command, argv)
@@ -142,9 +182,11 @@ def convert_command(args) -> None:
         raise VaswaniConfigError(f"{args.input}: {error}") from None
     save_atomically(checkpoint, args.output)
     model = checkpoint["cfg"]["model"]
-    print(f"converted {args.input} -> {args.output}: vaswani_transformer, d_model {model['encoder_embed_dim']}, "
-          f"N {model['encoder_layers']}/{model['decoder_layers']}, h {model['encoder_attention_heads']}, "
-          f"{len(checkpoint['model'])} tensors; generate with --user-dir vaswani_plugin")
+    print(
+        f"converted {args.input} -> {args.output}: vaswani_transformer, d_model {model['encoder_embed_dim']}, "
+        f"N {model['encoder_layers']}/{model['decoder_layers']}, h {model['encoder_attention_heads']}, "
+        f"{len(checkpoint['model'])} tensors; generate with --user-dir vaswani_plugin"
+    )
 
 
 if __name__ == "__main__":

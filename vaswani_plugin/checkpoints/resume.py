@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 from typing import Optional, Tuple
 
+from vaswani_plugin.checkpoints.storage import UnreadableCheckpoint, load_checkpoint, write_atomically
 from vaswani_plugin.cli import run_command
 from vaswani_plugin.errors import VaswaniConfigError
-from vaswani_plugin.checkpoints.storage import UnreadableCheckpoint, load_checkpoint, write_atomically
 
 PROG = "vaswani_plugin.checkpoints.resume"
 INTERVAL_CHECKPOINT = re.compile(r"checkpoint_\d+_\d+\.pt")
@@ -61,6 +61,7 @@ def newest_training_checkpoint(save_dir: Path) -> Optional[Tuple[int, Path]]:
 
 def copy_atomically(source: Path, target: Path) -> None:
     """Copy `source` over `target` through a temporary file, flushed to disk, with the source's mode."""
+
     def copy(file):
         with open(source, "rb") as original:
             shutil.copyfileobj(original, file)
@@ -109,19 +110,40 @@ def resume(save_dir) -> None:
 # What a resumed run may change: fairseq's configuration groups compared field by field, and the fields of the
 # other groups that are compared too. Fields one side lacks (another fairseq or plugin version) are not compared.
 COMPARED_GROUPS = ("model", "criterion", "optimizer", "lr_scheduler", "task")
-ALLOWED = {"task": {"data", "bf16_autocast", "search", "gnmt_alpha", "parse_constrained", "eval_bleu",
-                    "eval_bleu_args", "eval_bleu_detok", "eval_bleu_detok_args", "eval_tokenized_bleu",
-                    "eval_bleu_remove_bpe", "eval_bleu_print_samples", "dev_score", "dev_score_interval_updates",
-                    "dev_score_sentences", "dev_score_reference", "dev_score_args", "dev_score_post_process"},
-           "criterion": {"loss_chunk_logits"}}  # how the loss is computed in pieces, not what it is
-COMPARED_FIELDS = {"common": ("fp16", "bf16", "memory_efficient_fp16", "memory_efficient_bf16", "amp"),
-                   "optimization": ("clip_norm", "sentence_avg", "lr", "stop_min_lr")}
+ALLOWED = {
+    "task": {
+        "data",
+        "bf16_autocast",
+        "search",
+        "gnmt_alpha",
+        "parse_constrained",
+        "eval_bleu",
+        "eval_bleu_args",
+        "eval_bleu_detok",
+        "eval_bleu_detok_args",
+        "eval_tokenized_bleu",
+        "eval_bleu_remove_bpe",
+        "eval_bleu_print_samples",
+        "dev_score",
+        "dev_score_interval_updates",
+        "dev_score_sentences",
+        "dev_score_reference",
+        "dev_score_args",
+        "dev_score_post_process",
+    },
+    "criterion": {"loss_chunk_logits"},
+}  # how the loss is computed in pieces, not what it is
+COMPARED_FIELDS = {
+    "common": ("fp16", "bf16", "memory_efficient_fp16", "memory_efficient_bf16", "amp"),
+    "optimization": ("clip_norm", "sentence_avg", "lr", "stop_min_lr"),
+}
 TOKENS_TOLERANCE = 0.02  # the recipes' rounding of TOKENS_PER_STEP over the workers stays well inside it
 
 
 def training_config(plan: str):
     """fairseq-train's configuration (a plain dict) for the fairseq_cli.train command among the plan's lines."""
     import vaswani_plugin
+
     vaswani_plugin.register()  # the plan's --user-dir: this package, already imported, is not imported again
     from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
@@ -145,8 +167,12 @@ def tokens_per_step(cfg: dict) -> Optional[int]:
 
 def configuration_change(old: dict, new: dict) -> Optional[str]:
     """The first setting of `new` that a run going on from a checkpoint trained under `old` may not change."""
-    fields = [(group, name) for group in COMPARED_GROUPS for name in (new.get(group) or {})
-              if name not in ALLOWED.get(group, ()) and name != "_name"]
+    fields = [
+        (group, name)
+        for group in COMPARED_GROUPS
+        for name in (new.get(group) or {})
+        if name not in ALLOWED.get(group, ()) and name != "_name"
+    ]
     fields = [(group, "_name") for group in COMPARED_GROUPS] + fields
     fields += [(group, name) for group, names in COMPARED_FIELDS.items() for name in names]
     for group, name in fields:
@@ -175,6 +201,7 @@ def stored_config(state: dict) -> dict:
     cfg = state["cfg"]
     if not isinstance(cfg, dict):
         from omegaconf import OmegaConf
+
         cfg = OmegaConf.to_container(cfg, resolve=True)
     return cfg
 
@@ -203,24 +230,32 @@ def plan_decision(plan: str, repair: bool = False) -> str:
     extra = state.get("extra_state") or {}
     target = new["optimization"]
     if target["max_update"] and updates > target["max_update"]:
-        return (f"refuse --max-update is {target['max_update']:,} now (MAX_UPDATE), but the checkpoints in "
-                f"{save_dir} are at update {updates:,}")
+        return (
+            f"refuse --max-update is {target['max_update']:,} now (MAX_UPDATE), but the checkpoints in "
+            f"{save_dir} are at update {updates:,}"
+        )
     ended_epochs = extra.get("train_iterator", {}).get("epoch", 1) - 1
-    if (target["max_update"] and updates >= target["max_update"]) or \
-            (target["stop_time_hours"] and extra.get("previous_training_time", 0) >= target["stop_time_hours"] * 3600) \
-            or (target["max_epoch"] and ended_epochs >= target["max_epoch"]):
+    if (
+        (target["max_update"] and updates >= target["max_update"])
+        or (target["stop_time_hours"] and extra.get("previous_training_time", 0) >= target["stop_time_hours"] * 3600)
+        or (target["max_epoch"] and ended_epochs >= target["max_epoch"])
+    ):
         return "finished"
     return f"resume {updates}"
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("save_dir", nargs="?", help="fairseq-train's --save-dir")
     parser.add_argument("--plan", action="store_true", help="read commands from stdin; say whether training resumes")
     parser.add_argument("--repair", action="store_true", help="with --plan: first do what SAVE_DIR alone does")
-    parser.add_argument("--optimizer", action="store_true",
-                        help="print the --optimizer SAVE_DIR's checkpoints trained under (nothing without one)")
+    parser.add_argument(
+        "--optimizer",
+        action="store_true",
+        help="print the --optimizer SAVE_DIR's checkpoints trained under (nothing without one)",
+    )
 
     def command(args):
         if args.plan:

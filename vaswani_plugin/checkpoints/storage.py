@@ -110,8 +110,10 @@ def unreadable_checkpoint_message(exc: BaseException) -> Optional[str]:
         return None
     hint = ""
     if os.path.basename(path) == "checkpoint_last.pt":  # fairseq-train resuming
-        hint = (f"; `python -m vaswani_plugin.checkpoints.resume {os.path.dirname(path) or '.'}` "
-                "resumes from the newest intact checkpoint there")
+        hint = (
+            f"; `python -m vaswani_plugin.checkpoints.resume {os.path.dirname(path) or '.'}` "
+            "resumes from the newest intact checkpoint there"
+        )
     return f"{path}: {problem}{hint}"
 
 
