@@ -28,12 +28,12 @@ import contextlib
 import json
 import os
 import shutil
-import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Dict, List
 
-from . import binarize, bpe, clean, download, extract, records, spm, tokenize
+from . import binarize, bpe, clean, download, extract, spm, steps, tokenize
 from ._common import ArgumentParser, available_cores, log, positive_int, run_cli
+from .steps import Step
 
 LANGS = extract.LANGS
 # Rough disk needs of a full run (downloads excluded), for a warning only.
@@ -55,14 +55,6 @@ def _exclusive(lock_path: Path):
             log(f"prepare: another run is using {lock_path.parent}; waiting for it to finish")
             fcntl.flock(lock, fcntl.LOCK_EX)
         yield
-
-
-class Stage:
-    def __init__(
-        self, name: str, title: str, params: dict, inputs: List[Path], outputs: List[Path], run: Callable[[], dict]
-    ):
-        self.name, self.title, self.params, self.run = name, title, params, run
-        self.inputs, self.outputs = inputs, outputs
 
 
 class Pipeline:
@@ -110,11 +102,11 @@ class Pipeline:
         return self.sub / "dict.txt"
 
     # -- stages -----------------------------------------------------------------------------------------
-    def stages(self) -> List[Stage]:
+    def stages(self) -> List[Step]:
         a = self.args
         tok_train = [self.tok / f"train.{lang}" for lang in (self.src, self.tgt)]
         if self.pair == "en-de":
-            learn = Stage(
+            learn = Step(
                 "learn",
                 f"learn joint BPE, {a.bpe_merges:,} merges (subword-nmt)",
                 {"merges": a.bpe_merges, "min_frequency": 2},
@@ -123,7 +115,7 @@ class Pipeline:
                 self.learn_bpe,
             )
         else:
-            learn = Stage(
+            learn = Step(
                 "learn",
                 f"train sentencepiece, {a.spm_vocab:,} pieces ({a.spm_model_type})",
                 {
@@ -139,7 +131,7 @@ class Pipeline:
         segmented = self.files(self.sub, train_name="train.unclean")
         cleaned = self.files(self.sub, ("train",))
         return [
-            Stage(
+            Step(
                 "download",
                 "the upstream archives" + (f" (offline, from {self.raw_dir})" if self.raw_dir else ""),
                 {"pair": self.pair},
@@ -147,7 +139,7 @@ class Pipeline:
                 list(self.raw_paths().values()),
                 self.download,
             ),
-            Stage(
+            Step(
                 "extract",
                 "plain text: train (corpora), valid (newstest2013), test (newstest2014 SGM)",
                 {"pair": self.pair, "train_lines": a.train_lines},
@@ -155,7 +147,7 @@ class Pipeline:
                 self.files(self.text),
                 self.extract,
             ),
-            Stage(
+            Step(
                 "tokenize",
                 "Moses normalisation and tokenisation (sacremoses, -a, no escaping)",
                 {"aggressive_dash_splits": True, "escape": False},
@@ -164,7 +156,7 @@ class Pipeline:
                 self.tokenize,
             ),
             learn,
-            Stage(
+            Step(
                 "apply",
                 "segment every split into subwords",
                 {},
@@ -172,7 +164,7 @@ class Pipeline:
                 segmented,
                 self.apply,
             ),
-            Stage(
+            Step(
                 "clean",
                 f"drop training pairs outside 1..250 tokens or with length ratio > {self.max_ratio}",
                 {"min": 1, "max": 250, "ratio": self.max_ratio},
@@ -180,7 +172,7 @@ class Pipeline:
                 cleaned,
                 self.clean,
             ),
-            Stage(
+            Step(
                 "binarize",
                 "fairseq-preprocess --joined-dictionary",
                 {},
@@ -270,34 +262,8 @@ class Pipeline:
         }
 
     # -- driver -----------------------------------------------------------------------------------------
-    def stamp(self, stage: Stage) -> Path:
-        return self.stamps / f"{stage.name}.json"
-
-    def first_to_run(self, stages: List[Stage], stamps: List[Optional[dict]]) -> int:
-        """The first stage that must run: the first without a valid stamp, or an earlier one whose outputs
-        a stage from there on needs and that are gone (intermediate files may be deleted once used)."""
-        first = next(
-            (
-                i
-                for i, (stage, stamp) in enumerate(zip(stages, stamps))
-                if stamp is None or stamp.get("params") != stage.params
-            ),
-            len(stages),
-        )
-        if first == len(stages) and not all(path.exists() for path in stages[-1].outputs):
-            first = len(stages) - 1
-        changed = True
-        while changed:
-            changed = False
-            for stage in stages[first:]:
-                for path in stage.inputs:
-                    producer = next((i for i in range(first) if path in stages[i].outputs), None)
-                    if producer is not None and not path.exists():
-                        first, changed = producer, True
-                        break
-                if changed:
-                    break
-        return first
+    def stamp(self, stage: Step) -> Path:
+        return steps.stamp_path(self.stamps, stage)
 
     def run(self) -> None:
         self.work.mkdir(parents=True, exist_ok=True)
@@ -305,30 +271,8 @@ class Pipeline:
             self._run()
 
     def _run(self) -> None:
-        stages = self.stages()
         log(f"{self.name} {self.pair}: work dir {self.work}")
-        stamps = []
-        for stage in stages:
-            stamps.append(records.read(self.stamp(stage)))  # None for a damaged stamp: run the stage again
-        first = self.first_to_run(stages, stamps)
-        for stage in stages[first:]:  # a stage that runs makes every later result stale
-            self.stamp(stage).unlink(missing_ok=True)
-        for index, (stage, previous) in enumerate(zip(stages, stamps)):
-            header = f"[{index + 1}/{len(stages)}] {stage.name}: {stage.title}"
-            if index < first:
-                log(f"{header}: done before, skipping (stamp {self.stamp(stage)})")
-                self.results[stage.name] = previous.get("result", {})
-                continue
-            if index == first and previous is not None:
-                reason = "settings changed" if previous.get("params") != stage.params else "its output is gone"
-                log(f"{header}: {reason}, running it again")
-            else:
-                log(header)
-            started = time.monotonic()
-            result = stage.run()
-            self.results[stage.name] = result
-            records.write(self.stamp(stage), {"params": stage.params, "result": result})
-            log(f"  {stage.name} finished in {time.monotonic() - started:.1f} s")
+        steps.run(self.stages(), self.stamps, self.results)
         self.report()
 
     def report(self) -> None:

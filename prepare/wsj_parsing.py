@@ -29,8 +29,8 @@ word leaves learn far faster (docs/parsing.md).
                  <unk>: the scorer takes the words back from W/text untouched); word leaves: one joined
                  dictionary; XX leaves: one per side
 
-Each stage is skipped when its stamp (W/.stamps) says it ran with the same inputs and settings. The data-bin's
-path is printed on stdout.
+prepare/steps.py decides which stages run: one whose stamp (W/.stamps) holds other settings runs again, and every
+stage after it. The data-bin's path is printed on stdout.
 """
 
 import argparse
@@ -39,8 +39,9 @@ from typing import Dict, List
 
 from vaswani_plugin.scoring.trees import clean, is_bracket, linearise, read_trees
 
-from . import binarize, records
+from . import binarize, steps
 from ._common import ArgumentParser, PrepareError, available_cores, log, open_write, positive_int, run_cli
+from .steps import Step
 from .word_signatures import replace_unknown, vocabulary
 
 WSJ_SECTIONS = {"train": range(2, 22), "valid": [22], "test": [23]}
@@ -203,19 +204,6 @@ def write_model_text(
     return replaced
 
 
-def run_stage(work: Path, name: str, params: dict, run) -> dict:
-    stamp = work / ".stamps" / f"{name}.json"
-    done = records.read(stamp)
-    if done is not None and done.get("params") == params:
-        log(f"{name}: done before, skipping (stamp {stamp})")
-        return done["result"]
-    stamp.unlink(missing_ok=True)
-    log(f"{name}:")
-    result = run()
-    records.write(stamp, {"params": params, "result": result})
-    return result
-
-
 def prepare(args) -> Path:
     work = args.work_dir.resolve()
     args.extra_files = extra_train_files(args.extra_train)
@@ -236,10 +224,9 @@ def prepare(args) -> Path:
         "max_positions": args.max_positions,
         "leaves": args.leaves,
     }
-    linearised = run_stage(work, "linearise", sources, linearise_all)
-    trees = {split: linearised[split] for split in files}
     words = args.leaves == "words"
     model_text = work / "model"
+    data_bin = work / "data-bin"
     # The model's text and the binarised data follow the linearised text: new sources make them stale.
     params = {
         "sources": sources,
@@ -247,38 +234,51 @@ def prepare(args) -> Path:
         "unknown_words": args.unknown_words,
         "treebank_copies": args.treebank_copies,
     }
-    run_stage(
-        work,
-        "model_text",
-        params,
-        lambda: write_model_text(
-            work / "text",
-            model_text,
-            list(files),
-            linearised["train"] - linearised["train_extra"],
-            args.source_vocabulary,
-            words,
-            args.unknown_words == "signatures",
-            args.treebank_copies,
-        ),
+    results: Dict[str, dict] = {}
+    steps.run(
+        [
+            Step("linearise", "the trees as sequences, the gold trees", sources, [], [], linearise_all),
+            Step(
+                "model_text",
+                "the model's text",
+                params,
+                [],
+                [],
+                lambda: write_model_text(
+                    work / "text",
+                    model_text,
+                    list(files),
+                    results["linearise"]["train"] - results["linearise"]["train_extra"],
+                    args.source_vocabulary,
+                    words,
+                    args.unknown_words == "signatures",
+                    args.treebank_copies,
+                ),
+            ),
+            # Joined, a word is counted once on each side: at least 4 is seen at least twice in training.
+            Step(
+                "binarize",
+                "fairseq-preprocess",
+                params,
+                [],
+                [],
+                lambda: binarize.binarize(
+                    SOURCE,
+                    TARGET,
+                    {split: model_text / split for split in files},
+                    data_bin,
+                    args.workers,
+                    joined=words,
+                    source_words=args.source_vocabulary,
+                    threshold=4 if words else None,
+                ),
+            ),
+        ],
+        work / ".stamps",
+        results,
     )
-    data_bin = work / "data-bin"
-    # Joined, a word is counted once on each side: at least 4 is seen at least twice in training.
-    run_stage(
-        work,
-        "binarize",
-        params,
-        lambda: binarize.binarize(
-            SOURCE,
-            TARGET,
-            {split: model_text / split for split in files},
-            data_bin,
-            args.workers,
-            joined=words,
-            source_words=args.source_vocabulary,
-            threshold=4 if words else None,
-        ),
-    )
+    linearised = results["linearise"]
+    trees = {split: linearised[split] for split in files}
     log("prepare.wsj_parsing: done; trees: " + ", ".join(f"{s} {n:,}" for s, n in trees.items()))
     treebank = "WSJ sections 02-21" if args.wsj_dir else "WSJ sample"
     seen = f"training trees: {trees['train'] - linearised['train_extra']:,} {treebank}"

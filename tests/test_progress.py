@@ -6,7 +6,6 @@ import json
 import math
 import sys
 
-import pytest
 from fairseq import metrics
 
 from vaswani_plugin.criterions.vaswani_label_smoothed_cross_entropy import VaswaniLabelSmoothedCrossEntropy
@@ -178,10 +177,21 @@ def test_a_fairseq_train_started_by_hand_writes_its_progress(reversal_training):
     assert records[0]["kind"] == "start" and records[0]["max_update"] == 6
     train = [r for r in records if r["kind"] == "train"]
     assert [(r["update"], r["loss"], r["lr"]) for r in train] == [
-        (int(w["num_updates"]), float(w["loss"]), pytest.approx(float(w["lr"]), rel=1e-5)) for w in windows
-    ]  # fairseq's log rounds the rate to 6 significant digits; the record keeps it whole
+        (int(w["num_updates"]), float(w["loss"]), float(w["lr"])) for w in windows
+    ]
     validations = [json.loads(line.split("| valid | ", 1)[1]) for line in log.splitlines() if "| valid | " in line]
     assert len(validations) >= 3  # one at each checkpoint (every 2 updates) and at each epoch's end
     assert [(r["update"], r["loss"]) for r in records if r["kind"] == "valid"] == [
         (int(v["valid_num_updates"]), float(v["valid_loss"])) for v in validations
     ]
+
+
+def test_the_options_the_progress_mirrors_are_those_a_resumed_run_compares_where_they_live():
+    from dataclasses import fields
+
+    from vaswani_plugin.checkpoints.resume import ALLOWED
+    from vaswani_plugin.tools.progress import MIRRORED_OPTIONS
+
+    mirrored = [f.name for f in fields(progress_meter.ProgressOptions) if not f.name.startswith("_")]
+    assert mirrored == list(MIRRORED_OPTIONS)
+    assert set(mirrored) <= ALLOWED["task"] & ALLOWED["criterion"]

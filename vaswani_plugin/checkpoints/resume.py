@@ -25,6 +25,7 @@ from typing import Optional, Tuple
 from vaswani_plugin.checkpoints.storage import UnreadableCheckpoint, load_checkpoint, write_atomically
 from vaswani_plugin.cli import run_command
 from vaswani_plugin.errors import VaswaniConfigError
+from vaswani_plugin.tools.progress import MIRRORED_OPTIONS
 
 PROG = "vaswani_plugin.checkpoints.resume"
 INTERVAL_CHECKPOINT = re.compile(r"checkpoint_\d+_\d+\.pt")
@@ -130,9 +131,10 @@ ALLOWED = {
         "dev_score_reference",
         "dev_score_args",
         "dev_score_post_process",
+        *MIRRORED_OPTIONS,  # fairseq's own options, mirrored for the progress: compared where they live
     },
-    "criterion": {"loss_chunk_logits"},
-}  # how the loss is computed in pieces, not what it is
+    "criterion": {"loss_chunk_logits", *MIRRORED_OPTIONS},  # loss_chunk_logits: how the loss is computed, not what
+}
 COMPARED_FIELDS = {
     "common": ("fp16", "bf16", "memory_efficient_fp16", "memory_efficient_bf16", "amp"),
     "optimization": ("clip_norm", "sentence_avg", "lr", "stop_min_lr"),

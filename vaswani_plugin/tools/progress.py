@@ -18,6 +18,19 @@ DEV_SCORES = {"bleu": "sacreBLEU", "tok_bleu": "tokenised BLEU", "f1": "F1"}  # 
 RATE_WINDOW = 5  # intervals the update rate is measured over (validations and saves included)
 
 
+# fairseq's own options that the criterion's and the task's configurations mirror for the progress
+# (tools/progress_meter.py's ProgressOptions): a resumed run compares them where they live (checkpoints/resume.py)
+MIRRORED_OPTIONS = (
+    "save_dir",
+    "no_save",
+    "max_update",
+    "max_epoch",
+    "stop_time_hours",
+    "distributed_world_size",
+    "valid_subset",
+)
+
+
 @dataclass
 class Target:
     """What ends the training (fairseq's --max-update, --max-epoch, --stop-time-hours; 0: not set)."""

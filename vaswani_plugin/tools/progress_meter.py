@@ -101,7 +101,7 @@ class _Run:
             if key != METER and not key.startswith("_"):
                 value = meters.get_smoothed_value(key)
                 if isinstance(value, (int, float)) or hasattr(value, "item"):
-                    values[key] = float(value)
+                    values[key] = float(f"{float(value):g}")  # as fairseq's log lines show it
         update = values.get("num_updates")
         if update is None:  # a validation logs no update count: the trainer's
             update = metrics.get_meter("default", "num_updates").val
