@@ -77,14 +77,14 @@ class _Run:
             return math.nan
 
     def observed(self, meters) -> float:
-        inner = metrics.get_meters("train_inner")
+        inner, active = metrics.get_meters("train_inner"), metrics.get_active_aggregators()
         if meters is inner:
             kind = "train"
         elif meters is metrics.get_meters("train"):
             kind = "epoch"
-        elif any(meters is active for active in metrics.get_active_aggregators()):
+        elif any(meters is aggregator for aggregator in active):
             # One update's or one validation batch's own values, which the trainer reads as it reduces them.
-            if inner is not None and any(inner is active for active in metrics.get_active_aggregators()):
+            if inner is not None and any(inner is aggregator for aggregator in active):
                 if self.progress is None and distributed_utils.get_global_rank() == 0:
                     self.start()
                 self.valid_index, self.stepped = 0, time.time()
