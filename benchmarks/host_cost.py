@@ -430,7 +430,7 @@ def measure(spec, data_dir, precision, implementation, optimizer) -> dict:
         seen[:] = 0, 0
     waits.clear(), steps.clear()
     state.update(tokens=0, epochs=0)
-    with PeakMemory(torch.cuda if cuda else None) as peak:  # fairseq resets the counter after each step
+    with PeakMemory(torch.cuda if cuda else None) as memory:  # fairseq resets the counter after each step
         begin = time.perf_counter()
         while (time.perf_counter() - begin < spec.seconds) if spec.seconds else len(steps) < spec.updates:
             update()
@@ -452,7 +452,7 @@ def measure(spec, data_dir, precision, implementation, optimizer) -> dict:
         from vaswani_plugin.tools.training_cost import peak_for
 
         peak = peak_for(torch.cuda.get_device_name(0), precision in ("fp16", "amp", "bf16"))
-        result["peak_mb"] = peak.megabytes
+        result["peak_mb"] = memory.megabytes
         result["mfu"] = (
             None
             if peak is None

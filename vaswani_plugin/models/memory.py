@@ -4,9 +4,9 @@ A leaf that imports nothing (the recipes load it without torch). Counted from mo
 output_layer_loss.py as fairseq's Trainer runs them with fused attention (no (time x time) tensor is kept): the
 state (weights, gradients, Adam's moments, fp16's and autocast's copies), what the forward pass keeps for the
 backward pass per source and target token, and the output layer's forward, which writes its gradients at once.
-The peak counts all three (an upper bound at the sizes users train: the gradients are counted whole, although the
-backward pass frees activations as it writes them). benchmarks/host_cost.py prints it beside measured peaks (a
-CPU's in the suite, the GPU acceptance's); docs/results.md, "The memory model".
+The peak counts all three (an upper bound on a CPU: the gradients are counted whole, although the backward pass
+frees activations as it writes them; within 0.5 % of an H200's peak). benchmarks/host_cost.py prints it beside
+measured peaks (a CPU's in the suite, the GPU acceptance's); docs/results.md, "The memory model".
 """
 
 from dataclasses import dataclass, replace
