@@ -74,9 +74,8 @@ LAUNCH= LAUNCH_ID= RUN_NAME= WORKERS= MASTER_ADDR=${MASTER_ADDR:-} MASTER_PORT=$
 RUN_RANK=0 DEVICE_ARGS=() EVAL_DEVICE_ARGS=()       # detect_devices (RUN_RANK 0: the run that writes the records)
 MAX_TOKENS= UPDATE_FREQ=        # batch_size_for_workers
 PREPARED_DIR= DATA_BIN=${DATA_BIN:-} TEXT_DIR= SUBWORDS=   # prepare_data, prepare_wmt14
-DATA_RECORD=()                  # data_gate
-PREVIOUS_STAGE= RESTARTING=0 DECISION= PLAN= STAGE_STATE= STAGE_RECORDS=() STAGE_OUTPUTS=()  # stage
-ASIDE="$WORK_DIR/previous/$(date +%Y%m%d-%H%M%S)"  # where a stage's previous outputs go (set_aside)
+PREVIOUS_STAGE= DECISION=       # stage
+ASIDE="$WORK_DIR/previous/$(date +%Y%m%d-%H%M%S)"  # where a stage's previous outputs go (recipes/stages.py)
 # §3.4: one matrix for source and target embeddings and the pre-softmax projection (a joined dictionary);
 # the parsing recipe, whose source words and target tree tokens have dictionaries of their own, shares only
 # the target embedding with the pre-softmax projection.
@@ -153,146 +152,51 @@ stop_if_asked() {
     fi
 }
 
-# Stage records (prepare/records.py, docs/recipes.md "Re-running a recipe"): a stage's record,
-# $WORK_DIR/.stages/NAME.json, holds its plan (the commands it runs, as DRY_RUN=1 prints them) and the record of
-# the stage before it. On a re-run a stage is skipped when both are as they were; otherwise it runs again, its
-# previous outputs moved to $ASIDE first (nothing is deleted), which makes every later stage run again too.
-# Training goes on from its checkpoints, or refuses (vaswani_plugin/checkpoints/resume.py --plan).
+# Stage records and decisions: recipes/stages.py, the one engine (docs/recipes.md "Re-running a recipe"). A stage
+# is skipped when its plan (the commands it runs, as DRY_RUN=1 prints them) and the stage before it are as
+# recorded; otherwise it runs again, its previous outputs moved to $ASIDE first (nothing is deleted). Training goes
+# on from its checkpoints, or refuses.
 
-# set_aside PATH...: move each PATH that exists to $ASIDE, at its place under WORK_DIR.
-set_aside() {
-    local path relative
-    for path in "$@"; do
-        [ -e "$path" ] || continue
-        relative=${path#"$WORK_DIR"/}
-        [ "$relative" != "$path" ] || die "internal: $path is not in WORK_DIR"
-        mkdir -p "$(dirname "$ASIDE/$relative")"
-        mv "$path" "$ASIDE/$relative"
-    done
+# engine ACTION ARGS...: recipes/stages.py, told this run's place in its job.
+engine() {
+    RECIPE=$RECIPE WORK_DIR=$WORK_DIR STAGES="${STAGES[*]}" RESTART_FROM=${RESTART_FROM:-} DRY_RUN=$DRY_RUN \
+        ASIDE=$ASIDE RUN_RANK=$RUN_RANK RUN_NAME=$RUN_NAME LAUNCH_ID=$LAUNCH_ID WORKERS=${WORKERS:-1} \
+        "$PYTHON" -m recipes.stages "$@"
 }
 
-# agreed NAME COMMAND...: DECISION, the first line COMMAND prints, taken by run 0 and published in
-# $WORK_DIR/.stages/NAME.decision for this launch; every other run of the job (node, task, rank) waits for it, so
-# that all of them skip, run, resume or refuse alike, and train on the same batch (batch_size_for_workers).
+# agreed NAME COMMAND...: DECISION, the first line COMMAND prints, taken by run 0 and published for this launch;
+# every other run of the job (node, task, rank) waits for it and takes the same.
 agreed() {
-    local name=$1 file="$WORK_DIR/.stages/$1.decision" waited=0
-    shift
-    if [ "$RUN_RANK" = 0 ] || [ "$DRY_RUN" = 1 ]; then
-        DECISION=$("$@" | head -n 1) || exit 1  # the command said why
-        [ "$DRY_RUN" = 1 ] || [ "${WORKERS:-1}" = 1 ] ||
-            { mkdir -p "$WORK_DIR/.stages" && printf '%s\t%s\n' "$LAUNCH_ID" "$DECISION" > "$file"; }
-        return
-    fi
-    until [ -f "$file" ] && [ "$(cut -f 1 "$file")" = "$LAUNCH_ID" ]; do
-        [ $((waited % 60)) != 0 ] || say "$RUN_NAME: waiting for ${RUN_NAME% *} 0's decision on stage $name"
-        [ "$waited" -lt "${DECISION_WAIT:-1800}" ] ||
-            die "${RUN_NAME% *} 0 of this job ($LAUNCH_ID) decided nothing on stage $name in ${DECISION_WAIT:-1800} s"
-        sleep 1
-        waited=$((waited + 1))
-    done
-    DECISION=$(cut -f 2- "$file")
-}
-
-# train_decision PLAN STATE SAVE_DIR: skip, run, resume or refuse for a training stage whose record is in STATE.
-train_decision() {
-    if [ "$2" = same ]; then echo skip; return; fi
-    compgen -G "$3/checkpoint*.pt" > /dev/null || { echo run; return; }  # nothing to compare with
-    if [[ "$2" == inputs-changed* ]]; then echo "refuse ${2#inputs-changed }, but $3 holds its checkpoints"; return; fi
-    # Killed while training with this very command: it goes on (its checkpoint_last.pt repaired first if cut off).
-    if [ "$2" = interrupted ]; then echo "resume (interrupted before)"; return; fi
-    local errors decision repair=()
-    # Run 0 also makes a cut-off checkpoint_last.pt resumable here (resume_checkpoint), saving a fairseq import.
-    [ "$RUN_RANK" != 0 ] || [ "$DRY_RUN" = 1 ] || repair=(--repair)
-    errors=$(mktemp)
-    decision=$("$PYTHON" -m vaswani_plugin.checkpoints.resume --plan "${repair[@]}" <<< "$1" 2> "$errors") ||
-        { cat "$errors" >&2; die "cannot compare the training command with its checkpoints"; }
-    grep "^vaswani_plugin.checkpoints.resume: " "$errors" | tee -a "$3/train.log" >&2 || true
-    rm -f "$errors"
-    [ "$decision" != finished ] || decision="skip (its checkpoints reached the target)"
-    echo "$decision"
-}
-
-# stage NAME [--output PATH]... COMMAND...: run COMMAND as the stage NAME, whose outputs are the PATHs, as its
-# record says (above).
-stage() {
     local name=$1
     shift
-    STAGE_OUTPUTS=()
-    while [ "$1" = --output ]; do STAGE_OUTPUTS+=("$2"); shift 2; done
-    decide_stage "$name" "$@"
-    case $DECISION in
-    skip*)
-        say "stage $name: done before, skipped${DECISION#skip}"
-        # Finished, but not recorded (killed in between, or trained before records): recorded now.
-        if [[ "$STAGE_STATE" =~ ^(new|interrupted)$ ]] && [ "$RUN_RANK" = 0 ] && [ "$DRY_RUN" = 0 ]; then
-            "$PYTHON" -m prepare.records start "$WORK_DIR" "$name" "${STAGE_RECORDS[@]}" <<< "$PLAN" &&
-                "$PYTHON" -m prepare.records finish "$WORK_DIR" "$name"
-        fi ;;
-    refuse*)
-        die "stage $name: ${DECISION#refuse }. Nothing was changed; to go on, use a new WORK_DIR, or set" \
-            "RESTART_FROM=$name to move its outputs and every later stage's aside (to WORK_DIR/previous/) and run" \
-            "them again" ;;
-    *) run_stage "$name" "$@" ;;
-    esac
-    PREVIOUS_STAGE=$name
-    stop_if_asked "$name"
+    if [ "$RUN_RANK" = 0 ] || [ "$DRY_RUN" = 1 ]; then
+        DECISION=$("$@" | head -n 1 | engine publish "$name") || exit 1  # the command said why
+    else
+        DECISION=$(engine follow "$name") || exit 1
+    fi
 }
 
-# decide_stage NAME COMMAND...: PLAN (what COMMAND runs, as a dry run prints it), STAGE_RECORDS (the record's
-# arguments), STAGE_STATE (prepare.records check's) and DECISION (skip, rerun, run, resume ... or refuse ...).
-decide_stage() {
-    local name=$1 dictionary
+# stage NAME [--output PATH]... COMMAND...: run COMMAND as the stage NAME, whose outputs are the PATHs, as the
+# engine decides (DECISION: skip ..., run, rerun, resume ...; a refusal stops the recipe in its one line).
+stage() {
+    local name=$1 args=() plan dictionary
     shift
+    while [ "$1" = --output ]; do args+=(--output "$2"); shift 2; done
     # The plan names the interpreter `python`: another environment's path is no change of plan (versions are
     # recorded apart).
-    PLAN=$(STAGE_PLAN=1 DRY_RUN=1 PLAN_PYTHON=$PYTHON PYTHON=python "$@" 2> /dev/null) ||
+    plan=$(STAGE_PLAN=1 DRY_RUN=1 PLAN_PYTHON=$PYTHON PYTHON=python "$@" 2> /dev/null) ||
         die "internal: stage $name cannot say what it runs"
-    [ "${RESTART_FROM:-}" != "$name" ] || RESTARTING=1
-    STAGE_RECORDS=(${PREVIOUS_STAGE:+--after "$PREVIOUS_STAGE"})
-    if [ "$1" = train ]; then  # what training reads: the data's dictionaries
-        for dictionary in "$DATA_BIN"/dict.*.txt; do STAGE_RECORDS+=(--input "$dictionary"); done
+    if [ "$1" = train ]; then  # what training reads: the data's dictionaries; its checkpoints
+        for dictionary in "$DATA_BIN"/dict.*.txt; do args+=(--input "$dictionary"); done
+        args+=(--save-dir "$2")
     fi
-    STAGE_STATE=new
-    if [ "$RESTARTING" = 0 ]; then
-        STAGE_STATE=$("$PYTHON" -m prepare.records check "$WORK_DIR" "$name" "${STAGE_RECORDS[@]}" <<< "$PLAN") ||
-            die "cannot read the record of stage $name"
-    fi
-    if [ "$1" = train ]; then
-        agreed "$name" train_decision "$PLAN" "$STAGE_STATE" "${STAGE_OUTPUTS[0]}"
-    else
-        case $STAGE_STATE in same) DECISION=skip ;; changed) DECISION=rerun ;; *) DECISION=run ;; esac
-    fi
-}
-
-# run_stage NAME COMMAND...: say why the stage runs (again, or resumes), then run COMMAND between the start and
-# the end of its record, its previous outputs set aside first; a dry run prints what it would do.
-run_stage() {
-    local name=$1 would=run doing=starting why=  # what the stage does, as a dry run and a run say it
-    shift
-    [ "$RESTARTING" = 0 ] || why=" (RESTART_FROM=$RESTART_FROM: its outputs moved to $ASIDE)"
-    if [ "$DECISION" = rerun ]; then
-        would="run again" doing="running again"
-        why=" (its plan or the stage before it changed; its outputs moved to $ASIDE)"
-    elif [ "$DECISION" = "resume (interrupted before)" ]; then
-        would=resume doing=resuming why=" from its checkpoints (interrupted before)"
-    elif [ "${DECISION%% *}" = resume ]; then
-        would=resume doing=resuming why=" from update ${DECISION#resume }"
-    fi
-    if [ "$DRY_RUN" = 1 ]; then
-        say "stage $name: would $would$why"
+    DECISION=$(engine begin "$name" ${PREVIOUS_STAGE:+--after "$PREVIOUS_STAGE"} "${args[@]}" <<< "$plan") || exit 1
+    if [ "${DECISION%% *}" != skip ]; then
         "$@"
-        return
+        [ "$DRY_RUN" = 1 ] || engine finish "$name" || die "cannot write the record of stage $name"
     fi
-    say "stage $name: $doing$why"
-    if [ "$RUN_RANK" = 0 ]; then
-        [ "$RESTARTING" = 0 ] && [ "$DECISION" != rerun ] || set_aside "${STAGE_OUTPUTS[@]}" "$WORK_DIR/.stages/$name.json"
-        [[ ! "$DECISION" =~ ^resume\ [0-9]+$ ]] || STAGE_RECORDS+=(--started-from "${DECISION#resume }")
-        "$PYTHON" -m prepare.records start "$WORK_DIR" "$name" "${STAGE_RECORDS[@]}" <<< "$PLAN" ||
-            die "cannot write the record of stage $name"
-    fi
-    "$@"
-    [ "$RUN_RANK" != 0 ] || "$PYTHON" -m prepare.records finish "$WORK_DIR" "$name"
-    say "stage $name: finished"
+    PREVIOUS_STAGE=$name
+    stop_if_asked "$name"
 }
 
 # hold_work_dir: run 0 holds WORK_DIR/.lock while it runs; another run that is not of its job stops at once.
@@ -366,50 +270,19 @@ prepare_data() {
         if [[ "$word" == --* ]]; then settings+=("$(echo "${word#--}" | tr a-z- A-Z_)=");
         else settings[-1]+=$word; fi
     done
-    data_gate "$data_dir" "${RAW_DIR:-$data_dir/raw}" -- "${settings[@]}"
+    # Before the preparation, its settings and raw files against the data's record; after it, recorded.
+    local record=("$data_dir" --raw "${RAW_DIR:-$data_dir/raw}" "${settings[@]}"
+                  "EXTRA_PREPARE_ARGS=${EXTRA_PREPARE_ARGS:-}")
+    engine data "${record[@]}" || exit 1
     say "stage prepare: python -m prepare.$module ${args[*]} ${EXTRA_PREPARE_ARGS:-}"
     [ "$DRY_RUN" = 0 ] || say "stage prepare: would run (it skips the steps it finished before, each by its settings)"
     # shellcheck disable=SC2086
     run "$PYTHON" -m "prepare.$module" "${args[@]}" ${EXTRA_PREPARE_ARGS:-}
-    data_recorded
+    [ "$DRY_RUN" = 1 ] || engine data "${record[@]}" --write || die "cannot write the data's record"
     PREPARED_DIR=$data_dir
     DATA_BIN="$data_dir/data-bin"
     TEXT_DIR="$data_dir/text"
     stop_if_asked prepare
-}
-
-# data_gate DATA_DIR RAW... -- NAME=VALUE...: before the preparation, compare its settings (and EXTRA_PREPARE_ARGS)
-# and the raw files with those the data was prepared with (prepare/records.py): changed while checkpoints trained on
-# it exist, refused; with RESTART_FROM=prepare, the data (under WORK_DIR) set aside first. Sets DATA_RECORD, which
-# data_recorded, after the preparation, runs to record them.
-data_gate() {
-    local data_dir=$1 raw=() restarting=() dry=()
-    shift
-    while [ "$1" != -- ]; do raw+=(--raw "$1"); shift; done
-    shift
-    [ "${RESTART_FROM:-}" != prepare ] || restarting=(--restarting)
-    [ "$DRY_RUN" = 0 ] || dry=(--dry-run)
-    DATA_RECORD=("$PYTHON" -m prepare.records data "$data_dir" --recipe-dir "$WORK_DIR" "${raw[@]}" "$@"
-                 "EXTRA_PREPARE_ARGS=${EXTRA_PREPARE_ARGS:-}")
-    agreed prepare "${DATA_RECORD[@]}" "${restarting[@]}" "${dry[@]}"
-    case $DECISION in
-    refuse*)
-        die "stage prepare: ${DECISION#refuse }. Nothing was changed; to go on, use a new WORK_DIR and DATA_DIR, or" \
-            "set RESTART_FROM=prepare (with DATA_DIR in WORK_DIR) to move the data, the checkpoints and every later" \
-            "output aside (to WORK_DIR/previous/) and run them again" ;;
-    changed*) say "stage prepare: ${DECISION#changed }; no checkpoint was trained on the data: preparing it again" ;;
-    esac
-    [ "${RESTART_FROM:-}" = prepare ] || return 0
-    RESTARTING=1
-    [ "${data_dir#"$WORK_DIR"/}" != "$data_dir" ] ||
-        die "RESTART_FROM=prepare: DATA_DIR $data_dir is outside WORK_DIR (other recipes may share it); give a new" \
-            "DATA_DIR instead"
-    say "stage prepare: RESTART_FROM=prepare: the data moved to $ASIDE"
-    [ "$DRY_RUN" = 1 ] || [ "$RUN_RANK" != 0 ] || set_aside "$data_dir"
-}
-data_recorded() {
-    [ "$DRY_RUN" = 1 ] || [ "$RUN_RANK" != 0 ] || "${DATA_RECORD[@]}" --write > /dev/null ||
-        die "cannot write the data's record"
 }
 
 # prepare_wmt14 PAIR ARGS...: prepare_data for WMT14; also sets SUBWORDS (how fairseq-generate joins subwords
@@ -432,7 +305,7 @@ resume_checkpoint() {
     # A first run has nothing to check, and saves the command's start-up (importing fairseq, 3.5 s); a stage's plan
     # (its record) is the training command alone.
     [ "$RUN_RANK" = 0 ] && [ -e "$1/checkpoint_last.pt" ] && [ -z "${STAGE_PLAN:-}" ] || return 0
-    [[ ! "${DECISION:-}" =~ ^resume\ [0-9]+$ ]] || [ "$DRY_RUN" = 1 ] || return 0  # done deciding (train_decision)
+    [[ ! "${DECISION:-}" =~ ^resume\ [0-9]+$ ]] || [ "$DRY_RUN" = 1 ] || return 0  # repaired when deciding (recipes/stages.py)
     if [ "$DRY_RUN" = 1 ]; then
         say "stage train: would resume from $1/checkpoint_last.pt"
         run "$PYTHON" -m vaswani_plugin.checkpoints.resume "$1"

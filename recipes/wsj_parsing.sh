@@ -65,9 +65,12 @@ PREPARE=(-m prepare.wsj_parsing --work-dir "$DATA_DIR" "${TREEBANK[@]}" --leaves
          "$UNKNOWN_WORDS" --treebank-copies "${TREEBANK_COPIES:-1}" --source-vocabulary "${SOURCE_VOCABULARY:-16000}")
 # shellcheck disable=SC2206
 [ -z "${EXTRA_TRAIN_TREES:-}" ] || PREPARE+=(--extra-train $EXTRA_TRAIN_TREES)
-# shellcheck disable=SC2086
-data_gate "$DATA_DIR" "${WSJ_DIR:-$SAMPLE_DIR}" ${EXTRA_TRAIN_TREES:-} -- "LEAVES=$LEAVES" \
-    "UNKNOWN_WORDS=$UNKNOWN_WORDS" "TREEBANK_COPIES=${TREEBANK_COPIES:-1}" "SOURCE_VOCABULARY=${SOURCE_VOCABULARY:-16000}"
+# The data's record (recipes/stages.py): its settings and raw folders, compared before and written after.
+RECORD=("$DATA_DIR" --raw "${WSJ_DIR:-$SAMPLE_DIR}" "LEAVES=$LEAVES" "UNKNOWN_WORDS=$UNKNOWN_WORDS"
+        "TREEBANK_COPIES=${TREEBANK_COPIES:-1}" "SOURCE_VOCABULARY=${SOURCE_VOCABULARY:-16000}"
+        "EXTRA_PREPARE_ARGS=${EXTRA_PREPARE_ARGS:-}")
+for EXTRA in ${EXTRA_TRAIN_TREES:-}; do RECORD+=(--raw "$EXTRA"); done
+engine data "${RECORD[@]}" || exit 1
 say "stage prepare: python ${PREPARE[*]}"
 if [ "$DRY_RUN" = 1 ]; then
     run "$PYTHON" "${PREPARE[@]}"
@@ -75,7 +78,7 @@ if [ "$DRY_RUN" = 1 ]; then
 else
     DATA_BIN=$("$PYTHON" "${PREPARE[@]}") || die "data preparation failed"
 fi
-data_recorded
+[ "$DRY_RUN" = 1 ] || engine data "${RECORD[@]}" --write || die "cannot write the data's record"
 stop_if_asked prepare
 # Word leaves: one dictionary, so one embedding for the input, the decoder's input and its output (§3.4).
 EMBEDDING_SHARING=(--share-all-embeddings)

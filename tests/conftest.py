@@ -149,6 +149,23 @@ def reversal_training(reversal_data, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def training_plan(reversal_data, reversal_training):
+    """A recipe's plan line for the training that wrote reversal_training's checkpoints: the README's command with
+    the fixture's counts and sizes, as `python -m fairseq_cli.train`, and their folder as --save-dir."""
+    save_dir, _ = reversal_training
+    train = doc_blocks.commands(doc_blocks.block("README.md", "test:own-pipeline"))[0]
+    train = doc_blocks.substituted(
+        train,
+        {
+            "fairseq-train DATA": f"python -m fairseq_cli.train {reversal_data / 'joined'}",
+            '"$(python -m vaswani_plugin)"': cli_helpers.plugin_dir(),
+            **OWN_PIPELINE_COUNTS,
+        },
+    )
+    return f"{train} {shlex.join(OWN_PIPELINE_TINY)} --save-dir {save_dir}"
+
+
+@pytest.fixture(scope="session")
 def trained(reversal_data, reversal_training, tmp_path_factory):
     """(checkpoint, data-bin, test sources as word lists): the reversal model trained 500 more updates (Adam,
     cross-entropy, all 300 training pairs a batch) so that it translates, saved as a checkpoint fairseq's tools

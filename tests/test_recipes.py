@@ -302,16 +302,16 @@ def test_table3_needs_a_row():
 def run_common(tmp_path, commands, gpus=8, **settings):
     """Source recipes/common.sh and run COMMANDS, with a stand-in python that reports GPUS visible GPUs, a longest
     training sentence of 100 tokens (prepare.longest), a GPU's batch of 4096 tokens (tools.gpu_batch), runs the
-    stage records (prepare.records) and the launch plan and paper's settings (recipes.launch), finds no
-    TensorBoard, and prints any other command it is given
-    (`python ARGS...`) instead of running it."""
+    stage records and decisions (prepare.records, recipes.stages) and the launch plan and paper's settings
+    (recipes.launch), finds no TensorBoard, and prints any other command it is given (`python ARGS...`) instead of
+    running it."""
     fake_python = tmp_path / "python"
     fake_python.write_text(
         f'#!/bin/sh\nif [ "$1" = -c ]; then case "$2" in *find_spec*) exit 1;; esac; echo {gpus}; '
         f'elif [ "$2" = prepare.longest ]; then echo 100 train; '
         f'elif [ "$2" = vaswani_plugin.tools.gpu_batch ]; then echo 4096; echo "gpu_batch: 4096 '
         f'tokens a batch fit" >&2; '
-        f'elif [ "$2" = prepare.records ] || [ "$2" = recipes.launch ]; then '
+        f'elif [ "$2" = prepare.records ] || [ "$2" = recipes.launch ] || [ "$2" = recipes.stages ]; then '
         f'exec {sys.executable} "$@"; '
         f'else echo "python $*"; fi\n'
     )

@@ -10,18 +10,16 @@ fairseq's copy leaves it, and must end with the model of an uninterrupted run.
 import fractions
 import io
 import os
-import shlex
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import doc_blocks
 import pytest
 import torch
 from cli_helpers import REPO, plugin_dir, run
-from conftest import OWN_PIPELINE_COUNTS, OWN_PIPELINE_TINY, lane_job
+from conftest import lane_job
 from fairseq import checkpoint_utils
 from test_recipes import BIG_RUN, NEEDS_CPU_PATH, check_scores, hypotheses, run_recipe, tiny_env
 from wmt_mirror import newstest2014_sentences
@@ -329,23 +327,6 @@ def test_recipe_killed_during_training_ends_with_the_uninterrupted_model(lane):
     assert len(hypotheses(root / "killed" / "newstest2014.generate.txt")) == sentences
     check_scores(result.stdout, sentences)
     check_scores(reference.stdout, sentences)
-
-
-@pytest.fixture(scope="module")
-def training_plan(reversal_data, reversal_training):
-    """A recipe's plan line for the training that wrote reversal_training's checkpoints: the README's command with
-    the fixture's counts and sizes, as `python -m fairseq_cli.train`, and their folder as --save-dir."""
-    save_dir, _ = reversal_training
-    train = doc_blocks.commands(doc_blocks.block("README.md", "test:own-pipeline"))[0]
-    train = doc_blocks.substituted(
-        train,
-        {
-            "fairseq-train DATA": f"python -m fairseq_cli.train {reversal_data / 'joined'}",
-            '"$(python -m vaswani_plugin)"': plugin_dir(),
-            **OWN_PIPELINE_COUNTS,
-        },
-    )
-    return f"{train} {shlex.join(OWN_PIPELINE_TINY)} --save-dir {save_dir}"
 
 
 def plan_decision(plan: str, capsys, *options) -> str:

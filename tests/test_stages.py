@@ -1,0 +1,209 @@
+"""recipes/stages.py in process: docs/recipes.md's re-run table, one test a row (and the prose's rows below it:
+RESTART_FROM, an interrupted training, the runs of one job following run 0). The training rows compare real
+checkpoints (the README's own-pipeline training, reversal_training) through fairseq's parsed configuration; the
+recipes' own runs of the table: test_recipes.py, test_records.py and test_resume.py."""
+
+import json
+
+import pytest
+
+from prepare import records
+from recipes import stages
+
+STAGES = ["prepare", "train", "average", "translate"]
+
+
+def a_run(tmp_path, **settings) -> stages.Run:
+    return stages.Run(work_dir=tmp_path, stages=STAGES, aside=tmp_path / "previous" / "T", **settings)
+
+
+def recorded(run, name, plan, after=None, inputs=(), finished=True):
+    records.start(run.work_dir, name, after, plan, inputs)
+    if finished:
+        records.finish(run.work_dir, name)
+
+
+def decoding_stages(run):
+    """average and translate, recorded as finished after a finished train, their outputs written."""
+    recorded(run, "train", "python -m fairseq_cli.train data")
+    for name, after in (("average", "train"), ("translate", "average")):
+        recorded(run, name, f"python -m {name} 1", after=after)
+        (run.work_dir / f"{name}.out").write_text(name)
+
+
+def decoding_stage(run, name, plan_argument="1"):
+    after = {"average": "train", "translate": "average"}[name]
+    return stages.Stage(name, f"python -m {name} {plan_argument}", after, [run.work_dir / f"{name}.out"])
+
+
+@pytest.fixture
+def trained_before(training_plan, reversal_training, tmp_path):
+    """A WORK_DIR whose train stage finished with training_plan, the fixture's checkpoints (at update 6)."""
+    run = a_run(tmp_path)
+    recorded(run, "train", training_plan)
+    save_dir, _ = reversal_training
+    return run, lambda change="": stages.Stage("train", f"{training_plan} {change}", save_dir=save_dir)
+
+
+def test_nothing_changed_skips_every_stage(tmp_path):
+    run = a_run(tmp_path)
+    decoding_stages(run)
+    train = stages.Stage("train", "python -m fairseq_cli.train data", save_dir=tmp_path)
+    (tmp_path / "checkpoint_last.pt").touch()
+    assert stages.begin(run, train) == stages.Decision("skip")
+    for name in ("average", "translate"):
+        assert stages.begin(run, decoding_stage(run, name)) == stages.Decision("skip")
+
+
+def test_max_update_raised_resumes_and_decodes_again_keeping_the_old_outputs(trained_before):
+    run, train = trained_before
+    recorded(run, "average", "python -m average 1", after="train")
+    (run.work_dir / "average.out").write_text("before")
+    assert stages.begin(run, train("--max-update 9")) == stages.Decision("resume", "6")
+    assert records.read(records.record_path(run.work_dir, "train"))["started_from"] == 6
+    assert stages.begin(run, decoding_stage(run, "average")) == stages.Decision("rerun")
+    assert (run.aside / "average.out").read_text() == "before" and not (run.work_dir / "average.out").exists()
+
+
+def test_max_update_below_the_checkpoints_is_refused_naming_both_counts(trained_before, reversal_training):
+    run, train = trained_before
+    with pytest.raises(stages.StageError) as refused:
+        stages.begin(run, train("--max-update 4"))
+    assert str(refused.value).startswith(
+        f"stage train: --max-update is 4 now (MAX_UPDATE), but the checkpoints in {reversal_training[0]} are at "
+        "update 6. Nothing was changed; to go on, use a new WORK_DIR, or set RESTART_FROM=train"
+    )
+
+
+def test_decoding_changed_runs_again_from_the_first_changed_stage(tmp_path):
+    run = a_run(tmp_path)
+    decoding_stages(run)
+    assert stages.begin(run, decoding_stage(run, "average")) == stages.Decision("skip")
+    assert stages.begin(run, decoding_stage(run, "translate", "2")) == stages.Decision("rerun")
+    assert (run.aside / "translate.out").read_text() == "translate"
+    assert (run.aside / ".stages" / "translate.json").is_file()  # the old record, kept beside its outputs
+    # A changed average makes the translation run again though its own plan is as recorded.
+    decoding_stages(run)
+    assert stages.begin(run, decoding_stage(run, "average", "2")) == stages.Decision("rerun")
+    assert stages.begin(run, decoding_stage(run, "translate")) == stages.Decision("rerun")
+
+
+def data_run(tmp_path, bpe_merges):
+    data_dir, raw = tmp_path / "data", tmp_path / "raw"
+    raw.mkdir(exist_ok=True)
+    (raw / "train.en.gz").write_bytes(b"one")
+    return data_dir, [raw], {"BPE_MERGES": bpe_merges}
+
+
+def test_data_changed_once_checkpoints_exist_is_refused_before_preparing(tmp_path):
+    run = a_run(tmp_path)
+    data_dir, raw, settings = data_run(tmp_path, "100")
+    records.data(data_dir, raw, settings, tmp_path, False, True)
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "checkpoint_last.pt").touch()
+    with pytest.raises(stages.StageError) as refused:
+        stages.data_gate(run, data_dir, raw, {"BPE_MERGES": "200"})
+    assert str(refused.value).startswith(
+        f"stage prepare: BPE_MERGES changed from 100 to 200, but {tmp_path} holds checkpoints trained on the data"
+    )
+
+
+def test_data_changed_before_any_training_is_prepared_again(tmp_path, capsys):
+    run = a_run(tmp_path)
+    data_dir, raw, settings = data_run(tmp_path, "100")
+    records.data(data_dir, raw, settings, tmp_path, False, True)
+    stages.data_gate(run, data_dir, raw, {"BPE_MERGES": "200"})
+    said = capsys.readouterr().err.rstrip().splitlines()[-1]
+    assert said.endswith(
+        "stage prepare: BPE_MERGES changed from 100 to 200; no checkpoint was trained on the data: preparing it again"
+    )
+
+
+def test_a_dictionary_not_the_one_training_read_is_refused_naming_it(tmp_path):
+    run, dictionary = a_run(tmp_path), tmp_path / "dict.en.txt"
+    dictionary.write_text("the 10\n")
+    recorded(run, "train", "python -m fairseq_cli.train data", inputs=[dictionary])
+    dictionary.write_text("the 10\na 5\n")
+    (tmp_path / "checkpoint_last.pt").touch()
+    train = stages.Stage("train", "python -m fairseq_cli.train data", inputs=[dictionary], save_dir=tmp_path)
+    with pytest.raises(stages.StageError) as refused:
+        stages.begin(run, train)
+    assert str(refused.value).startswith(
+        f"stage train: the data's dict.en.txt is not the one stage train read (11 bytes now), but {tmp_path} holds "
+        "its checkpoints."
+    )
+
+
+def test_the_model_changed_once_checkpoints_exist_is_refused_naming_the_option(trained_before):
+    run, train = trained_before
+    with pytest.raises(stages.StageError) as refused:
+        stages.begin(run, train("--dropout 0.3"))
+    assert str(refused.value).startswith("stage train: --dropout is 0.3 now, 0.1 in the checkpoints. Nothing was")
+
+
+def test_another_hardware_layout_with_the_tokens_per_step_kept_goes_on(trained_before):
+    run, train = trained_before
+    assert stages.begin(run, train("--distributed-world-size 2 --max-tokens 500")) == stages.Decision(
+        "skip", "(its checkpoints reached the target)"
+    )
+    assert stages.begin(run, train("--max-update 9 --max-tokens 500 --update-freq 2")) == stages.Decision("resume", "6")
+
+
+def test_checkpoint_cadence_and_logging_are_allowed(trained_before):
+    run, train = trained_before
+    assert stages.begin(run, train("--save-interval-updates 3 --log-interval 5")).action == "skip"
+
+
+def test_a_version_change_is_one_warning_line_never_a_rerun(tmp_path, capsys):
+    run = a_run(tmp_path)
+    decoding_stages(run)
+    path = records.record_path(tmp_path, "average")
+    record = json.loads(path.read_text())
+    record["versions"]["torch"] = "1.0"
+    path.write_text(json.dumps(record))
+    assert stages.begin(run, decoding_stage(run, "average")) == stages.Decision("skip")
+    assert "warning: torch 1.0 -> " in capsys.readouterr().err
+
+
+def test_restart_from_runs_that_stage_and_every_later_one_again_its_outputs_aside(tmp_path):
+    run = a_run(tmp_path, restart_from="average")
+    decoding_stages(run)
+    train = stages.Stage("train", "python -m fairseq_cli.train data", save_dir=tmp_path)
+    assert stages.begin(run, train) == stages.Decision("skip")
+    for name in ("average", "translate"):
+        assert stages.begin(run, decoding_stage(run, name)) == stages.Decision("run")
+        assert (run.aside / f"{name}.out").read_text() == name
+
+
+def test_restart_from_train_trains_again_though_its_checkpoints_reached_the_target(trained_before, tmp_path):
+    run, train = trained_before
+    run = a_run(tmp_path, restart_from="train", dry_run=True)  # a dry run: the fixture's checkpoints stay put
+    assert stages.begin(run, train()) == stages.Decision("run")
+
+
+def test_an_interrupted_training_resumes_and_an_interrupted_stage_runs_again(tmp_path):
+    run = a_run(tmp_path)
+    recorded(run, "train", "python -m fairseq_cli.train data", finished=False)
+    (tmp_path / "checkpoint_last.pt").touch()
+    train = stages.Stage("train", "python -m fairseq_cli.train data", save_dir=tmp_path)
+    assert stages.begin(run, train) == stages.Decision("resume", "(interrupted before)")
+    recorded(run, "average", "python -m average 1", after="train", finished=False)
+    assert stages.begin(run, decoding_stage(run, "average")) == stages.Decision("run")
+
+
+def test_the_other_runs_of_a_job_follow_run_0s_decision_of_this_launch(tmp_path):
+    zero = a_run(tmp_path, rank=0, workers=2, launch_id="job 1")
+    one = a_run(tmp_path, rank=1, name="node 1", workers=2, launch_id="job 1", wait_seconds=0)
+    stages.publish(zero, "train", "refuse --dropout is 0.3 now")
+    assert stages.agreed(one, "train", lambda: "run") == "refuse --dropout is 0.3 now"
+    other_launch = a_run(tmp_path, rank=1, name="node 1", workers=2, launch_id="job 2", wait_seconds=0)
+    with pytest.raises(stages.StageError, match="node 0 of this job \\(job 2\\) decided nothing on stage train"):
+        stages.agreed(other_launch, "train", lambda: "run")
+
+
+def test_a_dry_run_decides_as_a_run_and_writes_nothing(tmp_path):
+    run = a_run(tmp_path, dry_run=True)
+    decoding_stages(run)
+    before = sorted(path.relative_to(tmp_path) for path in tmp_path.rglob("*"))
+    assert stages.begin(run, decoding_stage(run, "translate", "2")) == stages.Decision("rerun")
+    assert sorted(path.relative_to(tmp_path) for path in tmp_path.rglob("*")) == before
