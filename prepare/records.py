@@ -26,35 +26,20 @@ prepare/steps.py keeps the preparations' step stamps with `read` and `write` bel
 """
 
 import argparse
-import json
-import os
 import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Dict, Iterable, Optional
 
-from ._common import file_digest
+from ._common import file_digest, plugin_leaf
 
 VERSIONED = ("vaswani-plugin", "ve-fairseq", "torch")
 
 
-# -- one record file -----------------------------------------------------------------------------------------
-def read(path: Path) -> Optional[dict]:
-    """The record at `path`; None if there is none or it is damaged (a stage killed while writing it)."""
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def write(path: Path, record: dict) -> None:
-    """Write `record` to `path` atomically: a reader sees the old record or the new one, never half of one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(record, indent=1) + "\n")
-    os.replace(temporary, path)
+# -- one record file: vaswani_plugin/tools/stage_records.py, the store's one home -------------------------------
+_store = plugin_leaf("tools.stage_records")
+read, write, record_path = _store.read, _store.write, _store.record_path
 
 
 def versions() -> Dict[str, str]:
@@ -83,10 +68,6 @@ def version_warning(record: dict, stage: str) -> Optional[str]:
 
 
 # -- recipe stages -------------------------------------------------------------------------------------------
-def record_path(work_dir: Path, stage: str) -> Path:
-    return Path(work_dir) / ".stages" / f"{stage}.json"
-
-
 def normalised(plan: str, work_dir: Path) -> str:
     return plan.replace(str(Path(work_dir).resolve()), "$WORK_DIR").strip()
 

@@ -176,27 +176,30 @@ agreed() {
     fi
 }
 
-# stage NAME [--output PATH]... COMMAND...: run COMMAND as the stage NAME, whose outputs are the PATHs, as the
-# engine decides (DECISION: skip ..., run, rerun, resume ...; a refusal stops the recipe in its one line).
-stage() {
-    local name=$1 args=() plan dictionary
-    shift
-    while [ "$1" = --output ]; do args+=(--output "$2"); shift 2; done
-    # The plan names the interpreter `python`: another environment's path is no change of plan (versions are
-    # recorded apart).
-    plan=$(STAGE_PLAN=1 DRY_RUN=1 PLAN_PYTHON=$PYTHON PYTHON=python "$@" 2> /dev/null) ||
-        die "internal: stage $name cannot say what it runs"
-    if [ "$1" = train ]; then  # what training reads: the data's dictionaries; its checkpoints
-        for dictionary in "$DATA_BIN"/dict.*.txt; do args+=(--input "$dictionary"); done
-        args+=(--save-dir "$2")
-    fi
-    DECISION=$(engine begin "$name" ${PREVIOUS_STAGE:+--after "$PREVIOUS_STAGE"} "${args[@]}" <<< "$plan") || exit 1
-    if [ "${DECISION%% *}" != skip ]; then
-        "$@"
-        [ "$DRY_RUN" = 1 ] || engine finish "$name" || die "cannot write the record of stage $name"
-    fi
+# begun NAME PLAN [--output PATH]... [--input FILE]... [--save-dir DIR]: whether the stage NAME, which runs PLAN, runs
+# (the engine's DECISION: skip ..., run, rerun, resume ...; a refusal stops the recipe in its one line). ended NAME:
+# its command ended well.
+begun() {
+    local name=$1 plan=$2
+    shift 2
+    DECISION=$(engine begin "$name" ${PREVIOUS_STAGE:+--after "$PREVIOUS_STAGE"} "$@" <<< "$plan") || exit 1
     PREVIOUS_STAGE=$name
-    stop_if_asked "$name"
+    [ "${DECISION%% *}" != skip ]
+}
+ended() {
+    [ "$DRY_RUN" = 1 ] || engine finish "$1" || die "cannot write the record of stage $1"
+    stop_if_asked "$1"
+}
+
+# stage NAME [--output PATH]... FUNCTION ARGS...: FUNCTION ARGS as the stage NAME, whose outputs are the PATHs; its
+# plan is what it prints under DRY_RUN=1, naming the interpreter `python` (another environment's path is no change
+# of plan: versions are recorded apart).
+stage() {
+    local name=$1 outputs=() plan
+    shift
+    while [ "$1" = --output ]; do outputs+=(--output "$2"); shift 2; done
+    plan=$(DRY_RUN=1 PYTHON=python "$@" 2> /dev/null) || die "internal: stage $name cannot say what it runs"
+    if begun "$name" "$plan" "${outputs[@]}"; then "$@"; ended "$name"; else stop_if_asked "$name"; fi
 }
 
 # hold_work_dir: run 0 holds WORK_DIR/.lock while it runs; another run that is not of its job stops at once.
@@ -297,47 +300,27 @@ prepare_wmt14() {
     esac
 }
 
-# resume_checkpoint SAVE_DIR: a job killed while fairseq copied its newest checkpoint to checkpoint_last.pt leaves
-# that file cut off; make the newest intact checkpoint checkpoint_last.pt (vaswani_plugin/checkpoints/resume.py).
-# Run 0 only: fairseq's rank 0 reads checkpoint_last.pt and sends it to the other ranks, which start training only
-# once run 0's fairseq-train, run after this, has joined them.
-resume_checkpoint() {
-    # A first run has nothing to check, and saves the command's start-up (importing fairseq, 3.5 s); a stage's plan
-    # (its record) is the training command alone.
-    [ "$RUN_RANK" = 0 ] && [ -e "$1/checkpoint_last.pt" ] && [ -z "${STAGE_PLAN:-}" ] || return 0
-    [[ ! "${DECISION:-}" =~ ^resume\ [0-9]+$ ]] || [ "$DRY_RUN" = 1 ] || return 0  # repaired when deciding (recipes/stages.py)
-    if [ "$DRY_RUN" = 1 ]; then
-        say "stage train: would resume from $1/checkpoint_last.pt"
-        run "$PYTHON" -m vaswani_plugin.checkpoints.resume "$1"
-        return
-    fi
-    "$PYTHON" -m vaswani_plugin.checkpoints.resume "$1" 2>&1 | tee -a "$1/train.log" >&2
-}
-
-# train SAVE_DIR ARGS...: the paper's training set-up (§5: PAPER_TRAINING_ARGS, Adam's β and ε differing from
-# fairseq's defaults) plus the recipe's model arguments, in the precision BF16 asks of the plugin task (bfloat16
-# autocast runs the matrix products in bfloat16 and keeps weights, loss and Adam in float32: 3x faster products on
-# a CPU with AVX512-BF16 or AMX, slower on one without; docs/results.md, "bfloat16 against float32"). The task
-# decides and says what it chose; fairseq's own --bf16 assumes a TPU.
+# train [--stage NAME] SAVE_DIR ARGS...: the stage NAME (default train). The paper's training set-up (§5:
+# PAPER_TRAINING_ARGS, Adam's β and ε differing from fairseq's defaults) plus the recipe's model arguments, in the
+# precision BF16 asks of the plugin task (bfloat16 autocast runs the matrix products in bfloat16 and keeps weights,
+# loss and Adam in float32: 3x faster products on a CPU with AVX512-BF16 or AMX, slower on one without;
+# docs/results.md, "bfloat16 against float32"). The task decides and says what it chose; fairseq's own --bf16
+# assumes a TPU. The command is built once: the stage's plan, and what the engine compares with the checkpoints.
 train() {
     needs MAX_TOKENS batch_size_for_workers
-    local save_dir=$1
+    local name=train
+    [ "$1" != --stage ] || { name=$2; shift 2; }
+    local save_dir=$1 dictionary inputs=()
     shift
-    [ "$DRY_RUN" = 1 ] || mkdir -p "$save_dir"
-    resume_checkpoint "$save_dir"
-    # One log per run of the recipe (train.node1.log, train.task1.log, ...), so that theirs never interleave;
-    # fairseq's other ranks log warnings only.
-    local log=train.log
-    [ "$RUN_RANK" = 0 ] || log="train.${RUN_NAME// /}.log"
     # A run whose checkpoints trained under fairseq's adam (the recipes' optimizer before vaswani_adam) goes on with
     # it: fairseq resumes no checkpoint under another optimizer.
     local training=("${PAPER_TRAINING_ARGS[@]}")
     if compgen -G "$save_dir/checkpoint*.pt" > /dev/null &&
-        [ "$("${PLAN_PYTHON:-$PYTHON}" -m vaswani_plugin.checkpoints.resume --optimizer "$save_dir")" = adam ]; then
+        [ "$("$PYTHON" -m vaswani_plugin.checkpoints.resume --optimizer "$save_dir")" = adam ]; then
         training=("${training[@]/#vaswani_adam/adam}")
     fi
     # shellcheck disable=SC2086
-    local command=("$PYTHON" -m fairseq_cli.train "$DATA_BIN" --user-dir "$PLUGIN"
+    local command=(-m fairseq_cli.train "$DATA_BIN" --user-dir "$PLUGIN"
         --task vaswani_translation --bf16-autocast "${BF16:-0}" "${EMBEDDING_SHARING[@]}" "${training[@]}"
         --max-tokens "$MAX_TOKENS" --update-freq "$UPDATE_FREQ" --required-batch-size-multiple 1
         --save-dir "$save_dir" --no-epoch-checkpoints --log-format simple --log-interval 100
@@ -345,11 +328,30 @@ train() {
     [ "${TENSORBOARD:-auto}" = 0 ] || ! "$PYTHON" -c "import importlib.util as u, sys
 sys.exit(not (u.find_spec('tensorboard') or u.find_spec('tensorboardX')))" 2> /dev/null ||
         command+=(--tensorboard-logdir "$save_dir/tensorboard")
-    say "stage train: $(quoted "${command[@]}")"
+    for dictionary in "$DATA_BIN"/dict.*.txt; do inputs+=(--input "$dictionary"); done  # what training reads
+    begun "$name" "$(quoted python "${command[@]}")" --output "$save_dir" --save-dir "$save_dir" "${inputs[@]}" ||
+        { stop_if_asked "$name"; return; }
+    command=("$PYTHON" "${command[@]}")
+    # An interrupted run's checkpoint_last.pt may be cut off: the newest intact checkpoint takes its place (run 0:
+    # fairseq's rank 0 reads it and sends it to the others). A run compared with its checkpoints was repaired then.
+    if [ "$RUN_RANK" = 0 ] && [ -e "$save_dir/checkpoint_last.pt" ]; then
+        if [ "$DRY_RUN" = 1 ]; then
+            say "stage $name: would resume from $save_dir/checkpoint_last.pt"
+            run "$PYTHON" -m vaswani_plugin.checkpoints.resume "$save_dir"
+        elif [[ ! "$DECISION" =~ ^resume\ [0-9]+$ ]]; then
+            "$PYTHON" -m vaswani_plugin.checkpoints.resume "$save_dir" 2>&1 | tee -a "$save_dir/train.log" >&2
+        fi
+    fi
+    say "stage $name: $(quoted "${command[@]}")"
     if [ "$DRY_RUN" = 1 ]; then
         run "${command[@]}"
         return
     fi
+    mkdir -p "$save_dir"
+    # One log per run of the recipe (train.node1.log, train.task1.log, ...), so that theirs never interleave;
+    # fairseq's other ranks log warnings only.
+    local log=train.log
+    [ "$RUN_RANK" = 0 ] || log="train.${RUN_NAME// /}.log"
     # The training writes its own ETA lines and records (rank 0, vaswani_plugin/tools/progress_meter.py); after a
     # validation it redraws the curves and report (at most every REPORT_EVERY seconds, in the background).
     local refresh=()
@@ -357,6 +359,7 @@ sys.exit(not (u.find_spec('tensorboard') or u.find_spec('tensorboardX')))" 2> /d
         VASWANI_PROGRESS_REFRESH="$(quoted "$PYTHON" -m vaswani_plugin.tools.run_report "$WORK_DIR") > /dev/null")
     { [ "$WORKERS" = 1 ] || echo "[$RECIPE] $RUN_NAME: world size $WORKERS (started as $LAUNCH)"
       env "${refresh[@]}" "${command[@]}"; } 2>&1 | tee -a "$save_dir/$log"
+    ended "$name"
 }
 
 # dev_score bleu|f1 REFERENCE ARGS...: DEV_ARGS, fairseq-train's arguments for the dev set's score while training
@@ -497,7 +500,7 @@ train_average_translate() {
     local checkpoints="$WORK_DIR/checkpoints" every=${SAVE_INTERVAL_UPDATES:-${!every_var}}
     local average_last=${AVERAGE_LAST:-${!average_var}} output="$WORK_DIR/newstest2014.generate.txt"
     dev_bleu
-    stage train --output "$checkpoints" train "$checkpoints" --arch "$arch" ${DROPOUT:+--dropout "$DROPOUT"} \
+    train "$checkpoints" --arch "$arch" ${DROPOUT:+--dropout "$DROPOUT"} \
         --max-update "${MAX_UPDATE:-${!steps_var}}" --save-interval-updates "$every" --keep-interval-updates "$average_last" \
         "${DEV_ARGS[@]}"
     leave_the_rest_to_run_zero

@@ -52,7 +52,7 @@ DEV_SCORE=${DEV_SCORE:-0} DEV_SCORE_EVERY=${DEV_SCORE_EVERY:-500} DEV_SCORE_SENT
 dev_bleu
 [ "$DEV_SCORE" = 1 ] || DEV_ARGS=(--disable-validation)
 CHECKPOINTS="$WORK_DIR/checkpoints"
-stage train --output "$CHECKPOINTS" train "$CHECKPOINTS" --arch "$ARCH" "${MODEL_ARGS[@]}" --warmup-updates 300 --factor 0.7 \
+train "$CHECKPOINTS" --arch "$ARCH" "${MODEL_ARGS[@]}" --warmup-updates 300 --factor 0.7 \
     --stop-time-hours "$BUDGET_HOURS" --max-epoch "${MAX_EPOCH:-30}" \
     --save-interval-updates "${SAVE_INTERVAL_UPDATES:-50}" --keep-interval-updates "${AVERAGE_LAST:-5}" \
     "${DEV_ARGS[@]}" --log-interval 10

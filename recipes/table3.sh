@@ -60,7 +60,7 @@ for index in "${!VARIANTS[@]}"; do
     # The base model of §5 (P_drop = 0.1: the architecture's) with this variant's changes; the last --option
     # wins, so variants override.
     # shellcheck disable=SC2086
-    stage "train-$run" --output "$WORK_DIR/$run" train "$WORK_DIR/$run" --arch vaswani_transformer \
+    train --stage "train-$run" "$WORK_DIR/$run" --arch vaswani_transformer \
         --max-update "${MAX_UPDATE:-$steps}" --save-interval-updates 0 $variant_args
     [ "$RUN_RANK" = 0 ] || continue  # run 0 alone validates, translates and scores
     # Dev perplexity per word-piece on all of newstest2013, and BLEU with beam 4, α = 0.6, no averaging.

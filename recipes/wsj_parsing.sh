@@ -114,7 +114,7 @@ fi
 dev_score f1 "$DATA_DIR" --parse-constrained --search "${SEARCH:-paper}" --gnmt-alpha "${ALPHA:-$PAPER_PARSING_ALPHA}" \
     --dev-score-args "{\"beam\": ${BEAM:-$PAPER_PARSING_BEAM}, \"max_len_a\": $PAPER_MAX_LEN_A, \"max_len_b\": $PAPER_PARSING_MAX_LEN_B}"
 [ "${DEV_SCORE:-1}" = 1 ] || [ -n "${WSJ_DIR:-}" ] || DEV_ARGS=(--disable-validation)
-stage train --output "$CHECKPOINTS" train "$CHECKPOINTS" "${MODEL_ARGS[@]}" "${DEV_ARGS[@]}" --log-interval 10
+train "$CHECKPOINTS" "${MODEL_ARGS[@]}" "${DEV_ARGS[@]}" --log-interval 10
 leave_the_rest_to_run_zero
 stage average --output "$CHECKPOINTS/checkpoint_average.pt" average_available "$CHECKPOINTS" "${AVERAGE_LAST:-5}"
 

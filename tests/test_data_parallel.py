@@ -379,7 +379,10 @@ def test_node_settings_are_one_line_errors(gpus, settings, message, tmp_path):
 def test_bf16_auto_chooses_autocast_for_every_cpu_process(tmp_path):
     """BF16=auto with 1 or 2 nodes: every process's fairseq-train gets --bf16-autocast auto and --cpu, and its task
     decides on the CPU it trains on: autocast where the CPU multiplies bfloat16 natively (flags faked here)."""
-    command = 'detect_devices; DATA_BIN=data-bin MAX_TOKENS=1000 UPDATE_FREQ=1; echo "$WORKERS"; train "$WORK_DIR/c"'
+    command = (
+        'stages train; detect_devices; DATA_BIN=data-bin MAX_TOKENS=1000 UPDATE_FREQ=1; echo "$WORKERS"; '
+        'train "$WORK_DIR/c"'
+    )
     for settings, workers in (({}, "1"), (NODES, "2")):
         result = run_common(tmp_path, command, gpus=0, CPU="1", BF16="auto", **settings)
         assert result.returncode == 0, result.stderr

@@ -390,7 +390,10 @@ def test_more_gpus_than_visible_is_an_error(tmp_path):
 
 
 # What train() runs: fairseq-train's arguments, printed by run_common's stand-in python.
-TRAIN = 'detect_devices; DATA_BIN=data-bin MAX_TOKENS=1000 UPDATE_FREQ=1; train "$WORK_DIR/checkpoints" --arch a'
+TRAIN = (
+    'stages train; detect_devices; DATA_BIN=data-bin MAX_TOKENS=1000 UPDATE_FREQ=1; train "$WORK_DIR/checkpoints" '
+    "--arch a"
+)
 
 
 @pytest.mark.parametrize(
@@ -438,7 +441,7 @@ def test_a_bad_bf16_setting_is_the_tasks_one_line_error(reversal_data, tmp_path)
         BF16="yes",
     )
     command = (
-        f"detect_devices; DATA_BIN={reversal_data / 'joined'} MAX_TOKENS=1000 UPDATE_FREQ=1; "
+        f"stages train; detect_devices; DATA_BIN={reversal_data / 'joined'} MAX_TOKENS=1000 UPDATE_FREQ=1; "
         f'train "$WORK_DIR/checkpoints" --arch vaswani_transformer {TINY}'
     )
     result = subprocess.run(

@@ -114,8 +114,7 @@ def test_every_other_run_of_a_job_follows_run_0s_decision(tmp_path):
         "nodes 2 via 10.0.0.1:29500\trefuse --dropout is 0.3 now, 0.1 in the checkpoints\n"
     )
     train = (
-        "stages train; detect_devices; DATA_BIN=d MAX_TOKENS=10 UPDATE_FREQ=1; stage train --output "
-        '"$WORK_DIR/checkpoints" train "$WORK_DIR/checkpoints" --arch a'
+        'stages train; detect_devices; DATA_BIN=d MAX_TOKENS=10 UPDATE_FREQ=1; train "$WORK_DIR/checkpoints" --arch a'
     )
     followed = run_common(tmp_path, train, **nodes)
     assert followed.returncode == 1
@@ -137,8 +136,8 @@ def test_a_dictionary_changed_under_the_checkpoints_is_refused(tmp_path):
     data_bin.mkdir()
     (data_bin / "dict.en.txt").write_text("the 10\n")
     train = (
-        f"stages train; detect_devices; DATA_BIN={data_bin} MAX_TOKENS=10 UPDATE_FREQ=1; stage train --output "
-        '"$WORK_DIR/checkpoints" train "$WORK_DIR/checkpoints" --arch a'
+        f"stages train; detect_devices; DATA_BIN={data_bin} MAX_TOKENS=10 UPDATE_FREQ=1; "
+        'train "$WORK_DIR/checkpoints" --arch a'
     )
     assert run_common(work, train, CPU="1").returncode == 0
     record = json.loads((work / ".stages" / "train.json").read_text())
@@ -155,3 +154,18 @@ def test_a_dictionary_changed_under_the_checkpoints_is_refused(tmp_path):
             f"{work}/checkpoints holds its checkpoints. Nothing was changed"
         )
     )
+
+
+def test_a_training_recorded_before_the_engine_reads_as_done(tmp_path):
+    """The engine before recipes/stages.py recorded as a training stage's plan what `train` printed under DRY_RUN=1
+    with PYTHON=python; the training command, now built once, is that plan: such a record reads as done."""
+    train = 'stages train; detect_devices; DATA_BIN=d MAX_TOKENS=10 UPDATE_FREQ=1; train "$WORK_DIR/c" --arch a'
+    dry = run_common(tmp_path, train, CPU="1", DRY_RUN="1")
+    (line,) = [line for line in dry.stdout.splitlines() if " -m fairseq_cli.train " in line]
+    for action in ("start", "finish"):
+        records(action, tmp_path, "train", plan="python " + line.split(" ", 1)[1] + "\n")
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "checkpoint_last.pt").touch()
+    again = run_common(tmp_path, train, CPU="1")
+    assert again.returncode == 0 and "fairseq_cli.train" not in again.stdout, again.stderr
+    assert "stage train: done before, skipped" in again.stderr

@@ -6,13 +6,13 @@ training-cost line and the attention pictures. The recipes write it at each chec
 """
 
 import argparse
-import json
 import time
 from pathlib import Path
 from typing import List
 
 from vaswani_plugin.cli import run_command
 from vaswani_plugin.tools.progress import DEV_SCORES, duration, pieces, read_records, stitched
+from vaswani_plugin.tools.stage_records import stage_records
 from vaswani_plugin.tools.training_curves import draw, records_of
 
 SCORES = ("*.bleu", "*.f1")  # the recipes' score outputs, beside the translations
@@ -22,15 +22,8 @@ COST = "training_cost.txt"  # the recipes' Table 2 line
 def stage_lines(work_dir: Path) -> List[str]:
     """Each stage's record: when it ran and what it ran (its plan)."""
     lines = []
-    records = []
-    for path in sorted((work_dir / ".stages").glob("*.json")):
-        try:
-            records.append(json.loads(path.read_text(encoding="utf-8")))
-        except ValueError:
-            continue
-    for record in sorted(records, key=lambda r: r.get("started") or ""):
-        if "plan" not in record:
-            continue
+    records = stage_records(work_dir)
+    for record in records:
         state = f"finished {record['finished']}" if record.get("finished") else "not finished"
         lines += [
             f"- **{record.get('stage')}**: started {record.get('started')}, {state}",

@@ -1,0 +1,35 @@
+"""The recipes' stage records, WORK_DIR/.stages/STAGE.json, read and written in one place: prepare/records.py (what
+a stage ran with), recipes/stages.py (whether it runs again) and tools/run_report.py (the report's commands) all go
+through it. A leaf: it imports nothing of the plugin, so that the recipes load it without fairseq."""
+
+import json
+import os
+from pathlib import Path
+from typing import List, Optional
+
+
+def record_path(work_dir: Path, stage: str) -> Path:
+    return Path(work_dir) / ".stages" / f"{stage}.json"
+
+
+def read(path: Path) -> Optional[dict]:
+    """The record at `path`; None if there is none or it is damaged (a stage killed while writing it)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def write(path: Path, record: dict) -> None:
+    """Write `record` to `path` atomically: a reader sees the old record or the new one, never half of one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def stage_records(work_dir: Path) -> List[dict]:
+    """Every stage's record in WORK_DIR, in the order the stages started (damaged ones and the data's left out)."""
+    found = [read(path) for path in sorted((Path(work_dir) / ".stages").glob("*.json"))]
+    return sorted((r for r in found if r and "plan" in r), key=lambda record: record.get("started") or "")
