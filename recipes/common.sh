@@ -1,61 +1,8 @@
-# The recipes' shared stages: sourced by every recipe (quickstart.sh, wmt14_*.sh, table3.sh, wsj_parsing.sh), not run on
-# its own. The paper's settings come from vaswani_plugin/paper.py, the launch plan from recipes/launch.py.
-#
-# A re-run skips a finished stage, resumes training, runs again what changed or refuses (stage, below; the table:
-# docs/recipes.md, "Re-running a recipe").
-#
-# Variables every recipe reads (all optional):
-#   WORK_DIR             where data, checkpoints and translations go   (default: ./work/<recipe>)
-#   RAW_DIR              offline: a folder holding the upstream archives (default: download them)
-#   DATA_DIR             prepared data; recipes of one language pair can share it (default: $WORK_DIR/data)
-#   NUM_GPUS             GPUs per node to train on                      (default: all visible)
-#   NUM_NODES            nodes; with MASTER_ADDR, MASTER_PORT, NODE_RANK (see docs/recipes.md)  (default: 1)
-#   MAX_UPDATE           training steps                                 (default: the paper's)
-#   FP16=1               mixed-precision training (--fp16)
-#   BF16                 the plugin task's --bf16-autocast, passed as it is: 1 (or on), 0 (or off) or auto, which
-#                        the task turns on only on a CPU that multiplies bfloat16 natively (AVX512-BF16, AMX) and
-#                        logs as train.log's `precision:` line  (default 0; quickstart auto)
-#   DROPOUT              P_drop, for the WMT14 recipes and the parsing one (default: the architecture's)
-#   TOKENS_PER_STEP      source (and target) tokens per step            (default: 25000, §5.1)
-#   MAX_TOKENS_PER_GPU   most tokens one GPU holds in a batch (default: as many as its memory holds; on CPU 4096)
-#   SAVE_INTERVAL_UPDATES, AVERAGE_LAST   checkpoint cadence and how many to average (default: the paper's)
-#   EXTRA_TRAIN_ARGS     more fairseq-train arguments, appended last (so they override)
-#   EXTRA_PREPARE_ARGS   more `python -m prepare.wmt14` (or prepare.multi30k) arguments (e.g. --train-lines 100000)
-#   EXTRA_GENERATE_ARGS  more fairseq-generate arguments, appended last (e.g. --batch-size 32)
-#   SEARCH               the task's --search: paper (§6.1's search) or fairseq (fairseq's rule)  (default: paper)
-#   STOP_AFTER           a stage (prepare, train, ...: the recipe's `stages` line) after which the recipe stops; a
-#                        re-run without it goes on from there
-#   RESTART_FROM         a stage whose outputs, and every later stage's, move to $WORK_DIR/previous/TIME and run again
-#   CPU=1                allow running without a GPU (slow: for trying the pipeline out)
-#   DRY_RUN=1            print the launch plan, what each stage would do and every command as it would run it
-#                        (stdout); download, prepare, train and write nothing. Give NUM_GPUS on a machine without
-#                        the GPUs
-#   PEAK_TFLOPS          per-GPU peak for the training-cost line (default: looked up by GPU name)
-#   DEV_SCORE            1: score the dev set while training, at the checkpoints (BLEU, or F1 for parsing) with the
-#                        paper's decoding; 0: off (default: 1; the quickstart's and the parsing sample's: 0)
-#   DEV_SCORE_EVERY      updates between dev scores, at the first checkpoint after each (default: every checkpoint)
-#   DEV_SCORE_SENTENCES  the dev sentences validated and scored, spread over the set (default: all of them)
-#   TENSORBOARD          auto (default): fairseq-train logs to SAVE_DIR/tensorboard where tensorboard or tensorboardX
-#                        is installed; 0: never
-#   REPORT               1 (default): curves in WORK_DIR/curves/ and WORK_DIR/report.md (tools/run_report.py),
-#                        refreshed at checkpoints and written at the end; 0: neither (draw them later with run_report)
-# Every training writes SAVE_DIR/progress.jsonl and an ETA line at each log interval (tools/progress_meter.py).
-#
-# SLURM: run the recipe as the tasks of an srun step, one task per GPU or one per node; each finds its rank, the
-# world size, its GPU and the master (scontrol) from SLURM's variables (docs/recipes.md, "SLURM"). torchrun:
-# `torchrun --nproc_per_node 8 --no-python bash RECIPE`, one process per GPU.
-# Several nodes by hand (NUM_NODES > 1): start the recipe once on every node, all with the same WORK_DIR and DATA_DIR on a
-# shared file system (fairseq's rank 0 writes the checkpoints, every rank reads checkpoint_last.pt to resume).
-# The first node to reach the data preparation prepares; the others wait for its lock (DATA_DIR/.lock, taken by
-# prepare.wmt14 and prepare.multi30k) and then find every step done. Node 0 logs training to
-# checkpoints/train.log, node N to checkpoints/train.nodeN.log (SLURM's task N: train.taskN.log; torchrun's rank N:
-# train.rankN.log), and writes the stage records. After training only node 0 (task 0, rank 0) averages, translates
-# and scores; the others say so and exit 0.
-# On CPU (CPU=1) a node is one training process (torch already spreads it over every core), so NUM_GPUS is 1
-# there and NUM_NODES counts processes; two on one machine, in two shells:
-#   CPU=1 NUM_NODES=2 NODE_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 bash recipes/wmt14_en_de_base.sh
-#   CPU=1 NUM_NODES=2 NODE_RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 bash recipes/wmt14_en_de_base.sh
-# fairseq's own start of CPU processes fails (its inference from torchrun's variables: rank %
+# The recipes' shared shell, sourced by every recipe (quickstart.sh, wmt14_*.sh, table3.sh, wsj_parsing.sh), not run on
+# its own: how a run was started (recipes/launch.py), the WORK_DIR lock, stages through the one engine
+# (recipes/stages.py: skip, run, resume or refuse) and the commands of the paper's pipeline. The variables every
+# recipe reads (WORK_DIR, NUM_GPUS, MAX_UPDATE, DRY_RUN, ...): docs/recipes.md, "Variables"; SLURM, torchrun and
+# several nodes: docs/recipes.md, "Several GPUs, processes or nodes"; re-runs: "Re-running a recipe".
 
 set -euo pipefail
 
@@ -74,7 +21,7 @@ LAUNCH= LAUNCH_ID= RUN_NAME= WORKERS= MASTER_ADDR=${MASTER_ADDR:-} MASTER_PORT=$
 RUN_RANK=0 DEVICE_ARGS=() EVAL_DEVICE_ARGS=()       # detect_devices (RUN_RANK 0: the run that writes the records)
 MAX_TOKENS= UPDATE_FREQ=        # batch_size_for_workers
 PREPARED_DIR= DATA_BIN=${DATA_BIN:-} TEXT_DIR= SUBWORDS=   # prepare_data, prepare_wmt14
-PREVIOUS_STAGE= DECISION=       # stage
+PREVIOUS_STAGE=                 # begun: the stage before the next one
 ASIDE="$WORK_DIR/previous/$(date +%Y%m%d-%H%M%S)"  # where a stage's previous outputs go (recipes/stages.py)
 # §3.4: one matrix for source and target embeddings and the pre-softmax projection (a joined dictionary);
 # the parsing recipe, whose source words and target tree tokens have dictionaries of their own, shares only
@@ -164,27 +111,24 @@ engine() {
         "$PYTHON" -m recipes.stages "$@"
 }
 
-# agreed NAME COMMAND...: DECISION, the first line COMMAND prints, taken by run 0 and published for this launch;
-# every other run of the job (node, task, rank) waits for it and takes the same.
+# agreed NAME COMMAND...: the first line COMMAND prints, taken by run 0 and published for this launch; every other
+# run of the job (node, task, rank) waits for it and prints the same.
 agreed() {
     local name=$1
     shift
-    if [ "$RUN_RANK" = 0 ] || [ "$DRY_RUN" = 1 ]; then
-        DECISION=$("$@" | head -n 1 | engine publish "$name") || exit 1  # the command said why
-    else
-        DECISION=$(engine follow "$name") || exit 1
-    fi
+    if [ "$RUN_RANK" = 0 ] || [ "$DRY_RUN" = 1 ]; then "$@" | head -n 1 | engine publish "$name"
+    else engine follow "$name"; fi
 }
 
 # begun NAME PLAN [--output PATH]... [--input FILE]... [--save-dir DIR]: whether the stage NAME, which runs PLAN, runs
-# (the engine's DECISION: skip ..., run, rerun, resume ...; a refusal stops the recipe in its one line). ended NAME:
+# (the engine's decision: skip ..., run, rerun, resume ...; a refusal stops the recipe in its one line). ended NAME:
 # its command ended well.
 begun() {
-    local name=$1 plan=$2
+    local name=$1 plan=$2 decision
     shift 2
-    DECISION=$(engine begin "$name" ${PREVIOUS_STAGE:+--after "$PREVIOUS_STAGE"} "$@" <<< "$plan") || exit 1
+    decision=$(engine begin "$name" ${PREVIOUS_STAGE:+--after "$PREVIOUS_STAGE"} "$@" <<< "$plan") || exit 1
     PREVIOUS_STAGE=$name
-    [ "${DECISION%% *}" != skip ]
+    [ "${decision%% *}" != skip ]
 }
 ended() {
     [ "$DRY_RUN" = 1 ] || engine finish "$1" || die "cannot write the record of stage $1"
@@ -252,11 +196,12 @@ batch_size_for_workers() {
         launch batch --workers "$WORKERS" --data-bin "$DATA_BIN"
         return
     fi
+    local assignments
     # shellcheck disable=SC2086
-    agreed batch launch_plan batch --workers "$WORKERS" --data-bin "$DATA_BIN" -- --user-dir "$PLUGIN" \
+    assignments=$(agreed batch launch_plan batch --workers "$WORKERS" --data-bin "$DATA_BIN" -- --user-dir "$PLUGIN" \
         --task vaswani_translation --bf16-autocast "${BF16:-0}" "${EMBEDDING_SHARING[@]}" "$@" "${DEVICE_ARGS[@]}" \
-        ${EXTRA_TRAIN_ARGS:-}
-    eval "$DECISION"
+        ${EXTRA_TRAIN_ARGS:-}) || exit 1  # the command said why
+    eval "$assignments"
 }
 
 # prepare_data MODULE ARGS...: download, tokenise, segment and binarise with prepare.MODULE; sets PREPARED_DIR
@@ -332,15 +277,10 @@ sys.exit(not (u.find_spec('tensorboard') or u.find_spec('tensorboardX')))" 2> /d
     begun "$name" "$(quoted python "${command[@]}")" --output "$save_dir" --save-dir "$save_dir" "${inputs[@]}" ||
         { stop_if_asked "$name"; return; }
     command=("$PYTHON" "${command[@]}")
-    # An interrupted run's checkpoint_last.pt may be cut off: the newest intact checkpoint takes its place (run 0:
-    # fairseq's rank 0 reads it and sends it to the others). A run compared with its checkpoints was repaired then.
-    if [ "$RUN_RANK" = 0 ] && [ -e "$save_dir/checkpoint_last.pt" ]; then
-        if [ "$DRY_RUN" = 1 ]; then
-            say "stage $name: would resume from $save_dir/checkpoint_last.pt"
-            run "$PYTHON" -m vaswani_plugin.checkpoints.resume "$save_dir"
-        elif [[ ! "$DECISION" =~ ^resume\ [0-9]+$ ]]; then
-            "$PYTHON" -m vaswani_plugin.checkpoints.resume "$save_dir" 2>&1 | tee -a "$save_dir/train.log" >&2
-        fi
+    # The engine, on run 0, first makes a cut-off checkpoint_last.pt resumable (the newest intact checkpoint).
+    if [ "$DRY_RUN" = 1 ] && [ "$RUN_RANK" = 0 ] && [ -e "$save_dir/checkpoint_last.pt" ]; then
+        say "stage $name: would resume from $save_dir/checkpoint_last.pt"
+        run "$PYTHON" -m vaswani_plugin.checkpoints.resume "$save_dir"
     fi
     say "stage $name: $(quoted "${command[@]}")"
     if [ "$DRY_RUN" = 1 ]; then

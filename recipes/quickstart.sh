@@ -15,7 +15,7 @@
 #   DEV_SCORE        0 (default): no validation; 1: the dev set's BLEU (val, DEV_SCORE_SENTENCES=400 of its 1,014
 #                    sentences) every DEV_SCORE_EVERY=500 updates and its loss at each checkpoint, which cost 7 % of
 #                    the budget's updates (docs/results.md, "Dev scores while training")
-#   and those of every recipe (DATA_DIR, NUM_GPUS, FP16, EXTRA_TRAIN_ARGS, ...): see recipes/common.sh.
+#   and those of every recipe (DATA_DIR, NUM_GPUS, FP16, EXTRA_TRAIN_ARGS, ...): docs/recipes.md, "Variables".
 RECIPE=${RECIPE:-quickstart}
 source "$(dirname "$0")/common.sh"
 stages prepare train average translate  # what STOP_AFTER may name

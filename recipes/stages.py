@@ -148,14 +148,15 @@ def decide(stage: Stage, state: str, restarting: bool, resume_plan: Callable[[],
     return Decision.parse(answer)
 
 
-def training_plan_decision(stage: Stage, repair: bool) -> str:
-    """plan_decision of the stage's plan, in this process; its notes (a cut-off checkpoint_last.pt repaired) on
-    stderr and in the stage's train.log."""
-    resume = importlib.import_module("vaswani_plugin.checkpoints.resume")  # fairseq's parser
+@contextlib.contextmanager
+def checkpoint_notes(stage: Stage):
+    """vaswani_plugin.checkpoints.resume, its notes (a cut-off checkpoint_last.pt repaired) said on stderr and kept
+    in the stage's train.log; an error of it is the recipe's one line."""
+    resume = importlib.import_module("vaswani_plugin.checkpoints.resume")  # fairseq's parser and checkpoints
     notes = io.StringIO()
     try:
-        with contextlib.redirect_stderr(notes):
-            answer = resume.plan_decision(stage.plan, repair=repair)
+        with contextlib.redirect_stderr(notes), contextlib.redirect_stdout(notes):
+            yield resume
     except (Exception, SystemExit) as error:
         sys.stderr.write(notes.getvalue())
         raise StageError(f"cannot compare the training command with its checkpoints ({error})") from None
@@ -164,7 +165,13 @@ def training_plan_decision(stage: Stage, repair: bool) -> str:
         print("\n".join(lines), file=sys.stderr)
         with open(Path(stage.save_dir) / "train.log", "a", encoding="utf-8") as log:
             log.write("\n".join(lines) + "\n")
-    return answer
+
+
+def training_plan_decision(stage: Stage, repair: bool) -> str:
+    """plan_decision of the stage's plan, in this process; `repair`: a cut-off checkpoint_last.pt made resumable
+    first (run 0: fairseq's rank 0 reads it and sends it to the others)."""
+    with checkpoint_notes(stage) as resume:
+        return resume.plan_decision(stage.plan, repair=repair)
 
 
 # -- one decision for every run of a job ---------------------------------------------------------------------
@@ -238,13 +245,18 @@ def refusal(name: str, why: str) -> StageError:
 def begin(run: Run, stage: Stage) -> Decision:
     """Decide the stage (run 0 for training, and the others follow), say so, and act: set aside, record."""
     restarting = run.restarting(stage.name)
-    state = "new"
+    state, repaired = "new", False
 
     def decide_here() -> str:
         nonlocal state
         if not restarting:
             state = records.check(run.work_dir, stage.name, stage.after, stage.plan, existing(stage.inputs))
-        plan = lambda: training_plan_decision(stage, repair=run.writes)  # noqa: E731
+
+        def plan() -> str:
+            nonlocal repaired
+            repaired = run.writes
+            return training_plan_decision(stage, repair=run.writes)
+
         return decide(stage, state, restarting, plan).line()
 
     line = agreed(run, stage.name, decide_here) if stage.save_dir is not None else decide_here()
@@ -277,6 +289,10 @@ def begin(run: Run, stage: Stage) -> Decision:
         if restarting or decision.action == "rerun":
             set_aside(run, [*stage.outputs, records.record_path(run.work_dir, stage.name)])
         record(run, stage, decision.from_update)
+        last = None if stage.save_dir is None else Path(stage.save_dir) / "checkpoint_last.pt"
+        if last is not None and last.exists() and not repaired:  # an interrupted run's may be cut off
+            with checkpoint_notes(stage) as resume:
+                resume.resume(stage.save_dir)
     return decision
 
 

@@ -3,7 +3,7 @@
 # checkpoint averaging, with the beam search of §6.1. One row per run:
 #   bash recipes/table3.sh A|B|C|D|E|big
 # Each variant of the row trains its own model (100,000 steps; big 300,000) and prints its dev perplexity
-# (per word-piece) and BLEU next to the paper's. Variables as every recipe (recipes/common.sh); the data
+# (per word-piece) and BLEU next to the paper's. Variables as every recipe (docs/recipes.md, "Variables"); the data
 # preparation is shared with the other En-De recipes when they use the same DATA_DIR.
 ROW=${1:-}
 RECIPE=table3

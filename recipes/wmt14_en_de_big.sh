@@ -2,7 +2,7 @@
 # WMT 2014 English-German, Transformer (big): Table 2, 28.4 BLEU on newstest2014.
 #   bash recipes/wmt14_en_de_big.sh
 # Variables (WORK_DIR, DATA_DIR, RAW_DIR, NUM_GPUS, MAX_UPDATE, FP16, BF16, DROPOUT, EXTRA_TRAIN_ARGS, CPU, ...):
-# recipes/common.sh.
+# docs/recipes.md, "Variables".
 source "$(dirname "$0")/common.sh"
 stages prepare train average translate  # what STOP_AFTER may name
 detect_devices  # before the downloads: no GPU is an error unless CPU=1

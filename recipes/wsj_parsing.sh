@@ -27,7 +27,7 @@
 #   DEV_SCORE          WSJ_DIR: 1 (default), section 22's F1 at every checkpoint, §6.3's constrained decoding; 0: off.
 #                      The sample: 0 (default), no validation; 1: 100 of its sentences every 1,000 updates and the
 #                      loss at each checkpoint, which cost 11 % of the budget's updates (docs/results.md)
-#   BEAM (21), ALPHA (0.3), MAX_UPDATE, and those of every recipe: see recipes/common.sh.
+#   BEAM (21), ALPHA (0.3), MAX_UPDATE, and those of every recipe: docs/recipes.md, "Variables".
 source "$(dirname "$0")/common.sh"
 if [ -n "${WSJ_DIR:-}" ]; then
     TREEBANK=(--wsj-dir "$WSJ_DIR")

@@ -3,7 +3,9 @@ RESTART_FROM, an interrupted training, the runs of one job following run 0). The
 checkpoints (the README's own-pipeline training, reversal_training) through fairseq's parsed configuration; the
 recipes' own runs of the table: test_recipes.py, test_records.py and test_resume.py."""
 
+import dataclasses
 import json
+import shutil
 
 import pytest
 
@@ -207,3 +209,24 @@ def test_a_dry_run_decides_as_a_run_and_writes_nothing(tmp_path):
     before = sorted(path.relative_to(tmp_path) for path in tmp_path.rglob("*"))
     assert stages.begin(run, decoding_stage(run, "translate", "2")) == stages.Decision("rerun")
     assert sorted(path.relative_to(tmp_path) for path in tmp_path.rglob("*")) == before
+
+
+def test_run_0_makes_a_cut_off_checkpoint_last_resumable_before_training_goes_on(reversal_training, tmp_path):
+    """A run killed while fairseq copied checkpoint_last.pt: the engine that lets it resume repairs it first (the
+    newest intact checkpoint in its place, the note in train.log); the job's other runs touch nothing."""
+    save_dir, _ = reversal_training
+    work = tmp_path / "work"
+    copy = shutil.copytree(save_dir, work / "checkpoints", ignore=shutil.ignore_patterns("*.log", "tensorboard"))
+    intact = (copy / "checkpoint_last.pt").read_bytes()
+    (copy / "checkpoint_last.pt").write_bytes(intact[: len(intact) // 2])
+    run = a_run(work)
+    recorded(run, "train", "python -m fairseq_cli.train data", finished=False)
+    train = stages.Stage("train", "python -m fairseq_cli.train data", save_dir=copy)
+    follower = a_run(work, rank=1, name="node 1", workers=2, launch_id="job", wait_seconds=0)
+    stages.publish(dataclasses.replace(follower, rank=0), "train", "resume (interrupted before)")
+    stages.begin(follower, train)
+    assert len((copy / "checkpoint_last.pt").read_bytes()) == len(intact) // 2
+    assert stages.begin(run, train) == stages.Decision("resume", "(interrupted before)")
+    (note,) = [line for line in (copy / "train.log").read_text().splitlines() if " resuming from " in line]
+    newest = note.split(" resuming from ")[1].split()[0]
+    assert "(update 6)" in note and (copy / "checkpoint_last.pt").read_bytes() == (copy / newest).read_bytes()
