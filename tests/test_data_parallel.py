@@ -384,6 +384,8 @@ def test_bf16_auto_chooses_autocast_for_every_cpu_process(tmp_path):
         'train "$WORK_DIR/c"'
     )
     for settings, workers in (({}, "1"), (NODES, "2")):
+        if settings:  # node 1 trains as node 0 decided for this launch (recipes/stages.py)
+            (tmp_path / ".stages" / "train.decision").write_text("nodes 2 via 127.0.0.1:29500\trun\n")
         result = run_common(tmp_path, command, gpus=0, CPU="1", BF16="auto", **settings)
         assert result.returncode == 0, result.stderr
         count, *world, fairseq_train = result.stdout.splitlines()
