@@ -298,7 +298,8 @@ sys.exit(not (u.find_spec('tensorboard') or u.find_spec('tensorboardX')))" 2> /d
     [ "$REPORT" = 0 ] || refresh=(VASWANI_PROGRESS_REFRESH_SECONDS="${REPORT_EVERY:-300}"
         VASWANI_PROGRESS_REFRESH="$(quoted "$PYTHON" -m vaswani_plugin.tools.run_report "$WORK_DIR") > /dev/null")
     { [ "$WORKERS" = 1 ] || echo "[$RECIPE] $RUN_NAME: world size $WORKERS (started as $LAUNCH)"
-      env "${refresh[@]}" "${command[@]}"; } 2>&1 | tee -a "$save_dir/$log"
+      env "${refresh[@]}" "${command[@]}"; } 2>&1 | tee -a "$save_dir/$log" ||
+        { engine stopped "$name" --save-dir "$save_dir"; exit 1; }  # a divergence: its record says so, in one line
     ended "$name"
 }
 

@@ -4,6 +4,7 @@
         the decision, as one line on stdout: skip ..., run, rerun, resume N, resume (interrupted before); or the
         refusal as the recipe's one-line error (exit 1). Sets the outputs aside and starts the record as it says.
     python -m recipes.stages finish NAME                       the stage's command ended well: its record says so
+    python -m recipes.stages stopped NAME --save-dir DIR       training failed: how it stopped (diverged at update N)
     python -m recipes.stages data DATA_DIR [--raw DIR]... [NAME=VALUE]... [--write]   the data's gate and record
     python -m recipes.stages publish NAME < LINE | follow NAME  run 0's decision of this launch, for the others
 
@@ -34,6 +35,7 @@ from prepare import records
 from prepare._common import plugin_leaf
 
 ERRORS = plugin_leaf("errors")
+STOPPING = plugin_leaf("tools.stopping")  # how fairseq-train says it stopped before its target (a divergence)
 StageError = ERRORS.VaswaniConfigError  # the recipe stops with `RECIPE: error: LINE`
 
 
@@ -127,15 +129,20 @@ def has_checkpoints(save_dir: Path) -> bool:
     return any(Path(save_dir).glob("checkpoint*.pt"))
 
 
-def decide(stage: Stage, state: str, restarting: bool, resume_plan: Callable[[], str]) -> Decision:
+def decide(
+    stage: Stage, state: str, restarting: bool, resume_plan: Callable[[], str], stopped: Optional[str] = None
+) -> Decision:
     """The re-run table's rows. `state`: prepare.records.check's word for the stage's record; `resume_plan`: for a
-    training stage with checkpoints, plan_decision's answer (run, resume N, finished, refuse LINE)."""
+    training stage with checkpoints, plan_decision's answer (run, resume N, finished, refuse LINE); `stopped`: how
+    its record says the stage stopped (diverged at update N)."""
     if restarting:
         return Decision("run")
     if state == "same":
         return Decision("skip")
     if stage.save_dir is None:
         return Decision("rerun" if state == "changed" else "run")
+    if state == "interrupted" and stopped:  # the same settings would diverge again, checkpoints or none
+        return Decision("refuse", f"training {stopped} with these very settings; change one: {STOPPING.ADVICE}")
     if not has_checkpoints(stage.save_dir):
         return Decision("run")  # nothing to compare with
     if state.startswith("inputs-changed"):
@@ -167,11 +174,12 @@ def checkpoint_notes(stage: Stage):
             log.write("\n".join(lines) + "\n")
 
 
-def training_plan_decision(stage: Stage, repair: bool) -> str:
+def training_plan_decision(stage: Stage, repair: bool, retuning: bool = False) -> str:
     """plan_decision of the stage's plan, in this process; `repair`: a cut-off checkpoint_last.pt made resumable
-    first (run 0: fairseq's rank 0 reads it and sends it to the others)."""
+    first (run 0: fairseq's rank 0 reads it and sends it to the others); `retuning`: it diverged before, and its
+    rate and warm-up may change."""
     with checkpoint_notes(stage) as resume:
-        return resume.plan_decision(stage.plan, repair=repair)
+        return resume.plan_decision(stage.plan, repair=repair, retuning=retuning)
 
 
 # -- one decision for every run of a job ---------------------------------------------------------------------
@@ -249,15 +257,17 @@ def begin(run: Run, stage: Stage) -> Decision:
 
     def decide_here() -> str:
         nonlocal state
+        stopped = None
         if not restarting:
             state = records.check(run.work_dir, stage.name, stage.after, stage.plan, existing(stage.inputs))
+            stopped = (records.read(records.record_path(run.work_dir, stage.name)) or {}).get("stopped")
 
         def plan() -> str:
             nonlocal repaired
             repaired = run.writes
-            return training_plan_decision(stage, repair=run.writes)
+            return training_plan_decision(stage, repair=run.writes, retuning=bool(stopped))
 
-        return decide(stage, state, restarting, plan).line()
+        return decide(stage, state, restarting, plan, stopped).line()
 
     line = agreed(run, stage.name, decide_here) if stage.save_dir is not None else decide_here()
     decision = Decision.parse(line)
@@ -289,6 +299,8 @@ def begin(run: Run, stage: Stage) -> Decision:
         if restarting or decision.action == "rerun":
             set_aside(run, [*stage.outputs, records.record_path(run.work_dir, stage.name)])
         record(run, stage, decision.from_update)
+        if stage.save_dir is not None:  # how an earlier run stopped is in its record, not this one's
+            (Path(stage.save_dir) / STOPPING.MARKER).unlink(missing_ok=True)
         last = None if stage.save_dir is None else Path(stage.save_dir) / "checkpoint_last.pt"
         if last is not None and last.exists() and not repaired:  # an interrupted run's may be cut off
             with checkpoint_notes(stage) as resume:
@@ -302,6 +314,24 @@ def record(run: Run, stage: Stage, started_from: Optional[int]) -> None:
 
 def existing(paths) -> List[Path]:
     return [Path(path) for path in paths if Path(path).is_file()]
+
+
+def stopped(run: Run, name: str, save_dir: Path) -> None:
+    """A training stage's command failed: where fairseq-train left a marker (tools/stopping.py), its record says how
+    it stopped, and the recipe's last line says what to do."""
+    marker = STOPPING.read_marker(save_dir)
+    if marker is None:
+        return
+    how = f"{marker['reason']} at update {marker['update']:,}"
+    if run.writes:
+        path = records.record_path(run.work_dir, name)
+        record = records.read(path)
+        if record is not None:
+            records.write(path, dict(record, stopped=how))
+    raise StageError(
+        f"stage {name}: training {how}; change a setting and run the same command again ({STOPPING.ADVICE}), or set "
+        f"RESTART_FROM={name} to train from the beginning"
+    )
 
 
 def finish(run: Run, name: str) -> None:
@@ -349,7 +379,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m recipes.stages", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("action", choices=["begin", "finish", "data", "publish", "follow"])
+    parser.add_argument("action", choices=["begin", "finish", "stopped", "data", "publish", "follow"])
     parser.add_argument("name", help="the stage (data: DATA_DIR)")
     parser.add_argument("settings", nargs="*", help="data: NAME=VALUE, the preparation's settings")
     parser.add_argument("--after", default=None, help="begin: the stage before it")
@@ -367,6 +397,8 @@ def main(argv=None) -> None:
             print(begin(run, stage).line())
         elif args.action == "finish":
             finish(run, args.name)
+        elif args.action == "stopped":
+            stopped(run, args.name, args.save_dir)
         elif args.action == "publish":
             line = sys.stdin.readline().rstrip("\n")
             publish(run, args.name, line)

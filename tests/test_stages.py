@@ -230,3 +230,44 @@ def test_run_0_makes_a_cut_off_checkpoint_last_resumable_before_training_goes_on
     (note,) = [line for line in (copy / "train.log").read_text().splitlines() if " resuming from " in line]
     newest = note.split(" resuming from ")[1].split()[0]
     assert "(update 6)" in note and (copy / "checkpoint_last.pt").read_bytes() == (copy / newest).read_bytes()
+
+
+def test_a_training_that_diverged_is_recorded_so_and_refused_until_a_setting_changes(tmp_path):
+    """docs/recipes.md: a divergence ends in one line and its record says "diverged at update N"; the same command
+    again refuses (it would diverge again); a changed setting goes on, and its record starts afresh."""
+    run = a_run(tmp_path)
+    recorded(run, "train", "python -m fairseq_cli.train data --factor 1e9", finished=False)
+    (tmp_path / "checkpoint_last.pt").touch()
+    stopping = stages.STOPPING
+    stopping.write_marker(tmp_path, {"reason": "diverged", "update": 7, "line": "..."})
+    with pytest.raises(stages.StageError, match="^stage train: training diverged at update 7; change a setting"):
+        stages.stopped(run, "train", tmp_path)
+    assert records.read(records.record_path(tmp_path, "train"))["stopped"] == "diverged at update 7"
+    again = stages.Stage("train", "python -m fairseq_cli.train data --factor 1e9", save_dir=tmp_path)
+    with pytest.raises(stages.StageError, match="^stage train: training diverged at update 7 with these very"):
+        stages.begin(run, again)
+    changed = stages.Stage("train", "python -m fairseq_cli.train data --factor 1", save_dir=tmp_path)
+    decision = stages.decide(changed, "changed", False, lambda: "resume 6", "diverged at update 7")
+    assert decision == stages.Decision("resume", "6")
+    stages.begin(dataclasses.replace(run, restart_from="train"), changed)
+    assert "stopped" not in records.read(records.record_path(tmp_path, "train"))
+    assert stopping.read_marker(tmp_path) is None
+
+
+def test_after_a_divergence_a_lower_rate_or_longer_warm_up_goes_on_from_the_last_checkpoint(trained_before):
+    """The line's advice, taken: eq. 3's settings and Adam's rate may change on a run that diverged (refused on one
+    that did not: docs/recipes.md's table); a precision may not (fairseq resumes no optimizer state of another)."""
+    run, train = trained_before
+    path = records.record_path(run.work_dir, "train")
+    record = records.read(path)
+    with pytest.raises(stages.StageError, match="--warmup-updates is 8000 now, 4000 in the checkpoints"):
+        stages.begin(run, train("--max-update 9 --warmup-updates 8000"))
+    records.write(path, dict(record, finished=None, stopped="diverged at update 7"))
+    assert stages.begin(run, train("--max-update 9 --warmup-updates 8000 --factor 0.5")) == stages.Decision(
+        "resume", "6"
+    )
+    still = (("--fp16", "--fp16 is True now, False"), ("--stop-min-lr 0.001", "--stop-min-lr is 0.001 now"))
+    for change, refused in still:
+        records.write(path, dict(record, finished=None, stopped="diverged at update 7"))
+        with pytest.raises(stages.StageError, match=refused):
+            stages.begin(run, train(f"--max-update 9 {change}"))

@@ -139,6 +139,10 @@ COMPARED_FIELDS = {
     "common": ("fp16", "bf16", "memory_efficient_fp16", "memory_efficient_bf16", "amp"),
     "optimization": ("clip_norm", "sentence_avg", "lr", "stop_min_lr"),
 }
+# After a divergence (tools/stopping.py) a run may go on from its last intact checkpoint with a lower rate or a
+# longer warm-up: eq. 3's settings and Adam's rate. A precision is no such change (fairseq resumes no optimizer
+# state under another optimizer class: fp16's, amp's).
+RETUNABLE = {"lr_scheduler": None, "optimization": ("lr", "clip_norm")}  # None: every field of the group
 TOKENS_TOLERANCE = 0.02  # the recipes' rounding of TOKENS_PER_STEP over the workers stays well inside it
 
 
@@ -167,8 +171,15 @@ def tokens_per_step(cfg: dict) -> Optional[int]:
     return tokens * cfg["optimization"]["update_freq"][0] * cfg["distributed_training"]["distributed_world_size"]
 
 
-def configuration_change(old: dict, new: dict) -> Optional[str]:
-    """The first setting of `new` that a run going on from a checkpoint trained under `old` may not change."""
+def retunable(group: str, name: str) -> bool:
+    if group not in RETUNABLE or name == "_name":  # another --lr-scheduler is another schedule
+        return False
+    return RETUNABLE[group] is None or name in RETUNABLE[group]
+
+
+def configuration_change(old: dict, new: dict, retuning: bool = False) -> Optional[str]:
+    """The first setting of `new` that a run going on from a checkpoint trained under `old` may not change;
+    `retuning`: after a divergence, RETUNABLE may change too."""
     fields = [
         (group, name)
         for group in COMPARED_GROUPS
@@ -177,6 +188,8 @@ def configuration_change(old: dict, new: dict) -> Optional[str]:
     ]
     fields = [(group, "_name") for group in COMPARED_GROUPS] + fields
     fields += [(group, name) for group, names in COMPARED_FIELDS.items() for name in names]
+    if retuning:
+        fields = [(group, name) for group, name in fields if not retunable(group, name)]
     for group, name in fields:
         if name in (old.get(group) or {}) and name in (new.get(group) or {}) and old[group][name] != new[group][name]:
             # A group's _name is the choice of --arch (the model's), --criterion, --optimizer, ...
@@ -215,8 +228,9 @@ def trained_optimizer(save_dir: Path) -> Optional[str]:
     return None if state is None else stored_config(state)["optimizer"]["_name"]
 
 
-def plan_decision(plan: str, repair: bool = False) -> str:
-    """See the module docstring (--plan); `repair`: first resume() the --save-dir, its notes on stderr."""
+def plan_decision(plan: str, repair: bool = False, retuning: bool = False) -> str:
+    """See the module docstring (--plan); `repair`: first resume() the --save-dir, its notes on stderr; `retuning`:
+    the run diverged, and its rate and warm-up may change (RETUNABLE)."""
     new = training_config(plan)
     save_dir = Path(new["checkpoint"]["save_dir"])
     if repair:
@@ -225,7 +239,7 @@ def plan_decision(plan: str, repair: bool = False) -> str:
     state = resumed_state(save_dir)
     if state is None:
         return "run"
-    change = configuration_change(stored_config(state), new)
+    change = configuration_change(stored_config(state), new, retuning)
     if change:
         return f"refuse {change}"
     updates = state["optimizer_history"][-1]["num_updates"]

@@ -60,6 +60,7 @@ class _Run:
         self.settings, self.progress, self.broken = settings, None, False
         self.notes: List[dict] = []  # records from before the first update (the precision, a resumption)
         self.first_update: Optional[int] = None
+        self.update = 0  # the update being trained (the model is told the count of those done before it)
         self.valid_index = 0  # which of the valid subsets the next validation's end is
         self.stepped = 0.0  # when the last update's values were reduced (a validation starts after it)
         self.pending: List[str] = []  # lines printed after fairseq's next log line
@@ -194,11 +195,21 @@ def _evaluate(meters) -> float:
 
 
 def loaded(update: int):
-    """The model, told its update count: the first time, by fairseq's trainer loading a checkpoint (or 0)."""
+    """The model, told its update count: the first time, by fairseq's trainer loading a checkpoint (or 0); then by
+    the task before each update."""
+    if _run is not None:
+        _run.update = update + 1
     if _run is not None and _run.first_update is None:
         _run.first_update = update
         if update > 0:
             _run.note({"kind": "resumed", "update": update})
+
+
+def current():
+    """(save_dir, the update being trained, rank) of the run being watched; None outside fairseq-train."""
+    if _run is None:
+        return None
+    return _run.settings.save_dir, _run.update, distributed_utils.get_global_rank()
 
 
 def note(record: dict):
