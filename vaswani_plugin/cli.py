@@ -19,20 +19,20 @@ def run_command(
 
 
 def install_error_hook():
-    """For fairseq's own commands: print an uncaught VaswaniConfigError, a checkpoint file fairseq could not read, or
-    a training that diverged (tools/stopping.py), as `vaswani_plugin: error: ...`; leave every other exception alone
-    (library callers can catch them)."""
+    """For fairseq's own commands: print an uncaught VaswaniConfigError, a checkpoint file fairseq could not read, a
+    training that diverged or a save that found no room (tools/stopping.py), as `vaswani_plugin: error: ...`; leave
+    every other exception alone (library callers can catch them)."""
     previous_hook = sys.excepthook
     if getattr(previous_hook, "_vaswani_plugin", False):
         return
 
     def hook(exc_type, exc, tb):
         from vaswani_plugin.checkpoints.storage import unreadable_checkpoint_message
-        from vaswani_plugin.tools.stopping import diverged
+        from vaswani_plugin.tools.stopping import diverged, no_room
 
         message = str(exc) if issubclass(exc_type, VaswaniConfigError) else unreadable_checkpoint_message(exc)
         if message is None:
-            message = diverged(exc)
+            message = diverged(exc) or no_room(exc)
         if message is not None:
             print(error_line("vaswani_plugin", message), file=sys.stderr)
         else:
@@ -40,3 +40,6 @@ def install_error_hook():
 
     hook._vaswani_plugin = True
     sys.excepthook = hook
+    from vaswani_plugin.tools.stopping import quiet_full_disk_tracebacks
+
+    quiet_full_disk_tracebacks()

@@ -3,12 +3,18 @@ gradient, or fp16's and amp's minimum loss scale, on which fairseq raises Floati
 and re-running the step under its NaN detector, whose own failure may follow). The plugin's error hook (cli.py)
 prints `vaswani_plugin: error: training diverged at update N ...` instead of the tracebacks, and rank 0 writes
 SAVE_DIR/stopped.json, which the recipes' engine (recipes/stages.py) keeps in the stage's record, so that a re-run
-with nothing changed refuses rather than diverging again."""
+with nothing changed refuses rather than diverging again. A full disk (or a file-size limit) while saving: one line
+naming the folder, the free space there and the checkpoint a re-run resumes from, instead of the traceback of
+torch's zip writer."""
 
+import errno
 import json
+import logging
 import os
+import shutil
+import sys
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 MARKER = "stopped.json"
 ADVICE = (
@@ -17,15 +23,28 @@ ADVICE = (
 )
 
 
-def divergence(error: BaseException) -> Optional[FloatingPointError]:
-    """fairseq's FloatingPointError in the chain of `error` (the NaN detector's re-run may have failed after it)."""
+FULL = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}  # no space left, a file-size limit (ulimit -f), a quota
+
+
+def in_chain(error: Optional[BaseException], matches: Callable[[BaseException], bool]) -> Optional[BaseException]:
+    """The first exception of `error`'s chain (what it was raised from, or while handling) that `matches`."""
     seen = set()
     while error is not None and id(error) not in seen:
-        if isinstance(error, FloatingPointError):
+        if matches(error):
             return error
         seen.add(id(error))
         error = error.__cause__ or error.__context__
     return None
+
+
+def divergence(error: BaseException) -> Optional[FloatingPointError]:
+    """fairseq's FloatingPointError in the chain of `error` (the NaN detector's re-run may have failed after it)."""
+    return in_chain(error, lambda cause: isinstance(cause, FloatingPointError))
+
+
+def full_disk(error: BaseException) -> Optional[OSError]:
+    """A write that found no room, in the chain of `error` (torch's zip writer raises RuntimeError from it)."""
+    return in_chain(error, lambda cause: isinstance(cause, OSError) and cause.errno in FULL)
 
 
 def last_intact_checkpoint(save_dir: Path) -> str:
@@ -58,6 +77,39 @@ def diverged(error: BaseException) -> Optional[str]:
     if rank == 0:
         write_marker(Path(save_dir), {"reason": "diverged", "update": update, "line": line})
     return line
+
+
+def no_room(error: BaseException) -> Optional[str]:
+    """For the error hook: None unless a write found no room; else the line. fairseq saves through a temporary
+    file renamed when complete, so the checkpoints written before are intact; the cut-off temporary is removed."""
+    cause = full_disk(error)
+    if cause is None:
+        return None
+    from vaswani_plugin.tools import progress_meter
+
+    run = progress_meter.current()
+    folder = Path(cause.filename).parent if cause.filename else Path(run[0] if run else ".")
+    for partial in folder.glob("*.pt.tmp"):  # fairseq's temporary of the save that failed
+        partial.unlink(missing_ok=True)
+    free = shutil.disk_usage(folder).free if folder.is_dir() else 0
+    resumes = f"; a re-run resumes from {last_intact_checkpoint(folder)}" if run else ""
+    return (
+        f"writing in {folder.resolve()} failed: {cause.strerror} ({free / 2**30:,.1f} GiB free there; a file-size "
+        f"limit, `ulimit -f`, gives the same error){resumes}; make room and run the same command again"
+    )
+
+
+class _FullDiskTraceback(logging.Filter):
+    """fairseq logs the traceback of a save that failed before raising it again; the error hook's line says it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno >= logging.ERROR and full_disk(sys.exc_info()[1]) is not None)
+
+
+def quiet_full_disk_tracebacks() -> None:
+    logger = logging.getLogger("fairseq.checkpoint_utils")
+    if not any(isinstance(existing, _FullDiskTraceback) for existing in logger.filters):
+        logger.addFilter(_FullDiskTraceback())
 
 
 def write_marker(save_dir: Path, marker: dict) -> None:
