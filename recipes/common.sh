@@ -33,6 +33,8 @@ die() { echo "$RECIPE: error: $*" >&2; exit 1; }
 [[ "$DRY_RUN" =~ ^[01]$ ]] || die "DRY_RUN=$DRY_RUN: use 1 (print what would run, run nothing) or 0"
 REPORT=${REPORT:-1}
 [[ "$REPORT" =~ ^[01]$ ]] || die "REPORT=$REPORT: use 1 (draw the curves and write report.md) or 0"
+[[ "${STALL_MINUTES:-10}" =~ ^[0-9]+(\.[0-9]+)?$ ]] ||
+    die "STALL_MINUTES=$STALL_MINUTES: use the minutes a rank may wait for the others (default 10; 0: no watchdog)"
 if [ "$DRY_RUN" = 1 ]; then
     WORK_DIR=$(realpath -m "$WORK_DIR")  # read, never created
 else
@@ -294,11 +296,12 @@ sys.exit(not (u.find_spec('tensorboard') or u.find_spec('tensorboardX')))" 2> /d
     [ "$RUN_RANK" = 0 ] || log="train.${RUN_NAME// /}.log"
     # The training writes its own ETA lines and records (rank 0, vaswani_plugin/tools/progress_meter.py); after a
     # validation it redraws the curves and report (at most every REPORT_EVERY seconds, in the background).
-    local refresh=()
-    [ "$REPORT" = 0 ] || refresh=(VASWANI_PROGRESS_REFRESH_SECONDS="${REPORT_EVERY:-300}"
+    # A rank that makes no step for STALL_MINUTES ends its process in one line (vaswani_plugin/tools/watchdog.py).
+    local watch=(VASWANI_STALL_MINUTES="${STALL_MINUTES:-10}")
+    [ "$REPORT" = 0 ] || watch+=(VASWANI_PROGRESS_REFRESH_SECONDS="${REPORT_EVERY:-300}"
         VASWANI_PROGRESS_REFRESH="$(quoted "$PYTHON" -m vaswani_plugin.tools.run_report "$WORK_DIR") > /dev/null")
     { [ "$WORKERS" = 1 ] || echo "[$RECIPE] $RUN_NAME: world size $WORKERS (started as $LAUNCH)"
-      env "${refresh[@]}" "${command[@]}"; } 2>&1 | tee -a "$save_dir/$log" ||
+      env "${watch[@]}" "${command[@]}"; } 2>&1 | tee -a "$save_dir/$log" ||
         { engine stopped "$name" --save-dir "$save_dir"; exit 1; }  # a divergence: its record says so, in one line
     ended "$name"
 }

@@ -19,6 +19,7 @@ from fairseq.distributed import utils as distributed_utils
 from omegaconf import II
 from omegaconf.errors import OmegaConfBaseException
 
+from vaswani_plugin.tools import watchdog
 from vaswani_plugin.tools.progress import Progress, Target
 
 METER = "done"
@@ -181,12 +182,14 @@ def configure_from(cfg: ProgressOptions):
     except (AttributeError, KeyError, OmegaConfBaseException):
         return
     configure(settings)
+    watchdog.start(settings.save_dir, distributed_utils.get_global_rank(), settings.workers)
 
 
 def observe():
     """The criterion's or the task's reduce_metrics, at each reduction: the meter in the aggregators logged to."""
     if _run is not None:
         metrics.log_derived(METER, _evaluate, priority=1000)
+        watchdog.step(_run.update)  # a step (an update or a validation batch): the watchdog's sign of progress
 
 
 def _evaluate(meters) -> float:
@@ -225,3 +228,4 @@ def close():
     if _run is not None:
         _run.close()
     _run = None
+    watchdog.stop()
