@@ -313,7 +313,7 @@ def test_a_diverging_training_ends_in_one_line_and_is_refused_until_a_setting_ch
     again = run_recipe("wmt14_en_de_base.sh", env, check=False)
     assert again.returncode == 1 and "fairseq_cli.train" not in again.stderr
     assert f"training diverged at update {update} with these very settings" in again.stderr.strip().splitlines()[-1]
-    lower = run_recipe("wmt14_en_de_base.sh", dict(env, EXTRA_TRAIN_ARGS=diverging.replace("1e9", "1"), MAX_UPDATE=2))
+    lower = run_recipe("wmt14_en_de_base.sh", dict(env, EXTRA_TRAIN_ARGS=diverging.replace("1e9", "1"), MAX_UPDATE="2"))
     assert "stage train: finished" in lower.stderr
 
 

@@ -38,7 +38,7 @@ def test_fairseqs_floating_point_error_is_found_through_the_nan_detectors_failur
 
 
 def test_a_divergence_is_one_line_and_a_marker_naming_the_update(watched, reversal_training, capsys):
-    line = stopping.diverged(fairseqs_divergence())
+    line = progress_meter.explain_stop(fairseqs_divergence())
     assert line == (
         f"training diverged at update 7 (gradients are Nan/Inf); the last intact checkpoint: none in {watched} (a "
         f"re-run starts from the beginning); {stopping.ADVICE}"
@@ -46,8 +46,8 @@ def test_a_divergence_is_one_line_and_a_marker_naming_the_update(watched, revers
     assert stopping.read_marker(watched) == {"reason": "diverged", "update": 7, "line": line}
     save_dir, _ = reversal_training
     shutil.copy(save_dir / "checkpoint_last.pt", watched / "checkpoint_last.pt")
-    assert f"the last intact checkpoint: {watched / 'checkpoint_last.pt'} (update 6); " in stopping.diverged(
-        fairseqs_divergence()
+    assert f"the last intact checkpoint: {watched / 'checkpoint_last.pt'} (update 6); " in (
+        progress_meter.explain_stop(fairseqs_divergence())
     )
 
 

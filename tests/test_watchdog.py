@@ -15,17 +15,9 @@ from vaswani_plugin.tools import progress_meter, watchdog
 from vaswani_plugin.tools.watchdog import Watchdog
 
 
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self):
-        return self.now
-
-
 def test_the_line_names_the_rank_whose_heartbeat_stopped_once_the_wait_reaches_stall_minutes(tmp_path):
-    clock = Clock()
-    zero, one = (Watchdog(tmp_path, rank, 2, minutes=1, clock=clock) for rank in (0, 1))
+    clock = SimpleNamespace(now=1000.0)  # a clock of the test's own, moved by hand
+    zero, one = (Watchdog(tmp_path, rank, 2, minutes=1, clock=lambda: clock.now) for rank in (0, 1))
     for _ in range(6):  # 30 s of beats and steps; then rank 1 freezes at update 5
         zero.step(5), one.step(5)
         assert zero.check() is None and one.check() is None
@@ -47,7 +39,7 @@ import sys, time, torch, torch.distributed as dist
 from vaswani_plugin.tools import watchdog
 rank, port, save_dir = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-watchdog.start(save_dir, rank, 2)
+watchdog.start(save_dir, rank, 2, last_checkpoint=lambda save_dir: "none")
 update = 0
 while True:  # a training's per-update all-reduce
     update += 1
@@ -76,7 +68,7 @@ def test_a_rank_blocked_on_a_frozen_peer_ends_in_one_line(tmp_path):
             assert ranks[1].poll() is None, ranks[1].stderr.read()
         ranks[1].send_signal(signal.SIGSTOP)
         started = time.monotonic()
-        _, err = ranks[0].communicate(timeout=60)
+        _, err = ranks[0].communicate(timeout=40)
         assert ranks[0].returncode == 1 and time.monotonic() - started < 30
         line = err.strip().splitlines()[-1]
         assert line.startswith("vaswani_plugin: error: rank 0 made no training step for "), err

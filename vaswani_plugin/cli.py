@@ -3,7 +3,7 @@ commands through install_error_hook."""
 
 import argparse
 import sys
-from typing import Callable, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 from vaswani_plugin.errors import VaswaniConfigError, error_line, run_reported
 
@@ -18,21 +18,25 @@ def run_command(
     run_reported(parser.prog, lambda: command(args))
 
 
+# More exceptions the hook states in one line: each a function of the exception, its line or None (a training's
+# divergence, a save that found no room: tools/progress_meter.py adds them while a training is watched).
+EXPLAINERS: List[Callable[[BaseException], Optional[str]]] = []
+
+
 def install_error_hook():
-    """For fairseq's own commands: print an uncaught VaswaniConfigError, a checkpoint file fairseq could not read, a
-    training that diverged or a save that found no room (tools/stopping.py), as `vaswani_plugin: error: ...`; leave
-    every other exception alone (library callers can catch them)."""
+    """For fairseq's own commands: print an uncaught VaswaniConfigError, a checkpoint file fairseq could not read, or
+    what EXPLAINERS explain, as `vaswani_plugin: error: ...`; leave every other exception alone (library callers can
+    catch them)."""
     previous_hook = sys.excepthook
     if getattr(previous_hook, "_vaswani_plugin", False):
         return
 
     def hook(exc_type, exc, tb):
         from vaswani_plugin.checkpoints.storage import unreadable_checkpoint_message
-        from vaswani_plugin.tools.stopping import diverged, no_room
 
         message = str(exc) if issubclass(exc_type, VaswaniConfigError) else unreadable_checkpoint_message(exc)
-        if message is None:
-            message = diverged(exc) or no_room(exc)
+        for explain in EXPLAINERS:
+            message = message or explain(exc)
         if message is not None:
             print(error_line("vaswani_plugin", message), file=sys.stderr)
         else:
@@ -40,6 +44,3 @@ def install_error_hook():
 
     hook._vaswani_plugin = True
     sys.excepthook = hook
-    from vaswani_plugin.tools.stopping import quiet_full_disk_tracebacks
-
-    quiet_full_disk_tracebacks()

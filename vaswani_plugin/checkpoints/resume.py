@@ -13,51 +13,25 @@ recipe".
 import argparse
 import contextlib
 import os
-import re
 import shlex
 import shutil
 import stat
 import sys
 import time
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import Optional
 
-from vaswani_plugin.checkpoints.storage import UnreadableCheckpoint, load_checkpoint, write_atomically
+from vaswani_plugin.checkpoints.storage import (
+    UnreadableCheckpoint,
+    load_checkpoint,
+    newest_training_checkpoint,
+    write_atomically,
+)
 from vaswani_plugin.cli import run_command
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.tools.progress import MIRRORED_OPTIONS
 
 PROG = "vaswani_plugin.checkpoints.resume"
-INTERVAL_CHECKPOINT = re.compile(r"checkpoint_\d+_\d+\.pt")
-
-
-def training_updates(path: Path) -> Optional[int]:
-    """The update count fairseq-train would resume from with this checkpoint; None for an unreadable file or
-    one that cannot resume training (an average: no optimizer state; not written by fairseq-train)."""
-    try:
-        state = load_checkpoint(path)
-    except UnreadableCheckpoint:
-        return None
-    if not isinstance(state, dict) or state.get("last_optimizer_state") is None or not state.get("optimizer_history"):
-        return None
-    if "train_iterator" not in (state.get("extra_state") or {}):
-        return None
-    return state["optimizer_history"][-1].get("num_updates")
-
-
-def newest_training_checkpoint(save_dir: Path) -> Optional[Tuple[int, Path]]:
-    """(updates, path) of the intact training checkpoint with the most updates in save_dir, if any; of equals,
-    the interval checkpoint (checkpoint_best.pt can hold the same state)."""
-    found = []
-    for path in save_dir.glob("checkpoint*.pt"):
-        if path.name not in ("checkpoint_last.pt", "checkpoint_average.pt"):
-            updates = training_updates(path)
-            if updates is not None:
-                found.append((updates, INTERVAL_CHECKPOINT.fullmatch(path.name) is not None, path))
-    if not found:
-        return None
-    updates, _, path = max(found)
-    return updates, path
 
 
 def copy_atomically(source: Path, target: Path) -> None:

@@ -8,10 +8,11 @@ cut-short or foreign file is a one-line UnreadableCheckpoint naming it, not torc
 
 import argparse
 import os
+import re
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import BinaryIO, Callable, Optional
+from typing import BinaryIO, Callable, Optional, Tuple
 
 import numpy
 import torch
@@ -135,3 +136,46 @@ def write_atomically(output, write: Callable[[BinaryIO], None]) -> None:
     except BaseException:
         os.unlink(temporary)
         raise
+
+
+# -- which checkpoint of a folder training resumes from ------------------------------------------------------
+INTERVAL_CHECKPOINT = re.compile(r"checkpoint_\d+_\d+\.pt")
+
+
+def training_updates(path: Path) -> Optional[int]:
+    """The update count fairseq-train would resume from with this checkpoint; None for an unreadable file or
+    one that cannot resume training (an average: no optimizer state; not written by fairseq-train)."""
+    try:
+        state = load_checkpoint(path)
+    except UnreadableCheckpoint:
+        return None
+    if not isinstance(state, dict) or state.get("last_optimizer_state") is None or not state.get("optimizer_history"):
+        return None
+    if "train_iterator" not in (state.get("extra_state") or {}):
+        return None
+    return state["optimizer_history"][-1].get("num_updates")
+
+
+def newest_training_checkpoint(save_dir: Path) -> Optional[Tuple[int, Path]]:
+    """(updates, path) of the intact training checkpoint with the most updates in save_dir, if any; of equals,
+    the interval checkpoint (checkpoint_best.pt can hold the same state)."""
+    found = []
+    for path in save_dir.glob("checkpoint*.pt"):
+        if path.name not in ("checkpoint_last.pt", "checkpoint_average.pt"):
+            updates = training_updates(path)
+            if updates is not None:
+                found.append((updates, INTERVAL_CHECKPOINT.fullmatch(path.name) is not None, path))
+    if not found:
+        return None
+    updates, _, path = max(found)
+    return updates, path
+
+
+def last_intact_checkpoint(save_dir: Path) -> str:
+    """The checkpoint a re-run resumes from, named with its update; or that there is none."""
+    last = Path(save_dir) / "checkpoint_last.pt"
+    updates = training_updates(last) if last.exists() else None
+    found = (updates, last) if updates is not None else newest_training_checkpoint(Path(save_dir))
+    if found is None:
+        return f"none in {save_dir} (a re-run starts from the beginning)"
+    return f"{found[1]} (update {found[0]:,})"

@@ -19,7 +19,9 @@ from fairseq.distributed import utils as distributed_utils
 from omegaconf import II
 from omegaconf.errors import OmegaConfBaseException
 
-from vaswani_plugin.tools import watchdog
+from vaswani_plugin import cli
+from vaswani_plugin.checkpoints.storage import last_intact_checkpoint
+from vaswani_plugin.tools import stopping, watchdog
 from vaswani_plugin.tools.progress import Progress, Target
 
 METER = "done"
@@ -160,10 +162,19 @@ _run: Optional[_Run] = None
 
 
 def configure(settings: Settings):
-    """A new run (an earlier one in this process closed)."""
+    """A new run (an earlier one in this process closed): how it stops early is said in one line too."""
     global _run
     close()
     _run = _Run(settings)
+    if explain_stop not in cli.EXPLAINERS:
+        cli.EXPLAINERS.append(explain_stop)
+    stopping.quiet_full_disk_tracebacks()
+
+
+def explain_stop(error: BaseException) -> Optional[str]:
+    """The error hook's line for a training that diverged or a save that found no room (tools/stopping.py)."""
+    run = current()
+    return stopping.diverged(error, run, last_intact_checkpoint) or stopping.no_room(error, run, last_intact_checkpoint)
 
 
 def configure_from(cfg: ProgressOptions):
@@ -182,7 +193,7 @@ def configure_from(cfg: ProgressOptions):
     except (AttributeError, KeyError, OmegaConfBaseException):
         return
     configure(settings)
-    watchdog.start(settings.save_dir, distributed_utils.get_global_rank(), settings.workers)
+    watchdog.start(settings.save_dir, distributed_utils.get_global_rank(), settings.workers, last_intact_checkpoint)
 
 
 def observe():

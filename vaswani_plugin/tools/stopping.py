@@ -1,11 +1,11 @@
 """A training run that stops before its target, in one line and one marker. Divergence: a non-finite loss or
 gradient, or fp16's and amp's minimum loss scale, on which fairseq raises FloatingPointError (after writing crash.pt
-and re-running the step under its NaN detector, whose own failure may follow). The plugin's error hook (cli.py)
-prints `vaswani_plugin: error: training diverged at update N ...` instead of the tracebacks, and rank 0 writes
-SAVE_DIR/stopped.json, which the recipes' engine (recipes/stages.py) keeps in the stage's record, so that a re-run
-with nothing changed refuses rather than diverging again. A full disk (or a file-size limit) while saving: one line
-naming the folder, the free space there and the checkpoint a re-run resumes from, instead of the traceback of
-torch's zip writer."""
+and re-running the step under its NaN detector, whose own failure may follow). The plugin's error hook (cli.py,
+given these by tools/progress_meter.py) prints `vaswani_plugin: error: training diverged at update N ...` instead
+of the tracebacks, and rank 0 writes SAVE_DIR/stopped.json, which the recipes' engine (recipes/stages.py) keeps in
+the stage's record, so that a re-run with nothing changed refuses rather than diverging again. A full disk (or a
+file-size limit) while saving: one line naming the folder, the free space there and the checkpoint a re-run
+resumes from, instead of the traceback of torch's zip writer. A leaf: the recipes read its marker without fairseq."""
 
 import errno
 import json
@@ -14,7 +14,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Tuple
 
 MARKER = "stopped.json"
 ADVICE = (
@@ -47,52 +47,37 @@ def full_disk(error: BaseException) -> Optional[OSError]:
     return in_chain(error, lambda cause: isinstance(cause, OSError) and cause.errno in FULL)
 
 
-def last_intact_checkpoint(save_dir: Path) -> str:
-    """The checkpoint a re-run resumes from, named with its update; or that there is none."""
-    from vaswani_plugin.checkpoints.resume import newest_training_checkpoint, training_updates
-
-    last = Path(save_dir) / "checkpoint_last.pt"
-    updates = training_updates(last) if last.exists() else None
-    found = (updates, last) if updates is not None else newest_training_checkpoint(Path(save_dir))
-    if found is None:
-        return f"none in {save_dir} (a re-run starts from the beginning)"
-    return f"{found[1]} (update {found[0]:,})"
+Run = Optional[Tuple[str, int, int]]  # a watched fairseq-train's (save_dir, update being trained, rank)
 
 
-def diverged(error: BaseException) -> Optional[str]:
-    """For the error hook: None unless training diverged; else the line, the marker written on rank 0."""
+def diverged(error: BaseException, run: Run, last_checkpoint: Callable[[Path], str]) -> Optional[str]:
+    """None unless training diverged; else the line, the marker written on rank 0."""
     cause = divergence(error)
     if cause is None:
         return None
-    from vaswani_plugin.tools import progress_meter
-
-    run = progress_meter.current()
     if run is None:  # not a fairseq-train of the plugin's criterion or task
         return f"training diverged ({str(cause).splitlines()[0]}); {ADVICE}"
     save_dir, update, rank = run
     line = (
         f"training diverged at update {update:,} ({str(cause).splitlines()[0]}); the last intact checkpoint: "
-        f"{last_intact_checkpoint(save_dir)}; {ADVICE}"
+        f"{last_checkpoint(Path(save_dir))}; {ADVICE}"
     )
     if rank == 0:
         write_marker(Path(save_dir), {"reason": "diverged", "update": update, "line": line})
     return line
 
 
-def no_room(error: BaseException) -> Optional[str]:
-    """For the error hook: None unless a write found no room; else the line. fairseq saves through a temporary
-    file renamed when complete, so the checkpoints written before are intact; the cut-off temporary is removed."""
+def no_room(error: BaseException, run: Run, last_checkpoint: Callable[[Path], str]) -> Optional[str]:
+    """None unless a write found no room; else the line. fairseq saves through a temporary file renamed when
+    complete, so the checkpoints written before are intact; the cut-off temporary is removed."""
     cause = full_disk(error)
     if cause is None:
         return None
-    from vaswani_plugin.tools import progress_meter
-
-    run = progress_meter.current()
     folder = Path(cause.filename).parent if cause.filename else Path(run[0] if run else ".")
     for partial in folder.glob("*.pt.tmp"):  # fairseq's temporary of the save that failed
         partial.unlink(missing_ok=True)
     free = shutil.disk_usage(folder).free if folder.is_dir() else 0
-    resumes = f"; a re-run resumes from {last_intact_checkpoint(folder)}" if run else ""
+    resumes = f"; a re-run resumes from {last_checkpoint(folder)}" if run else ""
     return (
         f"writing in {folder.resolve()} failed: {cause.strerror} ({free / 2**30:,.1f} GiB free there; a file-size "
         f"limit, `ulimit -f`, gives the same error){resumes}; make room and run the same command again"

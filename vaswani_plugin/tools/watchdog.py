@@ -100,16 +100,14 @@ class Watchdog:
 _watchdog: Optional[Watchdog] = None
 
 
-def start(save_dir: str, rank: int, world_size: int) -> None:
+def start(save_dir: str, rank: int, world_size: int, last_checkpoint: Callable[[Path], str]) -> None:
     """At the start of a training process: a watchdog when VASWANI_STALL_MINUTES asks for one (> 0) and the run
-    has more than one process; one a process."""
+    has more than one process; one a process. `last_checkpoint`: the checkpoint a re-run resumes from, said."""
     global _watchdog
     minutes = float(os.environ.get(ENV) or 0)
     if _watchdog is not None or minutes <= 0 or world_size <= 1:
         return
-    from vaswani_plugin.tools.stopping import last_intact_checkpoint
-
-    _watchdog = Watchdog(Path(save_dir), rank, world_size, minutes, last_checkpoint=last_intact_checkpoint)
+    _watchdog = Watchdog(Path(save_dir), rank, world_size, minutes, last_checkpoint=last_checkpoint)
     threading.Thread(target=_watchdog.watch, name="vaswani_plugin watchdog", daemon=True).start()
 
 
