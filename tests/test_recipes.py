@@ -297,8 +297,7 @@ def test_table3_row_prints_ours_next_to_the_papers(mirror, en_de_data, tmp_path)
 @NEEDS_CPU_PATH
 def test_a_diverging_training_ends_in_one_line_and_is_refused_until_a_setting_changes(mirror, en_de_data, tmp_path):
     """docs/recipes.md, "When training stops early": eq. 3's rate scaled by 1e9 after one warm-up update diverges.
-    One line names the update, no traceback; the same command again refuses in one line without training; a lower
-    rate goes on."""
+    One line names the update, no traceback; the same command again refuses in one line without training."""
     diverging = f"{TINY} --disable-validation --warmup-updates 1 --factor 1e9"
     env = tiny_env(tmp_path, mirror / "en-de", en_de_data, STOP_AFTER="train", EXTRA_TRAIN_ARGS=diverging)
     first = run_recipe("wmt14_en_de_base.sh", env, check=False)
@@ -313,8 +312,7 @@ def test_a_diverging_training_ends_in_one_line_and_is_refused_until_a_setting_ch
     again = run_recipe("wmt14_en_de_base.sh", env, check=False)
     assert again.returncode == 1 and "fairseq_cli.train" not in again.stderr
     assert f"training diverged at update {update} with these very settings" in again.stderr.strip().splitlines()[-1]
-    lower = run_recipe("wmt14_en_de_base.sh", dict(env, EXTRA_TRAIN_ARGS=diverging.replace("1e9", "1"), MAX_UPDATE="2"))
-    assert "stage train: finished" in lower.stderr
+    # A lower rate goes on: test_stages.py, on real checkpoints in process (a third recipe run costs 15 s).
 
 
 def test_table3_needs_a_row():

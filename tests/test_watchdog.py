@@ -9,8 +9,6 @@ import sys
 import time
 from types import SimpleNamespace
 
-from cli_helpers import REPO
-
 from vaswani_plugin.tools import progress_meter, watchdog
 from vaswani_plugin.tools.watchdog import Watchdog
 
@@ -35,9 +33,11 @@ def test_the_line_names_the_rank_whose_heartbeat_stopped_once_the_wait_reaches_s
 
 
 FROZEN_RANK = """
-import sys, time, torch, torch.distributed as dist
-from vaswani_plugin.tools import watchdog
-rank, port, save_dir = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+import importlib.util, sys, time, torch, torch.distributed as dist
+rank, port, save_dir, path = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+spec = importlib.util.spec_from_file_location("watchdog", path)  # the module alone, without fairseq's start-up
+watchdog = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(watchdog)
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
 watchdog.start(save_dir, rank, 2, last_checkpoint=lambda save_dir: "none")
 update = 0
@@ -51,11 +51,11 @@ while True:  # a training's per-update all-reduce
 
 
 def test_a_rank_blocked_on_a_frozen_peer_ends_in_one_line(tmp_path):
-    env = dict(os.environ, VASWANI_STALL_MINUTES="0.05", PYTHONPATH=str(REPO))  # 3 s
+    env = dict(os.environ, VASWANI_STALL_MINUTES="0.05")  # 3 s
     port = str(29700 + os.getpid() % 200)
     ranks = [
         subprocess.Popen(
-            [sys.executable, "-c", FROZEN_RANK, str(rank), port, str(tmp_path)],
+            [sys.executable, "-c", FROZEN_RANK, str(rank), port, str(tmp_path), watchdog.__file__],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
