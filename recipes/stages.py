@@ -156,9 +156,9 @@ def decide(
 
 
 @contextlib.contextmanager
-def checkpoint_notes(stage: Stage):
+def checkpoint_notes(stage: Stage, doing: str):
     """vaswani_plugin.checkpoints.resume, its notes (a cut-off checkpoint_last.pt repaired) said on stderr and kept
-    in the stage's train.log; an error of it is the recipe's one line."""
+    in the stage's train.log; an error of it is the recipe's one line, `cannot DOING (ERROR)`."""
     resume = importlib.import_module("vaswani_plugin.checkpoints.resume")  # fairseq's parser and checkpoints
     notes = io.StringIO()
     try:
@@ -166,7 +166,7 @@ def checkpoint_notes(stage: Stage):
             yield resume
     except (Exception, SystemExit) as error:
         sys.stderr.write(notes.getvalue())
-        raise StageError(f"cannot compare the training command with its checkpoints ({error})") from None
+        raise StageError(f"cannot {doing} ({error})") from None
     lines = [line for line in notes.getvalue().splitlines() if line.startswith(f"{resume.PROG}: ")]
     if lines:
         print("\n".join(lines), file=sys.stderr)
@@ -178,7 +178,7 @@ def training_plan_decision(stage: Stage, repair: bool, retuning: bool = False) -
     """plan_decision of the stage's plan, in this process; `repair`: a cut-off checkpoint_last.pt made resumable
     first (run 0: fairseq's rank 0 reads it and sends it to the others); `retuning`: it diverged before, and its
     rate and warm-up may change."""
-    with checkpoint_notes(stage) as resume:
+    with checkpoint_notes(stage, "compare the training command with its checkpoints") as resume:
         return resume.plan_decision(stage.plan, repair=repair, retuning=retuning)
 
 
@@ -303,7 +303,7 @@ def begin(run: Run, stage: Stage) -> Decision:
             (Path(stage.save_dir) / STOPPING.MARKER).unlink(missing_ok=True)
         last = None if stage.save_dir is None else Path(stage.save_dir) / "checkpoint_last.pt"
         if last is not None and last.exists() and not repaired:  # an interrupted run's may be cut off
-            with checkpoint_notes(stage) as resume:
+            with checkpoint_notes(stage, f"make {last} resumable") as resume:
                 resume.resume(stage.save_dir)
     return decision
 
@@ -319,7 +319,7 @@ def existing(paths) -> List[Path]:
 def stopped(run: Run, name: str, save_dir: Path) -> None:
     """A training stage's command failed: where fairseq-train left a marker (tools/stopping.py), its record says how
     it stopped, and the recipe's last line says what to do."""
-    marker = STOPPING.read_marker(save_dir)
+    marker = records.read(Path(save_dir) / STOPPING.MARKER)
     if marker is None:
         return
     how = f"{marker['reason']} at update {marker['update']:,}"

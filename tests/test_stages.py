@@ -251,7 +251,7 @@ def test_a_training_that_diverged_is_recorded_so_and_refused_until_a_setting_cha
     assert decision == stages.Decision("resume", "6")
     stages.begin(dataclasses.replace(run, restart_from="train"), changed)
     assert "stopped" not in records.read(records.record_path(tmp_path, "train"))
-    assert stopping.read_marker(tmp_path) is None
+    assert records.read(tmp_path / stopping.MARKER) is None
 
 
 def test_after_a_divergence_a_lower_rate_or_longer_warm_up_goes_on_from_the_last_checkpoint(trained_before):

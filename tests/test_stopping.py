@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from vaswani_plugin.cli import install_error_hook
-from vaswani_plugin.tools import progress_meter, stopping
+from vaswani_plugin.tools import progress_meter, stage_records, stopping
 
 
 def fairseqs_divergence():
@@ -43,7 +43,7 @@ def test_a_divergence_is_one_line_and_a_marker_naming_the_update(watched, revers
         f"training diverged at update 7 (gradients are Nan/Inf); the last intact checkpoint: none in {watched} (a "
         f"re-run starts from the beginning); {stopping.ADVICE}"
     )
-    assert stopping.read_marker(watched) == {"reason": "diverged", "update": 7, "line": line}
+    assert stage_records.read(watched / stopping.MARKER) == {"reason": "diverged", "update": 7, "line": line}
     save_dir, _ = reversal_training
     shutil.copy(save_dir / "checkpoint_last.pt", watched / "checkpoint_last.pt")
     assert f"the last intact checkpoint: {watched / 'checkpoint_last.pt'} (update 6); " in (
@@ -56,7 +56,8 @@ def test_fairseqs_commands_print_the_line_instead_of_the_tracebacks(watched, mon
     install_error_hook()
     error = fairseqs_divergence()
     sys.excepthook(type(error), error, error.__traceback__)
-    assert capsys.readouterr().err.splitlines() == [f"vaswani_plugin: error: {stopping.read_marker(watched)['line']}"]
+    line = stage_records.read(watched / stopping.MARKER)["line"]
+    assert capsys.readouterr().err.splitlines() == [f"vaswani_plugin: error: {line}"]
     sys.excepthook(ValueError, ValueError("x"), None)
     assert capsys.readouterr().out == "traceback\n"
 

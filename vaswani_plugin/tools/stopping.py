@@ -8,9 +8,7 @@ file-size limit) while saving: one line naming the folder, the free space there 
 resumes from, instead of the traceback of torch's zip writer. A leaf: the recipes read its marker without fairseq."""
 
 import errno
-import json
 import logging
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -98,14 +96,8 @@ def quiet_full_disk_tracebacks() -> None:
 
 
 def write_marker(save_dir: Path, marker: dict) -> None:
-    save_dir.mkdir(parents=True, exist_ok=True)
-    temporary = save_dir / f".{MARKER}.{os.getpid()}"
-    temporary.write_text(json.dumps(marker) + "\n", encoding="utf-8")
-    os.replace(temporary, save_dir / MARKER)
+    """SAVE_DIR/MARKER, written as the stage records are (the recipes read it with them). Imported here, in
+    fairseq-train, so that the recipes load this module alone."""
+    from vaswani_plugin.tools.stage_records import write
 
-
-def read_marker(save_dir: Path) -> Optional[dict]:
-    try:
-        return json.loads((Path(save_dir) / MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    write(save_dir / MARKER, marker)
