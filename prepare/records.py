@@ -8,13 +8,13 @@
                                      [NAME=VALUE]...                 same | new | changed LINE | refuse LINE
 
 A record, WORK_DIR/.stages/STAGE.json, holds the stage's plan (the commands it runs, as DRY_RUN=1 prints them,
-WORK_DIR written as $WORK_DIR), the id of the record of the stage before it when it ran (`after`), its own id,
-when it started and finished, the versions of the plugin, fairseq and torch, and the identity of its inputs
-(--input: the data's dictionaries for training; and the update it started from). An input that is not what the
-stage read is `inputs-changed` and a line naming it. A stage whose plan, or whose previous stage's record, is not
-the one it ran after has `changed`; its outputs go aside and it runs again
-(recipes/common.sh); one that started with the same plan and never finished is `interrupted`. A version that
-changed is one warning line, never a reason to run again.
+WORK_DIR written as $WORK_DIR; compared word by word), the id of the record of the stage before it when it ran
+(`after`), its own id, when it started and finished, the versions of the plugin, fairseq and torch, and the identity
+of its inputs (--input: the data's dictionaries for training; and the update it started from). An input that is not
+what the stage read is `inputs-changed` and a line naming it. A stage whose plan, or whose previous stage's record,
+is not the one it ran after has `changed`; its outputs go aside and it runs again (recipes/stages.py); one that
+started with the same plan and never finished is `interrupted`. A version that changed is one warning line, never a
+reason to run again.
 
 `data` is the record of the data recipes train on, DATA_DIR/.stages/data.json: the preparation's settings
 (NAME=VALUE, NAME being the recipe's variable), the identity of the raw files, each by its name, size and SHA-256,
@@ -22,10 +22,11 @@ not its path (a checksum is computed once per file size and modification time, c
 WORK_DIRs that train on it. It prints `same`, `new` (no record), `changed` and a line naming the first setting
 that changed with its old and new values, or `refuse` and that line when a WORK_DIR that trains on the data
 holds checkpoints (--restarting: but the recipe's own are being set aside); --write records the settings given.
-prepare/steps.py keeps the preparations' step stamps with `read` and `write` below.
+recipes/stages.py's run_steps keeps the preparations' step stamps with `read` and `write` below.
 """
 
 import argparse
+import shlex
 import sys
 import time
 import uuid
@@ -72,6 +73,15 @@ def normalised(plan: str, work_dir: Path) -> str:
     return plan.replace(str(Path(work_dir).resolve()), "$WORK_DIR").strip()
 
 
+def same_plan(recorded: Optional[str], plan: str) -> bool:
+    """The same commands, word for word: quoted by bash's printf %q (records before recipes/training.py) or by
+    Python's shlex, a plan reads the same."""
+    try:
+        return recorded is not None and shlex.split(recorded) == shlex.split(plan)
+    except ValueError:  # not shell words: compared as text
+        return recorded == plan
+
+
 def after_id(work_dir: Path, previous: Optional[str]) -> Optional[str]:
     record = read(record_path(work_dir, previous)) if previous else None
     return record.get("id") if record else None
@@ -92,7 +102,8 @@ def check(work_dir: Path, stage: str, previous: Optional[str], plan: str, inputs
     for name, (size, digest) in identity(inputs).items():
         if name in record.get("inputs", {}) and record["inputs"][name] != [size, digest]:
             return f"inputs-changed the data's {name} is not the one stage {stage} read ({size:,} bytes now)"
-    changed = record.get("plan") != normalised(plan, work_dir) or record.get("after") != after_id(work_dir, previous)
+    changed = not same_plan(record.get("plan"), normalised(plan, work_dir))
+    changed = changed or record.get("after") != after_id(work_dir, previous)
     if changed:
         return "changed"
     return "same" if record.get("finished") else "interrupted"

@@ -31,9 +31,10 @@ import shutil
 from pathlib import Path
 from typing import Dict, List
 
-from . import binarize, bpe, clean, download, extract, spm, steps, tokenize
+from recipes.stages import Step, run_steps, stamp_path
+
+from . import binarize, bpe, clean, download, extract, spm, tokenize
 from ._common import ArgumentParser, available_cores, log, positive_int, run_cli
-from .steps import Step
 
 LANGS = extract.LANGS
 # Rough disk needs of a full run (downloads excluded), for a warning only.
@@ -263,7 +264,7 @@ class Pipeline:
 
     # -- driver -----------------------------------------------------------------------------------------
     def stamp(self, stage: Step) -> Path:
-        return steps.stamp_path(self.stamps, stage)
+        return stamp_path(self.stamps, stage)
 
     def run(self) -> None:
         self.work.mkdir(parents=True, exist_ok=True)
@@ -272,7 +273,7 @@ class Pipeline:
 
     def _run(self) -> None:
         log(f"{self.name} {self.pair}: work dir {self.work}")
-        steps.run(self.stages(), self.stamps, self.results)
+        run_steps(self.stages(), self.stamps, self.results)
         self.report()
 
     def report(self) -> None:

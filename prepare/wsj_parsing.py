@@ -29,19 +29,19 @@ word leaves learn far faster (docs/parsing.md).
                  <unk>: the scorer takes the words back from W/text untouched); word leaves: one joined
                  dictionary; XX leaves: one per side
 
-prepare/steps.py decides which stages run: one whose stamp (W/.stamps) holds other settings runs again, and every
-stage after it. The data-bin's path is printed on stdout.
+recipes/stages.py decides which steps run (run_steps): one whose stamp (W/.stamps) holds other settings runs again,
+and every step after it. The data-bin's path is printed on stdout.
 """
 
 import argparse
 from pathlib import Path
 from typing import Dict, List
 
+from recipes.stages import Step, run_steps
 from vaswani_plugin.scoring.trees import clean, is_bracket, linearise, read_trees
 
-from . import binarize, steps
+from . import binarize
 from ._common import ArgumentParser, PrepareError, available_cores, log, open_write, positive_int, run_cli
-from .steps import Step
 from .word_signatures import replace_unknown, vocabulary
 
 WSJ_SECTIONS = {"train": range(2, 22), "valid": [22], "test": [23]}
@@ -235,7 +235,7 @@ def prepare(args) -> Path:
         "treebank_copies": args.treebank_copies,
     }
     results: Dict[str, dict] = {}
-    steps.run(
+    run_steps(
         [
             Step("linearise", "the trees as sequences, the gold trees", sources, [], [], linearise_all),
             Step(

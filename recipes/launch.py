@@ -1,7 +1,7 @@
-"""How a recipe's run was started and what it trains on: the launch plan, as shell assignments for recipes/common.sh.
+"""How a recipe's run was started and what it trains on: the launch plan (for recipes/common.sh, shell assignments) and
+the batch (batch_plan, for recipes/training.py).
 
     python -m recipes.launch devices --python PYTHON --shell-pid PID   # LAUNCH, RUN_RANK, WORKERS, DEVICE_ARGS ...
-    python -m recipes.launch batch --python PYTHON --workers N --data-bin DIR [-- TRAIN-ARGS]   # UPDATE_FREQ ...
     python -m recipes.launch paper --shell | SECTION...   # vaswani_plugin/paper.py's settings (bash; arguments)
 
 Reads the recipe's variables (NUM_GPUS, CPU, NUM_NODES, ...) and the launchers' (SLURM_*, torchrun's RANK ...) from
@@ -305,7 +305,7 @@ def on_gpus(launch: Launch, visible: int) -> Devices:
 
 
 def devices_plan(python: str, shell_pid: str) -> dict:
-    """The launch and its devices, as the variables common.sh reads."""
+    """The launch and its devices, the run's facts common.sh exports read-only (fairseq's arguments as words)."""
     visible = visible_gpus(python)
     launch = launcher(shell_pid)
     devices = on_gpus(launch, visible) if visible else on_cpu(launch)
@@ -326,8 +326,8 @@ def devices_plan(python: str, shell_pid: str) -> dict:
         MASTER_PORT=launch.master_port,
         WORKERS=devices.workers,
         NUM_GPUS=devices.num_gpus,
-        DEVICE_ARGS=devices.train,
-        EVAL_DEVICE_ARGS=devices.evaluate,
+        DEVICE_ARGS=shlex.join(devices.train),
+        EVAL_DEVICE_ARGS=shlex.join(devices.evaluate),
         **{
             "export " + name: value
             for name, value in (CPU_TRAINING_ENV if devices.cpu else GPU_TRAINING_ENV).items()
@@ -416,20 +416,22 @@ def paper_variables(paper) -> dict:
     return variables
 
 
-def shell(assignments: dict) -> str:
-    """NAME=VALUE lines for bash's eval; lists become arrays."""
+def shell(assignments: dict, declare: str = "") -> str:
+    """NAME=VALUE lines for bash's eval, each after `declare` (a name may carry its own: `export NAME`); lists become
+    arrays."""
     lines = []
     for name, value in assignments.items():
+        prefix = "" if " " in name else declare
         if isinstance(value, list):
-            lines.append(f"{name}=({' '.join(shlex.quote(word) for word in value)})")
+            lines.append(f"{prefix}{name}=({' '.join(shlex.quote(word) for word in value)})")
         else:
-            lines.append(f"{name}={shlex.quote(str(value))}")
+            lines.append(f"{prefix}{name}={shlex.quote(str(value))}")
     return "\n".join(lines)
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="recipes.launch", description=__doc__.split("\n")[0])
-    parser.add_argument("plan", choices=["devices", "batch", "paper"])
+    parser.add_argument("plan", choices=["devices", "paper"])
     parser.add_argument(
         "sections",
         nargs="*",
@@ -438,14 +440,7 @@ def main(argv=None) -> None:
     parser.add_argument("--shell", action="store_true", help="paper: every setting as bash variables")
     parser.add_argument("--python", default=sys.executable, help="the recipe's interpreter (it has torch)")
     parser.add_argument("--shell-pid", default=str(os.getppid()), help="the recipe's $$, in a lone run's launch id")
-    parser.add_argument("--workers", type=int, help="batch: the processes that train in parallel")
-    parser.add_argument("--data-bin", help="batch: the binarised data, for its longest sentence")
-    # batch: after --, fairseq-train's arguments but the data, for the model whose batch the GPUs' memory sizes
-    # when MAX_TOKENS_PER_GPU is unset
-    argv = sys.argv[1:] if argv is None else list(argv)
-    split = argv.index("--") if "--" in argv else len(argv)
-    args = parser.parse_args(argv[:split])
-    args.training = argv[split + 1 :]
+    args = parser.parse_args(argv)
     ERRORS.run_reported(env("RECIPE") or parser.prog, lambda: print(plan(args)))
 
 
@@ -453,10 +448,7 @@ def plan(args) -> str:
     """What the command prints: assignments for bash's eval, or the paper's arguments."""
     paper = plugin_leaf("paper")
     if args.plan == "devices":
-        return shell(devices_plan(args.python, args.shell_pid))
-    if args.plan == "batch":  # one line: the recipe's run 0 publishes it to the others (common.sh's agreed)
-        plan = batch_plan(args.python, args.workers, args.data_bin, paper.TOKENS_PER_STEP, args.training)
-        return shell(plan).replace("\n", " ")
+        return shell(devices_plan(args.python, args.shell_pid), declare="declare -grx ")
     if args.shell:
         return shell(paper_variables(paper))
     try:

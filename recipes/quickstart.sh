@@ -25,8 +25,7 @@ detect_devices
 # Multi30k task 1: the training, val (valid) and test_2016_flickr (test) splits; Moses tokenisation and a
 # joint BPE as for WMT14 En-De (§5.1). 10,000 merges, the usual size for this corpus, give ~9,800 tokens.
 TARGET_LANG=de
-prepare_data multi30k --bpe-merges "${BPE_MERGES:-10000}"
-SUBWORDS=subword_nmt
+prepare_data multi30k -- --bpe-merges "${BPE_MERGES:-10000}"
 
 # Chosen for a small corpus and a CPU budget (the paper leaves them open; docs/design.md and docs/results.md say why and
 # what was measured): an eighth of the base model's width and half its depth (d_model 128, d_ff 512, h 4,
@@ -36,9 +35,7 @@ SUBWORDS=subword_nmt
 # Everything else as §5: Adam, eq. 3, label smoothing 0.1.
 ARCH=${ARCH:-vaswani_transformer}
 MODEL_ARGS=("${PAPER_MODEL_QUICKSTART[@]}")  # vaswani_plugin/paper.py's "quickstart"
-TOKENS_PER_STEP=${TOKENS_PER_STEP:-2048}
-MAX_TOKENS_PER_GPU=${MAX_TOKENS_PER_GPU:-2048}
-batch_size_for_workers
+TOKENS_PER_STEP=${TOKENS_PER_STEP:-2048} MAX_TOKENS_PER_GPU=${MAX_TOKENS_PER_GPU:-2048}
 BUDGET_MINUTES=${BUDGET_MINUTES:-20}
 BF16=${BF16:-auto}
 BUDGET_HOURS=$(budget_hours "$BUDGET_MINUTES")
@@ -49,7 +46,7 @@ say "training $ARCH for $BUDGET_MINUTES minutes of wall-clock time (or ${MAX_EPO
 # checkpoint, and the dev set's loss there and its BLEU every 500 updates (DEV_SCORE=1) cost 7 % of the updates
 # of the budget (docs/results.md, "Dev scores while training"); the test set is scored at the end.
 DEV_SCORE=${DEV_SCORE:-0} DEV_SCORE_EVERY=${DEV_SCORE_EVERY:-500} DEV_SCORE_SENTENCES=${DEV_SCORE_SENTENCES:-400}
-dev_bleu
+mapfile -t DEV_ARGS < <(dev_bleu subword_nmt)
 [ "$DEV_SCORE" = 1 ] || DEV_ARGS=(--disable-validation)
 CHECKPOINTS="$WORK_DIR/checkpoints"
 train "$CHECKPOINTS" --arch "$ARCH" "${MODEL_ARGS[@]}" --warmup-updates 300 --factor 0.7 \
@@ -58,13 +55,13 @@ train "$CHECKPOINTS" --arch "$ARCH" "${MODEL_ARGS[@]}" --warmup-updates 300 --fa
     "${DEV_ARGS[@]}" --log-interval 10
 
 leave_the_rest_to_run_zero
-stage average --output "$CHECKPOINTS/checkpoint_average.pt" average_available "$CHECKPOINTS" "${AVERAGE_LAST:-5}"
+stage average --output "$CHECKPOINTS/checkpoint_average.pt" average "$CHECKPOINTS" "${AVERAGE_LAST:-5}" available
 
 # §6.1 decoding (translate's default): beam 4, length penalty α = 0.6, at most input + 50 tokens; every one of the
 # 1,000 sentences, 128 a batch, the BPE subwords joined back.
 TRANSLATIONS="$WORK_DIR/test2016.generate.txt"
 stage translate --output "$TRANSLATIONS" --output "$TRANSLATIONS.bleu" translate \
-    --checkpoint "$CHECKPOINTS/checkpoint_average.pt" --subset test --output "$TRANSLATIONS" --post-process "$SUBWORDS"
+    --checkpoint "$CHECKPOINTS/checkpoint_average.pt" --subset test --output "$TRANSLATIONS" --post-process subword_nmt
 score --generate-output "$TRANSLATIONS" --subset test --examples 3 --source "$TEXT_DIR/test.en"
 
 # Attention of the first test sentence: every head of the last layer (Figures 3-5 of the paper).
@@ -73,7 +70,7 @@ if [ "$ARCH" = vaswani_transformer ]; then
     FIRST="{the first test sentence}"
     [ "$DRY_RUN" = 1 ] || FIRST=$(head -n 1 "$TEXT_DIR/test.en")
     run "$PYTHON" -m vaswani_plugin.tools.attention_pictures --path "$CHECKPOINTS/checkpoint_average.pt" \
-        --data "$DATA_BIN" --bpe-codes "$PREPARED_DIR/bpe/codes" --source "$FIRST" \
+        --data "$DATA_BIN" --bpe-codes "$DATA_DIR/bpe/codes" --source "$FIRST" \
         --output-dir "$PICTURES" || die "attention pictures failed"
 else
     PICTURES="(none: attention pictures are drawn for vaswani_transformer models)"

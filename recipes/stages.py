@@ -24,15 +24,17 @@ import contextlib
 import importlib
 import io
 import os
+import shlex
 import shutil
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from prepare import records
-from prepare._common import plugin_leaf
+from prepare._common import log, plugin_leaf
 
 ERRORS = plugin_leaf("errors")
 STOPPING = plugin_leaf("tools.stopping")  # how fairseq-train says it stopped before its target (a divergence)
@@ -123,6 +125,15 @@ class Decision:
     @property
     def from_update(self) -> Optional[int]:
         return int(self.detail) if self.action == "resume" and self.detail.isdigit() else None
+
+
+def previous(run: Run, name: str, after: Optional[str] = None) -> Optional[str]:
+    """The stage whose record this one runs after: `after` when given ("" for none), else the recipe's stage before
+    it (none after prepare, whose record is the data's)."""
+    if after is not None:
+        return after or None
+    index = run.stages.index(name) if name in run.stages else 0
+    return run.stages[index - 1] if index > 0 and run.stages[index - 1] != "prepare" else None
 
 
 def has_checkpoints(save_dir: Path) -> bool:
@@ -340,7 +351,6 @@ def finish(run: Run, name: str) -> None:
     say(f"stage {name}: finished")
 
 
-# -- the data -------------------------------------------------------------------------------------------------
 def data_gate(run: Run, data_dir: Path, raw: List[Path], settings: dict) -> None:
     """Before the preparation: its settings and raw files against those the data was prepared with; refused once
     checkpoints trained on it exist; RESTART_FROM=prepare sets the data (inside WORK_DIR) aside first."""
@@ -375,25 +385,133 @@ def existing_raw(raw: List[Path]) -> List[Path]:
     return [Path(path) for path in raw if Path(path).exists()]
 
 
+# -- a preparation's steps (prepare/wmt14.py, prepare/multi30k.py, prepare/wsj_parsing.py) --------------------
+@dataclass
+class Step:
+    """A step of a preparation; its stamp (STAMPS/NAME.json) holds the settings it ran with and its result."""
+
+    name: str
+    title: str
+    params: dict  # the settings it runs with: another value runs it again
+    inputs: List[Path]  # files of earlier steps' outputs that it reads
+    outputs: List[Path]
+    run: Callable[[], dict]  # its result, kept in its stamp
+
+
+def step_decisions(steps: List[Step], stamps: List[Optional[dict]]) -> List[Decision]:
+    """The first step whose stamp is missing, damaged or of other settings runs, and every step after it (their
+    results are stale); so does an earlier step whose outputs a step from there on reads and that are gone
+    (intermediate files may be deleted once used), and the last step when its outputs are gone. The others skip."""
+    stale = (i for i, (step, stamp) in enumerate(zip(steps, stamps)) if (stamp or {}).get("params") != step.params)
+    first = next(stale, len(steps))
+    if first == len(steps) and steps and not all(path.exists() for path in steps[-1].outputs):
+        first = len(steps) - 1
+    while True:
+        gone = [
+            index
+            for step in steps[first:]
+            for path in step.inputs
+            for index in range(first)
+            if path in steps[index].outputs and not path.exists()
+        ]
+        if not gone:
+            break
+        first = gone[0]
+    decisions = []
+    for index, (step, stamp) in enumerate(zip(steps, stamps)):
+        if index < first:
+            decisions.append(Decision("skip"))
+        elif index == first and stamp is not None:
+            changed = stamp.get("params") != step.params
+            decisions.append(Decision("rerun", "settings changed" if changed else "its output is gone"))
+        else:
+            decisions.append(Decision("run"))
+    return decisions
+
+
+def stamp_path(stamps: Path, step: Step) -> Path:
+    return stamps / f"{step.name}.json"
+
+
+def run_steps(steps: List[Step], stamps: Path, results: Dict[str, dict]) -> Dict[str, dict]:
+    """Each step as step_decisions says, its result into `results` (which later steps' `run` may read)."""
+    found = [records.read(stamp_path(stamps, step)) for step in steps]  # None for a damaged stamp: run it again
+    decisions = step_decisions(steps, found)
+    for step, decision in zip(steps, decisions):  # a step that runs makes every later result stale
+        if decision.action != "skip":
+            stamp_path(stamps, step).unlink(missing_ok=True)
+    for index, (step, previous, decision) in enumerate(zip(steps, found, decisions)):
+        header = f"[{index + 1}/{len(steps)}] {step.name}: {step.title}"
+        if decision.action == "skip":
+            log(f"{header}: done before, skipping (stamp {stamp_path(stamps, step)})")
+            results[step.name] = previous.get("result", {})
+            continue
+        log(f"{header}: {decision.detail}, running it again" if decision.action == "rerun" else header)
+        started = time.monotonic()
+        results[step.name] = step.run()
+        records.write(stamp_path(stamps, step), {"params": step.params, "result": results[step.name]})
+        log(f"  {step.name} finished in {time.monotonic() - started:.1f} s")
+    return results
+
+
+# -- the data -------------------------------------------------------------------------------------------------
+def setting_names(args: List[str]) -> Dict[str, str]:
+    """A preparation's settings by the recipe's names: --bpe-merges 32000 as BPE_MERGES=32000."""
+    settings, name = {}, None
+    for word in args:
+        if word.startswith("--"):
+            name = word[2:].upper().replace("-", "_")
+            settings[name] = ""
+        elif name is not None:
+            settings[name] += word
+    return settings
+
+
+def prepare(run: Run, module: str, raw: List[Path], settings: Dict[str, str], args: List[str]) -> None:
+    """The data's stage: its settings and raw files against the data's record (data_gate), prepare.MODULE run (its
+    steps skip what they finished before: run_steps), the record written. `raw` and `settings` default to RAW_DIR
+    (given to the module as --raw-dir) or DATA_DIR/raw, and the module's arguments by the recipe's names."""
+    data_dir = env("DATA_DIR") or env("WORK_DIR", ".") + "/data"
+    line = [env("PYTHON", sys.executable), "-m", f"prepare.{module}", "--work-dir", data_dir, *args]
+    if not raw:
+        raw = [Path(env("RAW_DIR") or data_dir + "/raw")]
+        line += ["--raw-dir", env("RAW_DIR")] if env("RAW_DIR") else []
+    settings = dict(settings or setting_names(args), EXTRA_PREPARE_ARGS=env("EXTRA_PREPARE_ARGS"))
+    line += shlex.split(env("EXTRA_PREPARE_ARGS"))
+    data_gate(run, Path(data_dir), raw, settings)
+    say(f"stage prepare: {' '.join(['python', *line[1:]])}")
+    if run.dry_run:
+        say("stage prepare: would run (it skips the steps it finished before, each by its settings)")
+        print(shlex.join(line), flush=True)
+        return
+    status = subprocess.run(line).returncode
+    if status:
+        sys.exit(status)  # the preparation said why
+    if run.writes:
+        records.data(Path(data_dir), existing_raw(raw), settings, run.work_dir, False, True)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m recipes.stages", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("action", choices=["begin", "finish", "stopped", "data", "publish", "follow"])
-    parser.add_argument("name", help="the stage (data: DATA_DIR)")
-    parser.add_argument("settings", nargs="*", help="data: NAME=VALUE, the preparation's settings")
-    parser.add_argument("--after", default=None, help="begin: the stage before it")
+    parser.add_argument("action", choices=["begin", "finish", "stopped", "prepare", "publish", "follow"])
+    parser.add_argument("name", help="the stage (prepare: the module of prepare/)")
+    parser.add_argument("settings", nargs="*", help="prepare: NAME=VALUE, the preparation's settings")
+    parser.add_argument("--after", default=None, help="begin: the stage before it (default: the recipe's)")
     parser.add_argument("--output", type=Path, action="append", default=[], help="begin: a path it writes")
     parser.add_argument("--input", type=Path, action="append", default=[], help="begin: a file it reads")
     parser.add_argument("--save-dir", type=Path, default=None, help="begin: a training stage's checkpoints")
-    parser.add_argument("--raw", type=Path, action="append", default=[], help="data: a folder (or file) of raw data")
-    parser.add_argument("--write", action="store_true", help="data: record the settings (after the preparation)")
-    args = parser.parse_intermixed_args(argv)
+    parser.add_argument("--raw", type=Path, action="append", default=[], help="prepare: raw data, a folder or file")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_intermixed_args(argv[:split])
     run = Run.from_environment()
 
     def command():
         if args.action == "begin":
-            stage = Stage(args.name, sys.stdin.read(), args.after or None, args.output, args.input, args.save_dir)
+            after = previous(run, args.name, args.after)
+            stage = Stage(args.name, sys.stdin.read(), after, args.output, args.input, args.save_dir)
             print(begin(run, stage).line())
         elif args.action == "finish":
             finish(run, args.name)
@@ -407,13 +525,9 @@ def main(argv=None) -> None:
             print(follow(run, args.name))
         else:
             if any("=" not in pair for pair in args.settings):
-                parser.error(f"data takes NAME=VALUE settings, not {args.settings}")
+                parser.error(f"prepare takes NAME=VALUE settings, not {args.settings}")
             settings = dict(pair.split("=", 1) for pair in args.settings)
-            if args.write:
-                if run.writes:
-                    records.data(Path(args.name), existing_raw(args.raw), settings, run.work_dir, False, True)
-            else:
-                data_gate(run, Path(args.name), args.raw, settings)
+            prepare(run, args.name, args.raw, settings, argv[split + 1 :])
 
     ERRORS.run_reported(env("RECIPE") or parser.prog, command)
 

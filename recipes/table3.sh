@@ -46,8 +46,7 @@ stages "${STAGE_NAMES[@]}"  # what STOP_AFTER may name
 
 # §5.1 data as the base recipe: WMT 2014 English-German, shared BPE vocabulary of about 37000 tokens.
 detect_devices
-prepare_wmt14 en-de --bpe-merges "${BPE_MERGES:-32000}"
-batch_size_for_workers
+prepare_data wmt14 -- --pair en-de --bpe-merges "${BPE_MERGES:-32000}"
 
 results=()
 for index in "${!VARIANTS[@]}"; do
@@ -56,17 +55,17 @@ for index in "${!VARIANTS[@]}"; do
     steps=$PAPER_BASE_STEPS
     [ "$ROW" = big ] && steps=$PAPER_BIG_STEPS
     say "Table 3 ($ROW) $name"
-    PREVIOUS_STAGE=  # variants are independent of each other
     # The base model of §5 (P_drop = 0.1: the architecture's) with this variant's changes; the last --option
-    # wins, so variants override.
+    # wins, so variants override. Each variant is independent of the others (--first).
     # shellcheck disable=SC2086
-    train --stage "train-$run" "$WORK_DIR/$run" --arch vaswani_transformer \
+    train --stage "train-$run" --first "$WORK_DIR/$run" --arch vaswani_transformer \
         --max-update "${MAX_UPDATE:-$steps}" --save-interval-updates 0 $variant_args
     [ "$RUN_RANK" = 0 ] || continue  # run 0 alone validates, translates and scores
     # Dev perplexity per word-piece on all of newstest2013, and BLEU with beam 4, α = 0.6, no averaging.
+    # shellcheck disable=SC2086
     validate=("$PYTHON" -m fairseq_cli.validate "$DATA_BIN" --user-dir "$PLUGIN" --task translation
-              --path "$WORK_DIR/$run/checkpoint_last.pt" --valid-subset valid --max-tokens "$MAX_TOKENS"
-              --required-batch-size-multiple 1 "${EVAL_DEVICE_ARGS[@]}")
+              --path "$WORK_DIR/$run/checkpoint_last.pt" --valid-subset valid --batch-size 128
+              --required-batch-size-multiple 1 $EVAL_DEVICE_ARGS)
     if [ "$DRY_RUN" = 1 ]; then
         run "${validate[@]}"
     else
@@ -75,13 +74,13 @@ for index in "${!VARIANTS[@]}"; do
     fi
     output="$WORK_DIR/$run/newstest2013.generate.txt"
     stage "translate-$run" --output "$output" translate --checkpoint "$WORK_DIR/$run/checkpoint_last.pt" \
-        --subset valid --output "$output" --post-process "$SUBWORDS"
+        --subset valid --output "$output" --post-process subword_nmt
     if [ "$DRY_RUN" = 1 ]; then
         score --generate-output "$output" --subset valid
         continue
     fi
     bleu=$(score --generate-output "$output" --subset valid | sed -n 's/^BLEU (tokenised, compound-split) = \([0-9.]*\).*/\1/p')
-    params=$(model_parameters "$WORK_DIR/$run")
+    params=$(sed -n 's/.*num. shared model params: \([0-9,]*\).*/\1/p' "$WORK_DIR/$run/train.log" | tail -n 1 | tr -d ,)
     results+=("$(printf '%-22s %8s (%5s) %9s (%4s) %9.1fM (%sM)' "$name" "$ppl" "$paper_ppl" "$bleu" "$paper_bleu" \
         "$(awk "BEGIN { print $params / 1e6 }")" "${paper_params:--}")")
 done

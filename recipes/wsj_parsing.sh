@@ -59,30 +59,18 @@ detect_devices
 # Words in, linearised trees out (Vinyals & Kaiser 2015): "(S (NP The cat )NP (VP sat )VP . )S", or with XX
 # leaves "(S (NP XX XX )NP (VP XX )VP XX )S"; a vocabulary of the 16K most frequent words (§6.3; the sample's:
 # the words it has twice, every other word as a signature of its shape).
-DATA_DIR=${DATA_DIR:-$WORK_DIR/data}
 LEAVES=${LEAVES:-words}
-PREPARE=(-m prepare.wsj_parsing --work-dir "$DATA_DIR" "${TREEBANK[@]}" --leaves "$LEAVES" --unknown-words
-         "$UNKNOWN_WORDS" --treebank-copies "${TREEBANK_COPIES:-1}" --source-vocabulary "${SOURCE_VOCABULARY:-16000}")
-# shellcheck disable=SC2206
-[ -z "${EXTRA_TRAIN_TREES:-}" ] || PREPARE+=(--extra-train $EXTRA_TRAIN_TREES)
-# The data's record (recipes/stages.py): its settings and raw folders, compared before and written after.
-RECORD=("$DATA_DIR" --raw "${WSJ_DIR:-$SAMPLE_DIR}" "LEAVES=$LEAVES" "UNKNOWN_WORDS=$UNKNOWN_WORDS"
-        "TREEBANK_COPIES=${TREEBANK_COPIES:-1}" "SOURCE_VOCABULARY=${SOURCE_VOCABULARY:-16000}"
-        "EXTRA_PREPARE_ARGS=${EXTRA_PREPARE_ARGS:-}")
-for EXTRA in ${EXTRA_TRAIN_TREES:-}; do RECORD+=(--raw "$EXTRA"); done
-engine data "${RECORD[@]}" || exit 1
-say "stage prepare: python ${PREPARE[*]}"
-if [ "$DRY_RUN" = 1 ]; then
-    run "$PYTHON" "${PREPARE[@]}"
-    DATA_BIN=$DATA_DIR/data-bin
-else
-    DATA_BIN=$("$PYTHON" "${PREPARE[@]}") || die "data preparation failed"
-fi
-[ "$DRY_RUN" = 1 ] || engine data "${RECORD[@]}" --write || die "cannot write the data's record"
-stop_if_asked prepare
+# The data's record (recipes/stages.py): its raw folders and these settings, compared before and written after.
+RAW=(--raw "${WSJ_DIR:-$SAMPLE_DIR}")
+for EXTRA in ${EXTRA_TRAIN_TREES:-}; do RAW+=(--raw "$EXTRA"); done
+# shellcheck disable=SC2086
+prepare_data wsj_parsing "${RAW[@]}" "LEAVES=$LEAVES" "UNKNOWN_WORDS=$UNKNOWN_WORDS" \
+    "TREEBANK_COPIES=${TREEBANK_COPIES:-1}" "SOURCE_VOCABULARY=${SOURCE_VOCABULARY:-16000}" -- "${TREEBANK[@]}" \
+    --leaves "$LEAVES" --unknown-words "$UNKNOWN_WORDS" --treebank-copies "${TREEBANK_COPIES:-1}" \
+    --source-vocabulary "${SOURCE_VOCABULARY:-16000}" ${EXTRA_TRAIN_TREES:+--extra-train $EXTRA_TRAIN_TREES}
 # Word leaves: one dictionary, so one embedding for the input, the decoder's input and its output (§3.4).
-EMBEDDING_SHARING=(--share-all-embeddings)
-[ "$LEAVES" = words ] || EMBEDDING_SHARING=(--share-decoder-input-output-embed)
+SHARE=all
+[ "$LEAVES" = words ] || SHARE=decoder
 
 # §6.3: 4 layers, d_model = 1024, all else as the base model (d_ff 2048, h 8, P_drop 0.1): the architecture
 # vaswani_transformer_parsing; batches of ~25,000 tokens, Adam and eq. 3 with 4,000 warmup steps, label
@@ -94,7 +82,6 @@ if [ -n "${WSJ_DIR:-}" ]; then
                 --max-update "${MAX_UPDATE:-$PAPER_BASE_STEPS}"
                 --save-interval-updates "${SAVE_INTERVAL_UPDATES:-$PAPER_BASE_CHECKPOINT_EVERY}"
                 --keep-interval-updates "${AVERAGE_LAST:-$PAPER_BASE_AVERAGE}")
-    batch_size_for_workers "${MODEL_ARGS[@]}"
 else
     # The sample (3,253 training trees) on 2 CPU cores: the quickstart's small model with the parsing depth
     # (4 layers) and a fixed wall-clock budget, at half the quickstart's peak rate (eq. 3 factor 0.35, peak
@@ -108,15 +95,14 @@ else
                 --save-interval-updates "${SAVE_INTERVAL_UPDATES:-50}" --keep-interval-updates "${AVERAGE_LAST:-5}")
     TOKENS_PER_STEP=${TOKENS_PER_STEP:-2048} MAX_TOKENS_PER_GPU=${MAX_TOKENS_PER_GPU:-2048}
     DEV_SCORE=${DEV_SCORE:-0} DEV_SCORE_EVERY=${DEV_SCORE_EVERY:-1000} DEV_SCORE_SENTENCES=${DEV_SCORE_SENTENCES:-100}
-    batch_size_for_workers
 fi
 # Section 22's F1 while training (DEV_SCORE), decoded as the decoding stages below decode it.
-dev_score f1 "$DATA_DIR" --parse-constrained --search "${SEARCH:-paper}" --gnmt-alpha "${ALPHA:-$PAPER_PARSING_ALPHA}" \
-    --dev-score-args "{\"beam\": ${BEAM:-$PAPER_PARSING_BEAM}, \"max_len_a\": $PAPER_MAX_LEN_A, \"max_len_b\": $PAPER_PARSING_MAX_LEN_B}"
+mapfile -t DEV_ARGS < <(dev_score f1 "$DATA_DIR" --parse-constrained --search "${SEARCH:-paper}" \
+    --gnmt-alpha "${ALPHA:-$PAPER_PARSING_ALPHA}" --dev-score-args "{\"beam\": ${BEAM:-$PAPER_PARSING_BEAM}, \"max_len_a\": $PAPER_MAX_LEN_A, \"max_len_b\": $PAPER_PARSING_MAX_LEN_B}")
 [ "${DEV_SCORE:-1}" = 1 ] || [ -n "${WSJ_DIR:-}" ] || DEV_ARGS=(--disable-validation)
-train "$CHECKPOINTS" "${MODEL_ARGS[@]}" "${DEV_ARGS[@]}" --log-interval 10
+train --share "$SHARE" "$CHECKPOINTS" "${MODEL_ARGS[@]}" "${DEV_ARGS[@]}" --log-interval 10
 leave_the_rest_to_run_zero
-stage average --output "$CHECKPOINTS/checkpoint_average.pt" average_available "$CHECKPOINTS" "${AVERAGE_LAST:-5}"
+stage average --output "$CHECKPOINTS/checkpoint_average.pt" average "$CHECKPOINTS" "${AVERAGE_LAST:-5}" available
 
 # §6.3 decoding (vaswani_plugin/paper.py's PARSING_*): beam 21, length penalty α = 0.3, at most input + 300
 # tokens (32 sentences a batch; the tree tokens are whole words, none joined), constrained to well-formed trees

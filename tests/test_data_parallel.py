@@ -30,7 +30,7 @@ from conftest import lane_job
 from doc_blocks import block, commands, substituted
 from fairseq.data import Dictionary, LanguagePairDataset
 from fairseq.data.indexed_dataset import MMapIndexedDataset
-from test_recipes import CPU_ONLY, NEEDS_CPU_PATH, REPO, TINY, hypotheses, run_common, tiny_env
+from test_recipes import CPU_ONLY, LAUNCHED, NEEDS_CPU_PATH, REPO, TINY, hypotheses, launched, run_common, tiny_env
 from wmt_mirror import build_mirror, newstest2014_sentences
 
 from vaswani_plugin.precision import bf16_autocast_enabled
@@ -379,10 +379,7 @@ def test_node_settings_are_one_line_errors(gpus, settings, message, tmp_path):
 def test_bf16_auto_chooses_autocast_for_every_cpu_process(tmp_path):
     """BF16=auto with 1 or 2 nodes: every process's fairseq-train gets --bf16-autocast auto and --cpu, and its task
     decides on the CPU it trains on: autocast where the CPU multiplies bfloat16 natively (flags faked here)."""
-    command = (
-        'stages train; detect_devices; DATA_BIN=data-bin MAX_TOKENS=1000 UPDATE_FREQ=1; echo "$WORKERS"; '
-        'train "$WORK_DIR/c"'
-    )
+    command = 'stages train; detect_devices; echo "$WORKERS"; train "$WORK_DIR/c"'
     for settings, workers in (({}, "1"), (NODES, "2")):
         if settings:  # node 1 trains as node 0 decided for this launch (recipes/stages.py)
             (tmp_path / ".stages" / "train.decision").write_text("nodes 2 via 127.0.0.1:29500\trun\n")
@@ -479,15 +476,8 @@ def test_launchers_give_each_worker_its_rank_device_and_master(gpus, job, expect
     settings = TORCHRUN if job == "torchrun" else slurm_step(tmp_path=tmp_path, **job)
     if settings.get("MASTER_PORT") == "":
         del settings["MASTER_PORT"]
-    result = run_common(
-        tmp_path,
-        'DATA_BIN=d; detect_devices; batch_size_for_workers; echo "workers=$WORKERS '
-        'args=${DEVICE_ARGS[*]} update_freq=$UPDATE_FREQ max_tokens=$MAX_TOKENS run=$RUN_NAME"',
-        gpus=gpus,
-        **settings,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == expected
+    run = LAUNCHED.replace("{batch}", "{batch} run=$RUN_NAME")
+    assert launched(run_common(tmp_path, run, gpus=gpus, **settings)) == expected
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import gpu_kit  # noqa: E402
 
 TAG = "cp" + PYTHON_VERSION.replace(".", "")
-OWN = {"vaswani_plugin", "prepare", "speed", "gpu_acceptance", "host_cost"}  # the repository's own modules
+OWN = {"vaswani_plugin", "prepare", "recipes", "speed", "gpu_acceptance", "host_cost"}  # the repository's own modules
 # Imported by the repository's code but by no run of the acceptance, and left out of the kit on purpose.
 LEFT_OUT = {
     "ctranslate2": "the [ctranslate2] extra, a 43 MB wheel: no run of the acceptance exports to CTranslate2",
@@ -95,6 +95,7 @@ def repository_imports():
     files = [
         *(REPO / "vaswani_plugin").rglob("*.py"),
         *(REPO / "prepare").glob("*.py"),
+        *(REPO / "recipes").glob("*.py"),
         *(REPO / "benchmarks" / f"{name}.py" for name in ("gpu_acceptance", "speed", "host_cost")),
     ]
     found = {}

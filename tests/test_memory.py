@@ -1,8 +1,7 @@
 """vaswani_plugin/models/memory.py (the memory a training step holds) and tools/gpu_batch.py (the GPU's batch the
 recipes choose by it). The model against measured peaks: tests/test_host_cost.py (a CPU's), the GPU acceptance."""
 
-import os
-import subprocess
+import dataclasses
 import sys
 import types
 
@@ -11,6 +10,7 @@ import torch
 from cli_helpers import REPO, benchmark
 from conftest import build_model, make_dictionary, random_tokens
 
+from recipes import stages, training
 from vaswani_plugin.models import memory
 from vaswani_plugin.tools import gpu_batch
 
@@ -121,40 +121,34 @@ runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
 """
 
 
-def test_run_zero_chooses_the_batch_from_its_gpu_and_every_run_takes_it(reversal_data, tmp_path):
+def test_run_zero_chooses_the_batch_from_its_gpu_and_every_run_takes_it(reversal_data, tmp_path, monkeypatch, capsys):
     """MAX_TOKENS_PER_GPU unset on GPUs: run 0's card decides (80 GiB: 25,000 tokens over 2 workers in one batch
-    each); run 1, on an 8 GiB card, which alone would choose three batches, takes run 0's. A dry run says it is
-    chosen at run time."""
+    each); run 1, on an 8 GiB card, which alone would choose three batches, takes run 0's (recipes/training.py's
+    batch, in process). A dry run says it is chosen at run time."""
     python = tmp_path / "python"
     (tmp_path / "fake_gpu.py").write_text(FAKE_GPU_PYTHON)
     python.write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path / "fake_gpu.py"} "$@"\n')
     python.chmod(0o755)
-    script = (
-        f"source {REPO}/recipes/common.sh; WORKERS=2 DATA_BIN={reversal_data / 'joined'}; "
-        'batch_size_for_workers --arch vaswani_transformer_big; echo "$MAX_TOKENS $UPDATE_FREQ"'
-    )
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "data-bin").symlink_to(reversal_data / "joined")
+    monkeypatch.setenv("DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("RECIPE", "test")
+    monkeypatch.setenv("PYTHONPATH", str(REPO))  # as recipes/common.sh exports it: prepare.longest
+    for name in ("MAX_TOKENS_PER_GPU", "TOKENS_PER_STEP"):
+        monkeypatch.delenv(name, raising=False)
+    model = ["--user-dir", str(REPO / "vaswani_plugin"), "--task", "vaswani_translation", "--bf16-autocast", "0"]
+    model += ["--share-all-embeddings", "--arch", "vaswani_transformer_big"]
 
-    def recipe(rank, gib, dry_run=0):
-        env = {
-            name: value for name, value in os.environ.items() if name not in ("MAX_TOKENS_PER_GPU", "TOKENS_PER_STEP")
-        }
-        env.update(
-            PYTHON=str(python),
-            RECIPE="test",
-            WORK_DIR=str(tmp_path / "work"),
-            FAKE_GPU_GIB=str(gib),
-            DRY_RUN=str(dry_run),
-        )
-        # RUN_RANK and LAUNCH_ID as detect_devices sets them (common.sh resets them when sourced)
-        script_for_rank = script.replace("WORKERS=2", f"WORKERS=2 RUN_RANK={rank} LAUNCH_ID='job 7'")
-        return subprocess.run(
-            ["bash", "-c", script_for_rank], env=env, cwd=REPO, capture_output=True, text=True, timeout=120
-        )
+    def batch(rank, gib, dry_run=False):
+        monkeypatch.setenv("FAKE_GPU_GIB", str(gib))
+        monkeypatch.setenv("DRY_RUN", str(int(dry_run)))
+        run = stages.Run(tmp_path / "work", rank=rank, name=f"node {rank}", launch_id="job 7", workers=2)
+        run = dataclasses.replace(run, dry_run=dry_run)
+        return training.batch(run, str(python), model)
 
-    first = recipe(0, 80)
-    assert first.returncode == 0, first.stderr
-    assert first.stdout.split() == ["12500", "1"]
-    assert "MAX_TOKENS_PER_GPU unset: " in first.stderr and "of Fake GPU 80's 80 GiB" in first.stderr
+    assert batch(0, 80) == (12500, 1)
+    said = capsys.readouterr().err
+    assert "MAX_TOKENS_PER_GPU unset: " in said and "of Fake GPU 80's 80 GiB" in said
     vocabulary = len(make_dictionary(0).load(str(reversal_data / "joined" / "dict.src.txt")))
     alone = memory.largest_batch(
         memory.Sizes(6, 1024, 4096, 16, vocabulary, vocabulary),
@@ -163,11 +157,9 @@ def test_run_zero_chooses_the_batch_from_its_gpu_and_every_run_takes_it(reversal
         int(8 * GIB / 32) // memory.BYTES_PER_LOGIT,
     )
     assert memory.step_split(25000, 2, alone)[0] > 1  # what run 1's card would choose
-    second = recipe(1, 8)
-    assert second.returncode == 0 and second.stdout.split() == ["12500", "1"], second.stderr
-    dry = recipe(0, 16, dry_run=1)
-    assert dry.returncode == 0 and dry.stdout.split() == ["3125", "4"], dry.stderr  # 25,000 over 2 x 4 of 4,096
-    assert "MAX_TOKENS_PER_GPU unset: chosen at run time" in dry.stderr
+    assert batch(1, 8) == (12500, 1)
+    assert batch(0, 16, dry_run=True) == (3125, 4)  # 25,000 over 2 x 4 of 4,096
+    assert "MAX_TOKENS_PER_GPU unset: chosen at run time" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("precision", ["float32", "bf16"])

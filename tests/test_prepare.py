@@ -27,10 +27,11 @@ if str(REPO) not in sys.path:  # prepare/ is used from the repository root, not 
 from cli_helpers import SHARED_DATA  # noqa: E402
 from wmt_mirror import WMT14, build_mirror  # noqa: E402
 
-from prepare import PrepareError, clean, download, extract, steps, tokenize  # noqa: E402
+from prepare import PrepareError, clean, download, extract, tokenize  # noqa: E402
 from prepare._common import run_cli  # noqa: E402
 from prepare.multi30k import extract_multi30k  # noqa: E402
 from prepare.wmt14 import Pipeline, parse_args  # noqa: E402
+from recipes.stages import step_decisions  # noqa: E402
 
 SGM = WMT14 / "sgm"
 MULTI30K = SHARED_DATA / "multi30k"  # the real {train,val,test_2016_flickr}.{en,de}.gz, never copied here
@@ -576,7 +577,8 @@ def test_what_reruns_after_a_change(en_de, tmp_path):
             json.loads(pipeline.stamp(stage).read_text()) if pipeline.stamp(stage).is_file() else None
             for stage in stages
         ]
-        return [stage.name for stage in stages][steps.first_to_run(stages, stamps) :]
+        decisions = step_decisions(stages, stamps)
+        return [stage.name for stage, decision in zip(stages, decisions) if decision.action != "skip"]
 
     assert first() == []
     # intermediate files may go once used

@@ -26,6 +26,7 @@ from fairseq.data import Dictionary
 from fairseq.data.indexed_dataset import MMapIndexedDataset
 from wmt_mirror import build_mirror, newstest2014_sentences
 
+from recipes import launch
 from vaswani_plugin import VaswaniConfigError
 from vaswani_plugin.precision import bf16_autocast_enabled
 
@@ -324,21 +325,21 @@ def test_table3_needs_a_row():
 def run_common(tmp_path, commands, gpus=8, **settings):
     """Source recipes/common.sh and run COMMANDS, with a stand-in python that reports GPUS visible GPUs, a longest
     training sentence of 100 tokens (prepare.longest), a GPU's batch of 4096 tokens (tools.gpu_batch), runs the
-    stage records and decisions (prepare.records, recipes.stages) and the launch plan and paper's settings
-    (recipes.launch), finds no TensorBoard, and prints any other command it is given (`python ARGS...`) instead of
-    running it."""
+    stage records and decisions (prepare.records, recipes.stages, recipes.training) and the launch plan and paper's
+    settings (recipes.launch), and prints any other command it is given (`python ARGS...`) instead of running it."""
     fake_python = tmp_path / "python"
     fake_python.write_text(
-        f'#!/bin/sh\nif [ "$1" = -c ]; then case "$2" in *find_spec*) exit 1;; esac; echo {gpus}; '
+        f'#!/bin/sh\nif [ "$1" = -c ]; then echo {gpus}; '
         f'elif [ "$2" = prepare.longest ]; then echo 100 train; '
         f'elif [ "$2" = vaswani_plugin.tools.gpu_batch ]; then echo 4096; echo "gpu_batch: 4096 '
         f'tokens a batch fit" >&2; '
-        f'elif [ "$2" = prepare.records ] || [ "$2" = recipes.launch ] || [ "$2" = recipes.stages ]; then '
+        f'elif [ "$2" = prepare.records ] || [ "${{2%.*}}" = recipes ]; then '
         f'exec {sys.executable} "$@"; '
         f'else echo "python $*"; fi\n'
     )
     fake_python.chmod(0o755)
-    env = dict(os.environ, PYTHON=str(fake_python), RECIPE="test", WORK_DIR=str(tmp_path), **settings)
+    env = dict(os.environ, PYTHON=str(fake_python), RECIPE="test", WORK_DIR=str(tmp_path), TENSORBOARD="0")
+    env.update(settings)
     return subprocess.run(
         ["bash", "-c", f"source {REPO}/recipes/common.sh; {commands}"],
         env=env,
@@ -346,6 +347,21 @@ def run_common(tmp_path, commands, gpus=8, **settings):
         text=True,
         timeout=60,
     )
+
+
+# A run's launch and batch: what detect_devices sets, echoed, and the batch of the fairseq-train command that a dry run
+# of train plans, where the echo says {batch} (launched: update_freq=U max_tokens=M).
+LAUNCHED = (
+    'stages train; detect_devices; echo "workers=$WORKERS args=$DEVICE_ARGS {batch}"; DRY_RUN=1 train "$WORK_DIR/c"'
+)
+
+
+def launched(result) -> str:
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    train = shlex.split(next(line for line in lines if " -m fairseq_cli.train " in line))
+    batch = f"update_freq={train[train.index('--update-freq') + 1]} max_tokens={train[train.index('--max-tokens') + 1]}"
+    return lines[0].replace("{batch}", batch)
 
 
 @pytest.mark.parametrize(
@@ -368,15 +384,8 @@ def run_common(tmp_path, commands, gpus=8, **settings):
     ],
 )
 def test_gpu_batch_arithmetic(settings, expected, tmp_path):
-    """The GPU path of recipes/common.sh (this machine has none)."""
-    result = run_common(
-        tmp_path,
-        'DATA_BIN=d; detect_devices; batch_size_for_workers; echo "workers=$WORKERS '
-        'args=${DEVICE_ARGS[*]} update_freq=$UPDATE_FREQ max_tokens=$MAX_TOKENS"',
-        **settings,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == expected
+    """The GPU path of the recipes (this machine has none)."""
+    assert launched(run_common(tmp_path, LAUNCHED, **settings)) == expected
 
 
 def test_a_stage_runs_again_when_its_plan_changes_and_so_does_every_later_one(tmp_path):
@@ -412,10 +421,7 @@ def test_more_gpus_than_visible_is_an_error(tmp_path):
 
 
 # What train() runs: fairseq-train's arguments, printed by run_common's stand-in python.
-TRAIN = (
-    'stages train; detect_devices; DATA_BIN=data-bin MAX_TOKENS=1000 UPDATE_FREQ=1; train "$WORK_DIR/checkpoints" '
-    "--arch a"
-)
+TRAIN = 'stages train; detect_devices; train "$WORK_DIR/checkpoints" --arch a'
 
 
 @pytest.mark.parametrize(
@@ -461,11 +467,11 @@ def test_a_bad_bf16_setting_is_the_tasks_one_line_error(reversal_data, tmp_path)
         WORK_DIR=str(tmp_path),
         CPU="1",
         BF16="yes",
+        TOKENS_PER_STEP="1000",
     )
-    command = (
-        f"stages train; detect_devices; DATA_BIN={reversal_data / 'joined'} MAX_TOKENS=1000 UPDATE_FREQ=1; "
-        f'train "$WORK_DIR/checkpoints" --arch vaswani_transformer {TINY}'
-    )
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "data-bin").symlink_to(reversal_data / "joined")  # DATA_DIR's default, WORK_DIR/data
+    command = f'stages train; detect_devices; train "$WORK_DIR/checkpoints" --arch vaswani_transformer {TINY}'
     result = subprocess.run(
         ["bash", "-c", f"source {REPO}/recipes/common.sh; {command}"],
         env=env,
@@ -484,7 +490,7 @@ def test_a_bad_bf16_setting_is_the_tasks_one_line_error(reversal_data, tmp_path)
 def test_translate_takes_the_decoding_as_arguments(tmp_path):
     """§6.1 (the WMT recipes) and §6.3 (parsing: no subwords to join) through the one translate function."""
     translate = (
-        "detect_devices; DATA_BIN=data-bin; translate --checkpoint model.pt --subset {} "
+        "detect_devices; translate --checkpoint model.pt --subset {} "
         '--output "$WORK_DIR/out.txt" {}; cat "$WORK_DIR/out.txt"'
     )
     wmt = run_common(tmp_path, translate.format("test", "--post-process subword_nmt"))
@@ -507,43 +513,40 @@ def test_translate_takes_the_decoding_as_arguments(tmp_path):
 
 
 @pytest.mark.parametrize("settings,dropout", [({}, None), ({"DROPOUT": "0.2"}, "0.2")])
-def test_train_average_translate_takes_the_papers_values_as_arguments(settings, dropout, tmp_path):
-    """--arch ARCH --paper big: the big model's steps, checkpoint cadence and average (paper.py), the user's
-    variables over them; P_drop is the architecture's unless DROPOUT is set."""
-    stub = (
-        'stage() { shift; while [ "$1" = --output ]; do shift 2; done; "$@"; }; train() { echo "train $*"; }; '
-        'average() { echo "average $*"; }; '
-        'translate() { echo "translate $*"; }; score() { :; }; training_cost() { echo "cost $*"; }; '
-        "write_report() { echo report; }; "
-    )
-    run = (
-        stub + "detect_devices; SUBWORDS=subword_nmt DATA_BIN=data-bin TEXT_DIR=text TARGET_LANG=de; "
-        "train_average_translate --arch vaswani_transformer_big --paper big"
-    )
-    result = run_common(tmp_path, run, **settings)
-    assert result.returncode == 0, result.stderr
-    checkpoints = tmp_path / "checkpoints"
-    dev = (
-        " --dev-score bleu --dev-score-reference text/valid.de --search paper --gnmt-alpha 0.6 --dev-score-args "
-        '{"beam": 4, "max_len_a": 1, "max_len_b": 50} --dev-score-post-process subword_nmt '
-        "--dev-score-interval-updates 0 --dev-score-sentences 0"
-    )
-    assert result.stdout.splitlines() == [
-        f"train {checkpoints} --arch vaswani_transformer_big"
-        + (f" --dropout {dropout}" if dropout else "")
-        + " --max-update 300000 --save-interval-updates 600 --keep-interval-updates 20"
-        + dev,
-        f"average {checkpoints} 20",
-        f"translate --checkpoint {checkpoints}/checkpoint_average.pt --subset test --output "
-        f"{tmp_path}/newstest2014.generate.txt --post-process subword_nmt",
-        f"cost --checkpoints {checkpoints} --table2-row big",
-        "report",
+def test_the_wmt14_recipe_takes_the_papers_values_for_its_model(settings, dropout, tmp_path):
+    """The big model's steps, checkpoint cadence and average (paper.py), the user's variables over them; P_drop is
+    the architecture's unless DROPOUT is set: as a dry run of the big recipe plans them."""
+
+    def planned(**more):
+        env = dict(WORK_DIR=str(tmp_path / "work"), DRY_RUN="1", CPU="1", **settings, **more)
+        lines = run_recipe("wmt14_en_de_big.sh", env).stdout.splitlines()
+        return {shlex.split(line)[2]: shlex.split(line)[3:] for line in lines if line.split()[1] == "-m"}
+
+    plan, checkpoints, text = planned(), tmp_path / "work" / "checkpoints", tmp_path / "work" / "data" / "text"
+    train = plan["fairseq_cli.train"]
+    dev = [
+        *("--dev-score", "bleu", "--dev-score-reference", f"{text}/valid.de", "--search", "paper"),
+        *("--gnmt-alpha", "0.6", "--dev-score-args", '{"beam": 4, "max_len_a": 1, "max_len_b": 50}'),
+        *("--dev-score-post-process", "subword_nmt", "--dev-score-interval-updates", "0", "--dev-score-sentences", "0"),
     ]
-    overridden = run_common(tmp_path, run, MAX_UPDATE="8", SAVE_INTERVAL_UPDATES="2", AVERAGE_LAST="3")
-    assert (
-        overridden.stdout.splitlines()[0] == f"train {checkpoints} --arch vaswani_transformer_big "
-        "--max-update 8 --save-interval-updates 2 --keep-interval-updates 3" + dev
-    )
+    assert train[train.index("--arch") :] == [
+        *("--arch", "vaswani_transformer_big", *(("--dropout", dropout) if dropout else ())),
+        *("--max-update", "300000", "--save-interval-updates", "600", "--keep-interval-updates", "20", *dev),
+    ]
+    assert plan["vaswani_plugin.checkpoints.average"][:4] == [
+        "--inputs",
+        str(checkpoints),
+        "--num-update-checkpoints",
+        "20",
+    ]
+    generate = plan["fairseq_cli.generate"]
+    assert generate[generate.index("--path") + 1] == f"{checkpoints}/checkpoint_average.pt"
+    cost = plan["vaswani_plugin.tools.training_cost"]
+    assert cost[cost.index("--paper") + 1] == "big"
+    train = planned(MAX_UPDATE="8", SAVE_INTERVAL_UPDATES="2", AVERAGE_LAST="3")["fairseq_cli.train"]
+    assert train[train.index("--max-update") :][:6] == [
+        *("--max-update", "8", "--save-interval-updates", "2", "--keep-interval-updates", "3")
+    ]
 
 
 @pytest.mark.parametrize(
@@ -574,7 +577,7 @@ def test_stop_after_naming_no_stage_is_an_error_before_anything_runs(script, arg
 
 
 def test_stop_after_prepare_stops_once_the_data_is_prepared(tmp_path):
-    recipe = "stages prepare train; prepare_data multi30k --bpe-merges 10; echo trained"
+    recipe = "stages prepare train; detect_devices; prepare_data multi30k -- --bpe-merges 10; echo trained"
     result = run_common(tmp_path, recipe, STOP_AFTER="prepare")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("python -m prepare.multi30k --work-dir ") and "trained" not in result.stdout
@@ -583,21 +586,18 @@ def test_stop_after_prepare_stops_once_the_data_is_prepared(tmp_path):
     )
 
 
-def batch_for(data_bin: Path, workers: int, **settings):
-    """batch_size_for_workers on DATA_BIN for WORKERS workers, with this environment's python."""
-    env = dict(os.environ, PYTHON=sys.executable, RECIPE="test", **settings)
-    command = f'WORKERS={workers} DATA_BIN={data_bin}; batch_size_for_workers; echo "$MAX_TOKENS $UPDATE_FREQ"'
-    return subprocess.run(
-        ["bash", "-c", f"source {REPO}/recipes/common.sh; {command}"],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+def batch_for(monkeypatch, data_bin: Path, workers: int, **settings):
+    """The batch of WORKERS workers on DATA_BIN (recipes/launch.py's, which recipes/training.py takes), in process:
+    (MAX_TOKENS, UPDATE_FREQ), or the recipe's one line as the error it raises."""
+    for name in ("TOKENS_PER_STEP", "MAX_TOKENS_PER_GPU", "DRY_RUN"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in settings.items():
+        monkeypatch.setenv(name, value)
+    plan = launch.batch_plan(sys.executable, workers, str(data_bin), default_tokens=25000)
+    return plan["MAX_TOKENS"], plan["UPDATE_FREQ"]
 
 
-def test_a_batch_below_the_longest_sentence_is_a_one_line_error(reversal_data):
+def test_a_batch_below_the_longest_sentence_is_a_one_line_error(reversal_data, monkeypatch, capsys):
     """fairseq asserts `Sentences lengths should not exceed max_tokens` at its first batch; the recipe says so before
     training, with the numbers and what to set. The longest example, read here through fairseq's own dataset."""
     data_bin = reversal_data / "joined"
@@ -607,25 +607,26 @@ def test_a_batch_below_the_longest_sentence_is_a_one_line_error(reversal_data):
         for lang in ("src", "tgt")
     }  # kept open while their sizes are read
     longest, split = max((int(dataset.sizes.max()), split) for (split, _), dataset in sides.items())
-    short = batch_for(data_bin, 8, TOKENS_PER_STEP=str(8 * (longest - 1)))
-    assert short.returncode == 1 and short.stderr.strip().splitlines()[-1] == (
-        f"test: error: TOKENS_PER_STEP={8 * (longest - 1)} over 8 worker(s) gives each a batch of {longest - 1} "
+    with pytest.raises(VaswaniConfigError) as short:
+        batch_for(monkeypatch, data_bin, 8, TOKENS_PER_STEP=str(8 * (longest - 1)))
+    assert str(short.value) == (
+        f"TOKENS_PER_STEP={8 * (longest - 1)} over 8 worker(s) gives each a batch of {longest - 1} "
         f"tokens, below the longest {split} sentence ({longest} tokens): set TOKENS_PER_STEP to at least {8 * longest}"
     )
-    enough = batch_for(data_bin, 8, TOKENS_PER_STEP=str(8 * longest))
-    assert enough.returncode == 0 and enough.stdout.split() == [str(longest), "1"], enough.stderr
-
-    small = batch_for(data_bin, 8, MAX_TOKENS_PER_GPU=str(longest - 1))
-    assert small.returncode == 1 and small.stderr.strip().splitlines()[-1] == (
-        f"test: error: MAX_TOKENS_PER_GPU={longest - 1} is below the longest {split} sentence ({longest} tokens): "
+    assert batch_for(monkeypatch, data_bin, 8, TOKENS_PER_STEP=str(8 * longest)) == (longest, 1)
+    with pytest.raises(VaswaniConfigError) as small:
+        batch_for(monkeypatch, data_bin, 8, MAX_TOKENS_PER_GPU=str(longest - 1))
+    assert str(small.value) == (
+        f"MAX_TOKENS_PER_GPU={longest - 1} is below the longest {split} sentence ({longest} tokens): "
         f"set MAX_TOKENS_PER_GPU to at least {longest}"
     )
     # A GPU that holds it, where the step's even split would round below it: batches of the longest sentence.
     tokens = 2 * (longest + 1) + 1  # 3 batches of at most longest + 1 tokens; split evenly, fewer than longest
     assert -(-tokens // 3) < longest
-    rounded = batch_for(data_bin, 1, TOKENS_PER_STEP=str(tokens), MAX_TOKENS_PER_GPU=str(longest + 1))
-    assert rounded.returncode == 0 and rounded.stdout.split() == [str(longest), "3"], rounded.stderr
-    assert f"batch: {longest} tokens a worker instead, to hold the longest" in rounded.stderr
+    capsys.readouterr()
+    rounded = batch_for(monkeypatch, data_bin, 1, TOKENS_PER_STEP=str(tokens), MAX_TOKENS_PER_GPU=str(longest + 1))
+    assert rounded == (longest, 3)
+    assert f"batch: {longest} tokens a worker instead, to hold the longest" in capsys.readouterr().err
 
 
 def test_longest_of_a_folder_without_the_split_is_a_one_line_error(tmp_path):
@@ -814,17 +815,9 @@ def test_the_documented_dry_run_plans_the_big_model_on_eight_gpus(tmp_path):
 @pytest.mark.parametrize(
     "commands,message",
     [
+        ("stages train; train x --arch a", "internal: train needs the run's launch: call detect_devices before it"),
         (
-            "DATA_BIN=d; batch_size_for_workers",
-            "internal: batch_size_for_workers needs WORKERS, which detect_devices sets: call detect_devices before it",
-        ),
-        (
-            "detect_devices; train x --arch a",
-            "internal: train needs MAX_TOKENS, which batch_size_for_workers sets: call "
-            "batch_size_for_workers before it",
-        ),
-        (
-            "detect_devices; DATA_BIN=d; translate --checkpoint c --subset test --output o --beams 5",
+            "detect_devices; translate --checkpoint c --subset test --output o --beams 5",
             "internal: translate takes --checkpoint --subset --output --beam --alpha --max-len-b --batch-size "
             "--post-process, not --beams",
         ),

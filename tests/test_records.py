@@ -1,9 +1,10 @@
-"""prepare/records.py and the recipes' use of it (recipes/common.sh): the re-run table of docs/recipes.md for the
-data, versions, the WORK_DIR lock and one decision for every run of a job. The training rows: test_resume.py
-(test_a_training_plan_...) and test_recipes.py (the base recipe re-run)."""
+"""prepare/records.py and the recipes' use of it (recipes/common.sh, recipes/stages.py): the re-run table of
+docs/recipes.md for the data, versions, the WORK_DIR lock and one decision for every run of a job. The training rows:
+test_resume.py (test_a_training_plan_...) and test_recipes.py (the base recipe re-run)."""
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -11,7 +12,7 @@ from importlib import metadata
 
 from test_recipes import REPO, run_common
 
-PREPARE = 'stages prepare train; detect_devices; prepare_data multi30k --bpe-merges "$M"'
+PREPARE = 'stages prepare train; detect_devices; prepare_data multi30k -- --bpe-merges "$M"'
 
 
 def records(*args, plan=""):
@@ -108,14 +109,12 @@ def run_env(tmp_path):
 
 def test_every_other_run_of_a_job_follows_run_0s_decision(tmp_path):
     """Node 1 of two does what node 0 decided for this launch, here a refusal, in node 0's words."""
-    nodes = dict(NUM_NODES="2", NODE_RANK="1", MASTER_ADDR="10.0.0.1", MASTER_PORT="29500", CPU="1")
+    nodes = dict(NUM_NODES="2", NODE_RANK="1", MASTER_ADDR="10.0.0.1", MASTER_PORT="29500", MAX_TOKENS_PER_GPU="4096")
     (tmp_path / ".stages").mkdir()
     (tmp_path / ".stages" / "train.decision").write_text(
         "nodes 2 via 10.0.0.1:29500\trefuse --dropout is 0.3 now, 0.1 in the checkpoints\n"
     )
-    train = (
-        'stages train; detect_devices; DATA_BIN=d MAX_TOKENS=10 UPDATE_FREQ=1; train "$WORK_DIR/checkpoints" --arch a'
-    )
+    train = 'stages train; detect_devices; train "$WORK_DIR/checkpoints" --arch a'
     followed = run_common(tmp_path, train, **nodes)
     assert followed.returncode == 1
     assert (
@@ -131,14 +130,10 @@ def test_every_other_run_of_a_job_follows_run_0s_decision(tmp_path):
 def test_a_dictionary_changed_under_the_checkpoints_is_refused(tmp_path):
     """Training's record holds the identity of the data's dictionaries (and the update it resumed from): a dictionary
     that is not the one the checkpoints were trained with stops the recipe in one line, whatever made it."""
-    work, data_bin = tmp_path / "work", tmp_path / "data-bin"
-    work.mkdir()
-    data_bin.mkdir()
+    work, data_bin = tmp_path / "work", tmp_path / "work" / "data" / "data-bin"  # DATA_DIR's default
+    data_bin.mkdir(parents=True)
     (data_bin / "dict.en.txt").write_text("the 10\n")
-    train = (
-        f"stages train; detect_devices; DATA_BIN={data_bin} MAX_TOKENS=10 UPDATE_FREQ=1; "
-        'train "$WORK_DIR/checkpoints" --arch a'
-    )
+    train = 'stages train; detect_devices; train "$WORK_DIR/checkpoints" --arch a'
     assert run_common(work, train, CPU="1").returncode == 0
     record = json.loads((work / ".stages" / "train.json").read_text())
     assert record["inputs"]["dict.en.txt"][0] == 7 and record["started_from"] is None
@@ -157,13 +152,18 @@ def test_a_dictionary_changed_under_the_checkpoints_is_refused(tmp_path):
 
 
 def test_a_training_recorded_before_the_engine_reads_as_done(tmp_path):
-    """The engine before recipes/stages.py recorded as a training stage's plan what `train` printed under DRY_RUN=1
-    with PYTHON=python; the training command, now built once, is that plan: such a record reads as done."""
-    train = 'stages train; detect_devices; DATA_BIN=d MAX_TOKENS=10 UPDATE_FREQ=1; train "$WORK_DIR/c" --arch a'
+    """The engine before recipes/training.py recorded as a training stage's plan the command quoted by bash's
+    `printf %q` (`python -m fairseq_cli.train ... --adam-betas \\(0.9\\,0.98\\) ...`); recipes/training.py builds the
+    same words and quotes them as Python's shlex does: such a record reads as done."""
+    train = 'stages train; detect_devices; train "$WORK_DIR/c" --arch a'
     dry = run_common(tmp_path, train, CPU="1", DRY_RUN="1")
-    (line,) = [line for line in dry.stdout.splitlines() if " -m fairseq_cli.train " in line]
+    (line,) = [shlex.split(line) for line in dry.stdout.splitlines() if " -m fairseq_cli.train " in line]
+    quoted = subprocess.run(
+        ["bash", "-c", 'printf "%q " "$@"', "-", "python", *line[1:]], capture_output=True, text=True
+    )
+    assert "\\(0.9\\,0.98\\)" in quoted.stdout  # bash's quoting, not Python's
     for action in ("start", "finish"):
-        records(action, tmp_path, "train", plan="python " + line.split(" ", 1)[1] + "\n")
+        records(action, tmp_path, "train", plan=quoted.stdout.strip() + "\n")
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "checkpoint_last.pt").touch()
     again = run_common(tmp_path, train, CPU="1")

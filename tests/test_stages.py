@@ -271,3 +271,27 @@ def test_after_a_divergence_a_lower_rate_or_longer_warm_up_goes_on_from_the_last
         records.write(path, dict(record, finished=None, stopped="diverged at update 7"))
         with pytest.raises(stages.StageError, match=refused):
             stages.begin(run, train(f"--max-update 9 {change}"))
+
+
+def test_a_stage_runs_after_the_recipes_stage_before_it(tmp_path):
+    """Its record's `after`: the declared stage before it; none after prepare (whose record is the data's), none for
+    a stage that says so (Table 3's variants); the one it names."""
+    run = a_run(tmp_path)
+    assert [stages.previous(run, name) for name in STAGES] == [None, None, "train", "average"]
+    assert stages.previous(run, "translate", after="") is None
+    assert stages.previous(run, "translate", after="train") == "train"
+
+
+def test_a_plan_quoted_by_bash_or_python_is_the_same_plan():
+    """Records written before recipes/training.py hold bash's printf %q quoting; the engine's plans, shlex's."""
+    bash = 'python -m x --adam-betas \\(0.9\\,0.98\\) --args \\{\\"beam\\":\\ 4\\}'
+    assert records.same_plan(bash, """python -m x --adam-betas '(0.9,0.98)' --args '{"beam": 4}'""")
+    assert not records.same_plan(bash, "python -m x --adam-betas '(0.9,0.99)' --args '{\"beam\": 4}'")
+    assert not records.same_plan(None, "python -m x")
+
+
+def test_a_preparations_settings_are_named_as_the_recipes_variables():
+    assert stages.setting_names(["--pair", "en-de", "--bpe-merges", "32000"]) == {
+        "PAIR": "en-de",
+        "BPE_MERGES": "32000",
+    }

@@ -1,12 +1,12 @@
-"""prepare/steps.py: which steps of a preparation run, row by row of its rule, on files in a folder; and that stamps
-written before the engine (prepare/wsj_parsing.py's own `run_stage` wrote {"params", "result"} too) read as done."""
+"""recipes/stages.py's steps of a preparation: which of them run, row by row of its rule, on files in a folder;
+and that stamps written before the engine (prepare/wsj_parsing.py's own `run_stage` wrote {"params", "result"} too)
+read as done."""
 
 import json
 
 import pytest
 
-from prepare import steps
-from prepare.steps import Step
+from recipes.stages import Step, run_steps
 
 
 def chain(folder, ran, settings=None):
@@ -33,14 +33,14 @@ def chain(folder, ran, settings=None):
 def done(tmp_path):
     """A folder whose three steps have all run once."""
     ran = []
-    steps.run(chain(tmp_path, ran), tmp_path / ".stamps", {})
+    run_steps(chain(tmp_path, ran), tmp_path / ".stamps", {})
     assert ran == ["a", "b", "c"]
     return tmp_path
 
 
 def again(folder, settings=None):
     ran, results = [], {}
-    steps.run(chain(folder, ran, settings), folder / ".stamps", results)
+    run_steps(chain(folder, ran, settings), folder / ".stamps", results)
     assert results == {name: {"made": name} for name in "abc"}  # run or read from the stamps
     return ran
 
@@ -102,6 +102,6 @@ def test_a_step_killed_midway_leaves_no_later_stamp_that_claims_done(done):
     broken = chain(done, [], {"b": 2})
     broken[1].run = lambda: 1 / 0
     with pytest.raises(ZeroDivisionError):
-        steps.run(broken, done / ".stamps", {})
+        run_steps(broken, done / ".stamps", {})
     assert sorted(path.name for path in (done / ".stamps").iterdir()) == ["a.json"]
     assert again(done, {"b": 2}) == ["b", "c"]

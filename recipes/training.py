@@ -1,0 +1,162 @@
+"""A recipe's training stage: fairseq-train's command built once, decided by the engine, run here.
+
+    python -m recipes.training [--stage NAME] [--first] [--share all|decoder] SAVE_DIR [MODEL ARGS...]
+
+The command is §5's set-up (paper.py's training arguments: Adam's β and ε, eq. 3, label smoothing) with the
+recipe's MODEL ARGS, this run's devices (recipes/launch.py's, as recipes/common.sh exports them) and a batch of about
+TOKENS_PER_STEP tokens a step however many workers there are (§5.1; on GPUs without MAX_TOKENS_PER_GPU, as many as
+the smallest GPU's memory holds: run 0 decides, the others follow). The engine (recipes/stages.py) compares it with
+the stage's record and checkpoints: skip, run, resume or refuse. The precision is the plugin task's `--bf16-autocast`
+(BF16: bfloat16 matrix products, float32 weights, loss and Adam; fairseq's own --bf16 assumes a TPU). fairseq-train's
+output goes to stdout and to SAVE_DIR/train.log (train.node1.log ... for the other runs of a job); it writes its own
+progress records, refreshes the report (REPORT, REPORT_EVERY) and ends a rank that waits STALL_MINUTES for the others.
+--share: one matrix for both embeddings and the pre-softmax projection (§3.4, all) or the target's only (decoder).
+--first: no stage before it (Table 3's variants are independent of each other).
+"""
+
+import argparse
+import importlib.util
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import List, Tuple
+
+from prepare._common import plugin_leaf
+from recipes import launch, stages
+
+SHARING = {"all": "--share-all-embeddings", "decoder": "--share-decoder-input-output-embed"}
+
+
+def data_bin() -> str:
+    """DATA_DIR/data-bin, spelt as the shell spells it (the plan's words)."""
+    return (stages.env("DATA_DIR") or stages.env("WORK_DIR", ".") + "/data") + "/data-bin"
+
+
+def words(name: str) -> List[str]:
+    return shlex.split(stages.env(name))
+
+
+def batch(run: stages.Run, python: str, model: List[str]) -> Tuple[int, int]:
+    """(MAX_TOKENS, UPDATE_FREQ) of launch.batch_plan for `model` (fairseq-train's arguments but the data and batch),
+    run 0's for every run of the job."""
+    paper = plugin_leaf("paper")
+
+    def decide_here() -> str:
+        plan = launch.batch_plan(python, run.workers, data_bin(), paper.TOKENS_PER_STEP, model)
+        return f"{plan['MAX_TOKENS']} {plan['UPDATE_FREQ']}"
+
+    if stages.env("MAX_TOKENS_PER_GPU") or "--cpu" in model or run.dry_run:
+        max_tokens, update_freq = decide_here().split()  # the same on every run
+    else:  # the GPUs' memory decides, and the cards of a job's runs may differ
+        max_tokens, update_freq = stages.agreed(run, "batch", decide_here).split()
+    return int(max_tokens), int(update_freq)
+
+
+def command(run: stages.Run, python: str, save_dir: str, share: str, model: List[str]) -> List[str]:
+    """fairseq-train's command, the interpreter first."""
+    training = plugin_leaf("paper").arguments("training")
+    # A run whose checkpoints trained under fairseq's adam (the recipes' optimizer before vaswani_adam) goes on with
+    # it: fairseq resumes no checkpoint under another optimizer.
+    if stages.has_checkpoints(save_dir):
+        found = subprocess.run(
+            [python, "-m", "vaswani_plugin.checkpoints.resume", "--optimizer", save_dir],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        if found.stdout.strip() == "adam":
+            training = ["adam" if word == "vaswani_adam" else word for word in training]
+    plugin = str(Path(__file__).resolve().parent.parent / "vaswani_plugin")
+    task = ["--user-dir", plugin, "--task", "vaswani_translation", "--bf16-autocast", stages.env("BF16", "0")]
+    extra = words("DEVICE_ARGS") + model + words("EXTRA_TRAIN_ARGS")
+    max_tokens, update_freq = batch(run, python, task + [SHARING[share]] + extra)
+    line = [python, "-m", "fairseq_cli.train", data_bin(), *task, SHARING[share], *training]
+    line += ["--max-tokens", str(max_tokens), "--update-freq", str(update_freq), "--required-batch-size-multiple", "1"]
+    line += ["--save-dir", save_dir, "--no-epoch-checkpoints", "--log-format", "simple", "--log-interval", "100"]
+    line += extra
+    tensorboard = importlib.util.find_spec("tensorboard") or importlib.util.find_spec("tensorboardX")
+    if stages.env("TENSORBOARD", "auto") != "0" and tensorboard:
+        line += ["--tensorboard-logdir", save_dir + "/tensorboard"]
+    return line
+
+
+def watched(python: str, work_dir: Path) -> dict:
+    """fairseq-train's environment: the watchdog's STALL_MINUTES (tools/watchdog.py) and, after a validation, the
+    curves and report redrawn at most every REPORT_EVERY seconds (tools/progress_meter.py)."""
+    variables = {"VASWANI_STALL_MINUTES": stages.env("STALL_MINUTES", "10")}
+    if stages.env("REPORT", "1") != "0":
+        report = shlex.join([python, "-m", "vaswani_plugin.tools.run_report", str(work_dir)])
+        variables.update(VASWANI_PROGRESS_REFRESH_SECONDS=stages.env("REPORT_EVERY", "300"))
+        variables.update(VASWANI_PROGRESS_REFRESH=f"{report} > /dev/null")
+    return dict(os.environ, **variables)
+
+
+def tee(line: List[str], environment: dict, log: Path, first: bytes) -> int:
+    """Run `line`, its output to stdout and appended to `log`; its exit status. Ctrl-C reaches fairseq-train (the
+    terminal's process group), which ends in its own way: this process waits for it."""
+    with open(log, "ab") as kept:
+        for out in (sys.stdout.buffer, kept):
+            out.write(first)
+            out.flush()
+        process = subprocess.Popen(line, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=environment)
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            for chunk in iter(lambda: process.stdout.read1(65536), b""):
+                for out in (sys.stdout.buffer, kept):
+                    out.write(chunk)
+                    out.flush()
+            return process.wait()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+
+def train(args) -> None:
+    if not stages.env("LAUNCH_ID"):
+        raise stages.StageError("internal: train needs the run's launch: call detect_devices before it")
+    run, python = stages.Run.from_environment(), stages.env("PYTHON", sys.executable)
+    line = command(run, python, args.save_dir, args.share, args.model)
+    save_dir = Path(args.save_dir)
+    inputs = sorted(Path(data_bin()).glob("dict.*.txt"))  # what training reads
+    after = "" if args.first else None
+    plan = shlex.join(["python", *line[1:]])
+    stage = stages.Stage(args.stage, plan, stages.previous(run, args.stage, after), [save_dir], inputs, save_dir)
+    decision = stages.begin(run, stage)
+    if decision.action == "skip":
+        return
+    if run.dry_run:
+        if run.rank == 0 and (save_dir / "checkpoint_last.pt").exists():  # the engine makes it resumable first
+            stages.say(f"stage {args.stage}: would resume from {save_dir / 'checkpoint_last.pt'}")
+            print(shlex.join([python, "-m", "vaswani_plugin.checkpoints.resume", str(save_dir)]))
+        stages.say(f"stage {args.stage}: {shlex.join(line)}")
+        print(shlex.join(line), flush=True)
+        return
+    save_dir.mkdir(parents=True, exist_ok=True)
+    log = save_dir / ("train.log" if run.rank == 0 else f"train.{run.name.replace(' ', '')}.log")
+    stages.say(f"stage {args.stage}: {shlex.join(line)}")
+    world = f"[{stages.env('RECIPE')}] {run.name}: world size {run.workers} (started as {stages.env('LAUNCH')})\n"
+    if tee(line, watched(python, run.work_dir), log, world.encode() if run.workers != 1 else b""):
+        stages.stopped(run, args.stage, save_dir)  # a divergence: its record says so, in one line
+        sys.exit(1)  # fairseq-train said why
+    stages.finish(run, args.stage)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m recipes.training",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    parser.add_argument("--stage", default="train", help="the stage's name (default train)")
+    parser.add_argument("--first", action="store_true", help="no stage before it")
+    parser.add_argument("--share", choices=sorted(SHARING), default="all", help="the embeddings shared (§3.4)")
+    parser.add_argument("save_dir", help="the checkpoints' folder (fairseq-train's --save-dir)")
+    parser.add_argument("model", nargs=argparse.REMAINDER, help="fairseq-train's arguments of the model and run")
+    args = parser.parse_args(argv)
+    stages.ERRORS.run_reported(stages.env("RECIPE") or parser.prog, lambda: train(args))
+
+
+if __name__ == "__main__":
+    main()
