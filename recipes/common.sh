@@ -11,11 +11,11 @@ PLUGIN="$REPO/vaswani_plugin"
 say() { echo "[$RECIPE $(date +%H:%M:%S)] $*" >&2; }
 die() { echo "$RECIPE: error: $*" >&2; exit 1; }
 RECIPE=${RECIPE:-$(basename "$0" .sh)} DRY_RUN=${DRY_RUN:-0} REPORT=${REPORT:-1} PYTHON=${PYTHON:-python3}
-[[ "$DRY_RUN" =~ ^[01]$ ]] || die "DRY_RUN=$DRY_RUN: use 1 (print what would run, run nothing) or 0"
-[[ "$REPORT" =~ ^[01]$ ]] || die "REPORT=$REPORT: use 1 (draw the curves and write report.md) or 0"
-[[ "${DEV_SCORE:-1}" =~ ^[01]$ ]] || die "DEV_SCORE=$DEV_SCORE: use 1 (score the dev set while training) or 0"
-[[ "${STALL_MINUTES:-10}" =~ ^[0-9]+(\.[0-9]+)?$ ]] ||
-    die "STALL_MINUTES=$STALL_MINUTES: use the minutes a rank may wait for the others (default 10; 0: no watchdog)"
+export DRY_RUN REPORT PYTHON  # a stage's plan is what its command prints with DRY_RUN=1 PYTHON=python
+declare -rx RECIPE PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+# The variables' values checked; the paper's settings (§5-§6, Table 3) from their one home: PAPER_BEAM=4 ...
+PAPER=$(DEV_SCORE=${DEV_SCORE:-} "$PYTHON" -m recipes.launch paper --shell) || exit 1
+eval "$PAPER"
 WORK_DIR=${WORK_DIR:-$PWD/work/$RECIPE}
 if [ "$DRY_RUN" = 1 ]; then
     WORK_DIR=$(realpath -m "$WORK_DIR")  # read, never created
@@ -24,11 +24,7 @@ else
 fi
 DATA_DIR=${DATA_DIR:-$WORK_DIR/data}
 ASIDE="$WORK_DIR/previous/$(date +%Y%m%d-%H%M%S)"  # where a stage's previous outputs go (recipes/stages.py)
-declare -rx RECIPE WORK_DIR DATA_DIR ASIDE PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
-export DRY_RUN REPORT PYTHON  # a stage's plan is what its command prints with DRY_RUN=1 PYTHON=python
-declare -r DATA_BIN=$DATA_DIR/data-bin TEXT_DIR=$DATA_DIR/text  # what prepare_data makes
-# The paper's settings (§5-§6, Table 3), from their one home: PAPER_BEAM=4 ..., PAPER_TRAINING_ARGS=(...), ...
-eval "$("$PYTHON" -m recipes.launch paper --shell)" || die "cannot read the paper's settings (vaswani_plugin/paper.py)"
+declare -rx WORK_DIR DATA_DIR ASIDE DATA_BIN=$DATA_DIR/data-bin TEXT_DIR=$DATA_DIR/text  # the last two: prepared
 
 # named OPTIONS ARGS...: each `--some-name VALUE` of ARGS into the caller's local variable some_name, one of the
 # space-separated OPTIONS; anything else is an error.
@@ -113,11 +109,17 @@ prepare_data() {
 
 # train [--stage NAME] [--first] [--share all|decoder] SAVE_DIR ARGS...: the stage NAME (default train), fairseq-train
 # on DATA_BIN with the paper's set-up and these model ARGS (recipes/training.py), given the recipe's settings.
+# SIGUSR1 or SIGTERM to the recipe's shell (SLURM's --signal=B:USR1@N) is passed on: training stops after its next
+# update, saved, and the recipe exits with 75 (tools/preemption.py; docs/recipes.md, "When training stops early").
 train() {
-    local name=train
+    local name=train pid status
     [ "$1" != --stage ] || name=$2
     BF16=${BF16:-0} TOKENS_PER_STEP=${TOKENS_PER_STEP:-} MAX_TOKENS_PER_GPU=${MAX_TOKENS_PER_GPU:-} \
-        "$PYTHON" -m recipes.training "$@" || exit 1
+        "$PYTHON" -m recipes.training "$@" &
+    pid=$! && trap 'kill -USR1 $pid' USR1 && trap 'kill -TERM $pid' TERM
+    while wait "$pid"; status=$?; kill -0 "$pid" 2> /dev/null; do :; done  # a trapped signal ends a wait early
+    trap - USR1 TERM
+    [ "$status" = 0 ] || exit "$status"
     stop_if_asked "$name"
 }
 

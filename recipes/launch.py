@@ -2,7 +2,8 @@
 the batch (batch_plan, for recipes/training.py).
 
     python -m recipes.launch devices --python PYTHON --shell-pid PID   # LAUNCH, RUN_RANK, WORKERS, DEVICE_ARGS ...
-    python -m recipes.launch paper --shell | SECTION...   # vaswani_plugin/paper.py's settings (bash; arguments)
+    python -m recipes.launch paper --shell | SECTION...   # vaswani_plugin/paper.py's settings (bash; arguments);
+                                                          # --shell checks the recipe's variables first (CHECKED)
 
 Reads the recipe's variables (NUM_GPUS, CPU, NUM_NODES, ...) and the launchers' (SLURM_*, torchrun's RANK ...) from
 the environment; says what it chose on stderr as the recipes do, or stops with one line (exit 1). It imports
@@ -13,6 +14,7 @@ neither torch nor fairseq: the recipe's PYTHON counts the GPUs, reads the longes
 
 import argparse
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -92,6 +94,8 @@ def launcher(shell_pid: str) -> Launch:
         launch = Launch(master_addr=env("MASTER_ADDR"), master_port=env("MASTER_PORT"))
     if launch.kind == "nodes":
         nodes_by_hand(launch, shell_pid)
+    if env("SLURM_RESTART_COUNT"):  # a requeued job: no run reads a decision of the job before the requeue
+        launch.launch_id += f", restart {env('SLURM_RESTART_COUNT')}"
     return launch
 
 
@@ -416,6 +420,24 @@ def paper_variables(paper) -> dict:
     return variables
 
 
+CHECKED = {  # a recipe's variables: their values, and what the line says of them
+    "DRY_RUN": (r"[01]", "use 1 (print what would run, run nothing) or 0"),
+    "REPORT": (r"[01]", "use 1 (draw the curves and write report.md) or 0"),
+    "DEV_SCORE": (r"[01]", "use 1 (score the dev set while training) or 0"),
+    "STALL_MINUTES": (
+        r"[0-9]+(\.[0-9]+)?",
+        "use the minutes a rank may wait for the others (default 10; 0: no watchdog)",
+    ),
+}
+
+
+def check_variables() -> None:
+    """The recipe's variables that are set, each one of its values, or its one line."""
+    for name, (pattern, use) in CHECKED.items():
+        if env(name) and not re.fullmatch(pattern, env(name)):
+            raise LaunchError(f"{name}={env(name)}: {use}")
+
+
 def shell(assignments: dict, declare: str = "") -> str:
     """NAME=VALUE lines for bash's eval, each after `declare` (a name may carry its own: `export NAME`); lists become
     arrays."""
@@ -450,6 +472,7 @@ def plan(args) -> str:
     if args.plan == "devices":
         return shell(devices_plan(args.python, args.shell_pid), declare="declare -grx ")
     if args.shell:
+        check_variables()
         return shell(paper_variables(paper))
     try:
         return "\n".join(word for section in args.sections for word in paper.arguments(section))

@@ -136,6 +136,11 @@ def previous(run: Run, name: str, after: Optional[str] = None) -> Optional[str]:
     return run.stages[index - 1] if index > 0 and run.stages[index - 1] != "prepare" else None
 
 
+def diverged(stopped: Optional[str]) -> bool:
+    """A record's `stopped` says a divergence (a signal's stop goes on as an interruption)."""
+    return bool(stopped) and stopped.startswith("diverged")
+
+
 def has_checkpoints(save_dir: Path) -> bool:
     return any(Path(save_dir).glob("checkpoint*.pt"))
 
@@ -152,7 +157,7 @@ def decide(
         return Decision("skip")
     if stage.save_dir is None:
         return Decision("rerun" if state == "changed" else "run")
-    if state == "interrupted" and stopped:  # the same settings would diverge again, checkpoints or none
+    if state == "interrupted" and diverged(stopped):  # the same settings would diverge again, checkpoints or none
         return Decision("refuse", f"training {stopped} with these very settings; change one: {STOPPING.ADVICE}")
     if not has_checkpoints(stage.save_dir):
         return Decision("run")  # nothing to compare with
@@ -276,7 +281,7 @@ def begin(run: Run, stage: Stage) -> Decision:
         def plan() -> str:
             nonlocal repaired
             repaired = run.writes
-            return training_plan_decision(stage, repair=run.writes, retuning=bool(stopped))
+            return training_plan_decision(stage, repair=run.writes, retuning=diverged(stopped))
 
         return decide(stage, state, restarting, plan, stopped).line()
 
@@ -327,18 +332,24 @@ def existing(paths) -> List[Path]:
     return [Path(path) for path in paths if Path(path).is_file()]
 
 
-def stopped(run: Run, name: str, save_dir: Path) -> None:
-    """A training stage's command failed: where fairseq-train left a marker (tools/stopping.py), its record says how
-    it stopped, and the recipe's last line says what to do."""
+def stopped(run: Run, name: str, save_dir: Path) -> Optional[str]:
+    """A training stage's command ended before its target: where fairseq-train left a marker (tools/stopping.py), its
+    record says how it stopped. A divergence is the recipe's one-line error saying what to do; a signal's stop
+    (tools/preemption.py) is returned, `stopped by SIGUSR1 at update N`, and resumes when run again."""
     marker = records.read(Path(save_dir) / STOPPING.MARKER)
     if marker is None:
-        return
-    how = f"{marker['reason']} at update {marker['update']:,}"
+        return None
+    if marker["reason"] == "signal":
+        how = f"stopped by {marker['signal']} at update {marker['update']:,}"
+    else:
+        how = f"{marker['reason']} at update {marker['update']:,}"
     if run.writes:
         path = records.record_path(run.work_dir, name)
         record = records.read(path)
         if record is not None:
             records.write(path, dict(record, stopped=how))
+    if marker["reason"] == "signal":
+        return how
     raise StageError(
         f"stage {name}: training {how}; change a setting and run the same command again ({STOPPING.ADVICE}), or set "
         f"RESTART_FROM={name} to train from the beginning"

@@ -10,6 +10,8 @@ the stage's record and checkpoints: skip, run, resume or refuse. The precision i
 (BF16: bfloat16 matrix products, float32 weights, loss and Adam; fairseq's own --bf16 assumes a TPU). fairseq-train's
 output goes to stdout and to SAVE_DIR/train.log (train.node1.log ... for the other runs of a job); it writes its own
 progress records, refreshes the report (REPORT, REPORT_EVERY) and ends a rank that waits STALL_MINUTES for the others.
+SIGUSR1 and SIGTERM are passed on to it: it stops after its next update (vaswani_plugin/tools/preemption.py), the
+record says so, run 0 of a SLURM job that allows it requeues it, and the exit status is 75.
 --share: one matrix for both embeddings and the pre-softmax projection (§3.4, all) or the target's only (decoder).
 --first: no stage before it (Table 3's variants are independent of each other).
 """
@@ -18,6 +20,7 @@ import argparse
 import importlib.util
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,7 +30,17 @@ from typing import List, Tuple
 from prepare._common import plugin_leaf
 from recipes import launch, stages
 
+PREEMPTION = plugin_leaf("tools.preemption")
+RECEIVED: List[int] = []  # PREEMPTION.SIGNALS received, passed on to fairseq-train
+TRAINING: List[subprocess.Popen] = []  # fairseq-train, once started
 SHARING = {"all": "--share-all-embeddings", "decoder": "--share-decoder-input-output-embed"}
+
+
+def received(number, frame) -> None:
+    """Kept, and passed on to fairseq-train at once when it runs."""
+    RECEIVED.append(number)
+    for process in TRAINING:
+        process.send_signal(number)
 
 
 def data_bin() -> str:
@@ -95,21 +108,41 @@ def watched(python: str, work_dir: Path) -> dict:
 
 def tee(line: List[str], environment: dict, log: Path, first: bytes) -> int:
     """Run `line`, its output to stdout and appended to `log`; its exit status. Ctrl-C reaches fairseq-train (the
-    terminal's process group), which ends in its own way: this process waits for it."""
+    terminal's process group), which ends in its own way: this process waits for it. SIGUSR1 and SIGTERM are passed
+    on to it (tools/preemption.py: it stops after its next update)."""
     with open(log, "ab") as kept:
         for out in (sys.stdout.buffer, kept):
             out.write(first)
             out.flush()
+        # fairseq-train starts with Ctrl-C's default (a background job's is ignored) and ignoring PREEMPTION.SIGNALS
+        # until the plugin flags them: one received (RECEIVED) is sent again with each of its outputs too.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        keep = {number: signal.signal(number, signal.SIG_IGN) for number in PREEMPTION.SIGNALS}
         process = subprocess.Popen(line, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=environment)
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
-            for chunk in iter(lambda: process.stdout.read1(65536), b""):
-                for out in (sys.stdout.buffer, kept):
-                    out.write(chunk)
-                    out.flush()
-            return process.wait()
-        finally:
-            signal.signal(signal.SIGINT, previous)
+        TRAINING.append(process)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for number, handler in keep.items():
+            signal.signal(number, handler)
+        for chunk in iter(lambda: process.stdout.read1(65536), b""):
+            for out in (sys.stdout.buffer, kept):
+                out.write(chunk)
+                out.flush()
+            if RECEIVED:
+                process.send_signal(RECEIVED[0])
+        return process.wait()
+
+
+def requeue(run: stages.Run) -> str:
+    """Under SLURM, run 0 of a job that allows it (--requeue) puts it back in the queue: what the line says."""
+    job = stages.env("SLURM_JOB_ID")
+    if not job or run.rank != 0 or not shutil.which("scontrol"):
+        return "run the same command again"
+    shown = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True)
+    if "Requeue=1" not in shown.stdout.split():
+        return f"SLURM job {job} does not allow requeueing (sbatch --requeue): submit it again"
+    if subprocess.run(["scontrol", "requeue", job]).returncode:
+        return f"scontrol requeue {job} failed: submit it again"
+    return f"SLURM job {job} requeued: it resumes when SLURM starts it again"
 
 
 def train(args) -> None:
@@ -136,13 +169,19 @@ def train(args) -> None:
     log = save_dir / ("train.log" if run.rank == 0 else f"train.{run.name.replace(' ', '')}.log")
     stages.say(f"stage {args.stage}: {shlex.join(line)}")
     world = f"[{stages.env('RECIPE')}] {run.name}: world size {run.workers} (started as {stages.env('LAUNCH')})\n"
-    if tee(line, watched(python, run.work_dir), log, world.encode() if run.workers != 1 else b""):
-        stages.stopped(run, args.stage, save_dir)  # a divergence: its record says so, in one line
+    status = tee(line, watched(python, run.work_dir), log, world.encode() if run.workers != 1 else b"")
+    how = stages.stopped(run, args.stage, save_dir)  # a divergence: its record says so, in one line
+    if how is not None:  # a signal's: the record says so, and the run resumes from checkpoint_last.pt
+        print(f"{stages.env('RECIPE')}: stopped: training {how}; {requeue(run)}", file=sys.stderr, flush=True)
+        sys.exit(PREEMPTION.EXIT_STATUS)
+    if status:
         sys.exit(1)  # fairseq-train said why
     stages.finish(run, args.stage)
 
 
 def main(argv=None) -> None:
+    for number in PREEMPTION.SIGNALS:  # from the start (fairseq-train ignores them until the plugin flags them)
+        signal.signal(number, received)
     parser = argparse.ArgumentParser(
         prog="python -m recipes.training",
         description=__doc__,

@@ -86,6 +86,8 @@ def test_a_slurm_task_a_gpu_meets_the_others_at_the_first_node(environment):
     devices = launch.on_gpus(plan, visible=8)  # all of the node's GPUs: its own is its place on the node
     assert devices.workers == 16 and devices.train == launch.worker(16, 11, plan.init_method, 3)
     assert launch.on_gpus(plan, visible=1).train[-1] == "0"  # one GPU bound to the task
+    environment(SLURM_RESTART_COUNT=2)  # requeued: its runs decide afresh
+    assert launch.launcher("1").launch_id == "SLURM step 4242.1, restart 2"
 
 
 def test_a_slurm_task_a_node_is_a_node_of_num_nodes(environment):

@@ -295,3 +295,17 @@ def test_a_preparations_settings_are_named_as_the_recipes_variables():
         "PAIR": "en-de",
         "BPE_MERGES": "32000",
     }
+
+
+def test_a_training_stopped_by_a_signal_is_recorded_so_and_resumes(tmp_path):
+    """docs/recipes.md: a signal's stop (tools/preemption.py) is returned, not an error; its record says "stopped by
+    SIGUSR1 at update N", and the same command again resumes from its checkpoints."""
+    run = a_run(tmp_path)
+    recorded(run, "train", "python -m fairseq_cli.train data", finished=False)
+    (tmp_path / "checkpoint_last.pt").touch()
+    stages.STOPPING.write_marker(tmp_path, {"reason": "signal", "signal": "SIGUSR1", "update": 7})
+    assert stages.stopped(run, "train", tmp_path) == "stopped by SIGUSR1 at update 7"
+    assert records.read(records.record_path(tmp_path, "train"))["stopped"] == "stopped by SIGUSR1 at update 7"
+    again = stages.Stage("train", "python -m fairseq_cli.train data", save_dir=tmp_path)
+    assert stages.begin(run, again) == stages.Decision("resume", "(interrupted before)")
+    assert records.read(tmp_path / stages.STOPPING.MARKER) is None

@@ -11,7 +11,7 @@ from omegaconf import II
 from vaswani_plugin import paper
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.models.output_layer_loss import SmoothedLoss
-from vaswani_plugin.tools import progress_meter
+from vaswani_plugin.tools import preemption, progress_meter
 
 
 @dataclass
@@ -38,6 +38,7 @@ class VaswaniLabelSmoothedCrossEntropy(FairseqCriterion):
         self.loss_chunk_logits = loss_chunk_logits
         if cfg is not None:  # built by fairseq: its training's progress is written (on rank 0, from its values)
             progress_meter.configure_from(cfg)
+            preemption.install()  # SIGUSR1 and SIGTERM stop training after the next update (this criterion's sum)
 
     def forward(self, model, sample, reduce=True):
         if getattr(model.decoder, "adaptive_softmax", None) is not None:
@@ -68,6 +69,8 @@ class VaswaniLabelSmoothedCrossEntropy(FairseqCriterion):
             "n_correct": n_correct.data,
             "total": sample["ntokens"],
         }
+        if model.training:  # summed over the ranks with the rest: every rank stops after the same update
+            logging_output[preemption.KEY] = int(preemption.received() != 0)
         return loss, sample_size, logging_output
 
     @classmethod
@@ -84,6 +87,8 @@ class VaswaniLabelSmoothedCrossEntropy(FairseqCriterion):
         metrics.log_scalar_sum("n_correct", total("n_correct"))
         metrics.log_scalar_sum("total", total("total"))
         progress_meter.observe()
+        if total(preemption.KEY):
+            progress_meter.stop_for_signal()
         metrics.log_derived(
             "accuracy",
             lambda meters: (

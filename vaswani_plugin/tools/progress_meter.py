@@ -21,7 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from vaswani_plugin import cli
 from vaswani_plugin.checkpoints.storage import last_intact_checkpoint
-from vaswani_plugin.tools import stopping, watchdog
+from vaswani_plugin.tools import preemption, stopping, watchdog
 from vaswani_plugin.tools.progress import Progress, Target
 
 METER = "done"
@@ -59,8 +59,10 @@ class Settings:
 class _Run:
     """One fairseq-train's progress: made when the criterion is built, writing from its first training update."""
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, config=None):
         self.settings, self.progress, self.broken = settings, None, False
+        self.config = config  # fairseq-train's whole configuration, which a signal's stop changes
+        self.stopping = False
         self.notes: List[dict] = []  # records from before the first update (the precision, a resumption)
         self.first_update: Optional[int] = None
         self.update = 0  # the update being trained (the model is told the count of those done before it)
@@ -161,11 +163,12 @@ class _AfterFairseqsLine(logging.Handler):
 _run: Optional[_Run] = None
 
 
-def configure(settings: Settings):
-    """A new run (an earlier one in this process closed): how it stops early is said in one line too."""
+def configure(settings: Settings, config=None):
+    """A new run (an earlier one in this process closed): how it stops early is said in one line too; `config`:
+    fairseq-train's whole configuration, for a signal's stop."""
     global _run
     close()
-    _run = _Run(settings)
+    _run = _Run(settings, config)
     if explain_stop not in cli.EXPLAINERS:
         cli.EXPLAINERS.append(explain_stop)
     stopping.quiet_full_disk_tracebacks()
@@ -192,7 +195,7 @@ def configure_from(cfg: ProgressOptions):
         )
     except (AttributeError, KeyError, OmegaConfBaseException):
         return
-    configure(settings)
+    configure(settings, cfg._get_root() if hasattr(cfg, "_get_root") else None)
     watchdog.start(settings.save_dir, distributed_utils.get_global_rank(), settings.workers, last_intact_checkpoint)
 
 
@@ -201,6 +204,22 @@ def observe():
     if _run is not None:
         metrics.log_derived(METER, _evaluate, priority=1000)
         watchdog.step(_run.update)  # a step (an update or a validation batch): the watchdog's sign of progress
+
+
+def stop_for_signal():
+    """Every rank, in the update whose summed logging output carried a signal (tools/preemption.py): fairseq's own
+    stop at this update (its time limit, made tiny) without its validation, rank 0 saving checkpoint_last.pt; rank 0
+    leaves the marker (SAVE_DIR/stopped.json) that the recipes read."""
+    if _run is None or _run.stopping or _run.config is None:
+        return
+    _run.stopping = True
+    _run.config.optimization.stop_time_hours = 1e-12
+    _run.config.dataset.disable_validation = True
+    update, how = _run.update, preemption.name(preemption.received())
+    line = f"{how}: training stops after update {update:,}, checkpoint_last.pt saved without validating first"
+    if distributed_utils.get_global_rank() == 0:
+        logging.getLogger(__name__).warning(line)
+        stopping.write_marker(Path(_run.settings.save_dir), {"reason": "signal", "signal": how, "update": update})
 
 
 def _evaluate(meters) -> float:
