@@ -332,15 +332,16 @@ def existing(paths) -> List[Path]:
     return [Path(path) for path in paths if Path(path).is_file()]
 
 
-def stopped(run: Run, name: str, save_dir: Path) -> Optional[str]:
+def stopped(run: Run, name: str, save_dir: Path, signal: Optional[str] = None) -> Optional[str]:
     """A training stage's command ended before its target: where fairseq-train left a marker (tools/stopping.py), its
     record says how it stopped. A divergence is the recipe's one-line error saying what to do; a signal's stop
-    (tools/preemption.py) is returned, `stopped by SIGUSR1 at update N`, and resumes when run again."""
+    (tools/preemption.py) is returned, `stopped by SIGUSR1 at update N` (`signal`: the one this run received),
+    and resumes when run again."""
     marker = records.read(Path(save_dir) / STOPPING.MARKER)
     if marker is None:
         return None
     if marker["reason"] == "signal":
-        how = f"stopped by {marker['signal']} at update {marker['update']:,}"
+        how = f"stopped by {signal or marker['signal']} at update {marker['update']:,}"
     else:
         how = f"{marker['reason']} at update {marker['update']:,}"
     if run.writes:

@@ -170,7 +170,8 @@ def train(args) -> None:
     stages.say(f"stage {args.stage}: {shlex.join(line)}")
     world = f"[{stages.env('RECIPE')}] {run.name}: world size {run.workers} (started as {stages.env('LAUNCH')})\n"
     status = tee(line, watched(python, run.work_dir), log, world.encode() if run.workers != 1 else b"")
-    how = stages.stopped(run, args.stage, save_dir)  # a divergence: its record says so, in one line
+    # A divergence: its record says so, in one line. A signal's stop: named as this run received it, if it did.
+    how = stages.stopped(run, args.stage, save_dir, PREEMPTION.name(RECEIVED[0]) if RECEIVED else None)
     if how is not None:  # a signal's: the record says so, and the run resumes from checkpoint_last.pt
         print(f"{stages.env('RECIPE')}: stopped: training {how}; {requeue(run)}", file=sys.stderr, flush=True)
         sys.exit(PREEMPTION.EXIT_STATUS)

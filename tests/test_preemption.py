@@ -1,7 +1,9 @@
 """tools/preemption.py through a recipe's shell (recipes/common.sh's train, recipes/training.py): SIGUSR1 to the
 recipe's shell while it trains stops training after the next update, saved without validating, the recipe's last
-line naming the signal and its exit status 75, no process of its group left; the same command again resumes."""
+line naming the signal and its exit status 75, no process of its group left; the same command again resumes. On two
+nodes, a signal to one stops both after the same update. The SLURM requeue, in process."""
 
+import json
 import os
 import signal
 import subprocess
@@ -56,6 +58,38 @@ def test_sigusr1_to_the_recipe_stops_after_the_next_update_and_a_rerun_resumes(r
     out, err = again.communicate(timeout=120)
     assert again.returncode == 0, err.decode()[-3000:]
     assert "stage train: would resume from its checkpoints (interrupted before)" in err.decode()
+
+
+@NEEDS_CPU_PATH
+def test_sigusr1_to_every_process_of_one_rank_stops_both_after_the_same_update(reversal_data, tmp_path):
+    """Two nodes (NUM_NODES=2, gloo); SIGUSR1 to every process of node 1's recipe (its shell, recipes/training.py,
+    fairseq-train, its data workers), none to node 0: the flag, summed in fairseq's all-reduce, stops both after the
+    same update (a rank stopping alone would leave the other's all-reduce failing); both exit 75."""
+    from test_data_parallel import free_port
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "data-bin").symlink_to(reversal_data / "joined")
+    nodes = dict(NUM_NODES="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), STALL_MINUTES="1")
+    node0, node1 = (start(tmp_path, NODE_RANK=str(rank), **nodes) for rank in (0, 1))
+    log, deadline = tmp_path / "c" / "train.log", time.monotonic() + 120
+    while "num_updates=3," not in (log.read_text() if log.exists() else ""):
+        assert node0.poll() is None and node1.poll() is None and time.monotonic() < deadline
+        time.sleep(0.1)
+    os.killpg(node1.pid, signal.SIGUSR1)
+    said = {}
+    for rank, node in ((0, node0), (1, node1)):
+        out, err = node.communicate(timeout=60)
+        assert node.returncode == preemption.EXIT_STATUS, err.decode()[-3000:]
+        said[rank] = err.decode().strip().splitlines()[-1]
+    update = json.loads((tmp_path / "c" / "stopped.json").read_text())["update"]
+    assert updates_of(tmp_path / "c" / "checkpoint_last.pt") == update >= 3
+    again = "; run the same command again"
+    assert said[1] == f"test: stopped: training stopped by SIGUSR1 at update {update}{again}"
+    # node 0 received none: its line names what a rank's marker says (SIGUSR1, or that another rank received one)
+    assert said[0] in (
+        said[1],
+        f"test: stopped: training stopped by a signal to another rank at update {update}{again}",
+    )
 
 
 @pytest.mark.parametrize("allowed", [True, False])

@@ -208,8 +208,8 @@ def observe():
 
 def stop_for_signal():
     """Every rank, in the update whose summed logging output carried a signal (tools/preemption.py): fairseq's own
-    stop at this update (its time limit, made tiny) without its validation, rank 0 saving checkpoint_last.pt; rank 0
-    leaves the marker (SAVE_DIR/stopped.json) that the recipes read."""
+    stop at this update (its time limit, made tiny) without its validation, rank 0 saving checkpoint_last.pt; each
+    rank leaves the marker (SAVE_DIR/stopped.json) that the recipes read."""
     if _run is None or _run.stopping or _run.config is None:
         return
     _run.stopping = True
@@ -217,9 +217,9 @@ def stop_for_signal():
     _run.config.dataset.disable_validation = True
     update, how = _run.update, preemption.name(preemption.received())
     line = f"{how}: training stops after update {update:,}, checkpoint_last.pt saved without validating first"
-    if distributed_utils.get_global_rank() == 0:
-        logging.getLogger(__name__).warning(line)
-        stopping.write_marker(Path(_run.settings.save_dir), {"reason": "signal", "signal": how, "update": update})
+    logging.getLogger(__name__).warning(line)
+    # Every rank (the runs of other nodes read theirs: a recipe's WORK_DIR is shared), with the same update.
+    stopping.write_marker(Path(_run.settings.save_dir), {"reason": "signal", "signal": how, "update": update})
 
 
 def _evaluate(meters) -> float:
