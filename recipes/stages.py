@@ -1,22 +1,22 @@
 """A recipe's stages and whether each runs: the one engine of docs/recipes.md, "Re-running a recipe".
 
-    python -m recipes.stages begin NAME [--after STAGE] [--output PATH]... [--input FILE]... [--save-dir DIR] < PLAN
-        the decision, as one line on stdout: skip ..., run, rerun, resume N, resume (interrupted before); or the
-        refusal as the recipe's one-line error (exit 1). Sets the outputs aside and starts the record as it says.
+    python -m recipes.stages begin NAME [--output PATH]... < PLAN
+        the decision, as one line on stdout: skip ..., run, rerun; or the refusal as the recipe's one-line error
+        (exit 1). Sets the outputs aside and starts the record as it says.
     python -m recipes.stages finish NAME                       the stage's command ended well: its record says so
-    python -m recipes.stages stopped NAME --save-dir DIR       training failed: how it stopped (diverged at update N)
-    python -m recipes.stages data DATA_DIR [--raw DIR]... [NAME=VALUE]... [--write]   the data's gate and record
-    python -m recipes.stages publish NAME < LINE | follow NAME  run 0's decision of this launch, for the others
+    python -m recipes.stages prepare MODULE [--raw PATH]... [NAME=VALUE]... -- ARGS...
+        the data's stage: its gate and record around prepare.MODULE ARGS (its steps: run_steps)
 
 A stage is a value (`Stage`): its name, its plan (the commands it runs, as DRY_RUN=1 prints them), the stage before
 it, its outputs, the files it reads and, for training, its checkpoints' folder. `decide` turns the stage's record
 (prepare/records.py) and, for training, fairseq's parsed configuration against the newest checkpoint's
 (vaswani_plugin/checkpoints/resume.py's plan_decision) into a `Decision`. Run 0 of a job decides training and the
-data and publishes WORK_DIR/.stages/NAME.decision for this launch; the job's other runs follow it.
+data and publishes WORK_DIR/.stages/NAME.decision for this launch; the job's other runs follow it. The training
+stage is recipes/training.py's, in process.
 
-The run's place comes from the environment recipes/common.sh gives every call: RECIPE, WORK_DIR, STAGES (the
+The run's place comes from the environment recipes/common.sh exports: RECIPE, WORK_DIR, DATA_DIR, STAGES (the
 recipe's stages, in order), RESTART_FROM, DRY_RUN, ASIDE (where outputs go), RUN_RANK, RUN_NAME, LAUNCH_ID, WORKERS,
-DECISION_WAIT. Imports neither torch nor fairseq, but to compare a training command with its checkpoints.
+DECISION_WAIT, PYTHON. Imports neither torch nor fairseq, but to compare a training command with its checkpoints.
 """
 
 import argparse
@@ -479,18 +479,23 @@ def setting_names(args: List[str]) -> Dict[str, str]:
     return settings
 
 
+def data_dir() -> str:
+    """DATA_DIR (by default WORK_DIR/data), spelt as the shell spells it (the plans' words)."""
+    return env("DATA_DIR") or env("WORK_DIR", ".") + "/data"
+
+
 def prepare(run: Run, module: str, raw: List[Path], settings: Dict[str, str], args: List[str]) -> None:
     """The data's stage: its settings and raw files against the data's record (data_gate), prepare.MODULE run (its
     steps skip what they finished before: run_steps), the record written. `raw` and `settings` default to RAW_DIR
     (given to the module as --raw-dir) or DATA_DIR/raw, and the module's arguments by the recipe's names."""
-    data_dir = env("DATA_DIR") or env("WORK_DIR", ".") + "/data"
-    line = [env("PYTHON", sys.executable), "-m", f"prepare.{module}", "--work-dir", data_dir, *args]
+    data = data_dir()
+    line = [env("PYTHON", sys.executable), "-m", f"prepare.{module}", "--work-dir", data, *args]
     if not raw:
-        raw = [Path(env("RAW_DIR") or data_dir + "/raw")]
+        raw = [Path(env("RAW_DIR") or data + "/raw")]
         line += ["--raw-dir", env("RAW_DIR")] if env("RAW_DIR") else []
     settings = dict(settings or setting_names(args), EXTRA_PREPARE_ARGS=env("EXTRA_PREPARE_ARGS"))
     line += shlex.split(env("EXTRA_PREPARE_ARGS"))
-    data_gate(run, Path(data_dir), raw, settings)
+    data_gate(run, Path(data), raw, settings)
     say(f"stage prepare: {' '.join(['python', *line[1:]])}")
     if run.dry_run:
         say("stage prepare: would run (it skips the steps it finished before, each by its settings)")
@@ -500,20 +505,17 @@ def prepare(run: Run, module: str, raw: List[Path], settings: Dict[str, str], ar
     if status:
         sys.exit(status)  # the preparation said why
     if run.writes:
-        records.data(Path(data_dir), existing_raw(raw), settings, run.work_dir, False, True)
+        records.data(Path(data), existing_raw(raw), settings, run.work_dir, False, True)
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m recipes.stages", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("action", choices=["begin", "finish", "stopped", "prepare", "publish", "follow"])
+    parser.add_argument("action", choices=["begin", "finish", "prepare"])
     parser.add_argument("name", help="the stage (prepare: the module of prepare/)")
     parser.add_argument("settings", nargs="*", help="prepare: NAME=VALUE, the preparation's settings")
-    parser.add_argument("--after", default=None, help="begin: the stage before it (default: the recipe's)")
     parser.add_argument("--output", type=Path, action="append", default=[], help="begin: a path it writes")
-    parser.add_argument("--input", type=Path, action="append", default=[], help="begin: a file it reads")
-    parser.add_argument("--save-dir", type=Path, default=None, help="begin: a training stage's checkpoints")
     parser.add_argument("--raw", type=Path, action="append", default=[], help="prepare: raw data, a folder or file")
     argv = sys.argv[1:] if argv is None else list(argv)
     split = argv.index("--") if "--" in argv else len(argv)
@@ -522,19 +524,9 @@ def main(argv=None) -> None:
 
     def command():
         if args.action == "begin":
-            after = previous(run, args.name, args.after)
-            stage = Stage(args.name, sys.stdin.read(), after, args.output, args.input, args.save_dir)
-            print(begin(run, stage).line())
+            print(begin(run, Stage(args.name, sys.stdin.read(), previous(run, args.name), args.output)).line())
         elif args.action == "finish":
             finish(run, args.name)
-        elif args.action == "stopped":
-            stopped(run, args.name, args.save_dir)
-        elif args.action == "publish":
-            line = sys.stdin.readline().rstrip("\n")
-            publish(run, args.name, line)
-            print(line)
-        elif args.action == "follow":
-            print(follow(run, args.name))
         else:
             if any("=" not in pair for pair in args.settings):
                 parser.error(f"prepare takes NAME=VALUE settings, not {args.settings}")

@@ -44,8 +44,7 @@ def received(number, frame) -> None:
 
 
 def data_bin() -> str:
-    """DATA_DIR/data-bin, spelt as the shell spells it (the plan's words)."""
-    return (stages.env("DATA_DIR") or stages.env("WORK_DIR", ".") + "/data") + "/data-bin"
+    return stages.data_dir() + "/data-bin"
 
 
 def words(name: str) -> List[str]:
