@@ -72,13 +72,10 @@ def command(run: stages.Run, python: str, save_dir: str, share: str, model: List
     training = plugin_leaf("paper").arguments("training")
     # A run whose checkpoints trained under fairseq's adam (the recipes' optimizer before vaswani_adam) goes on with
     # it: fairseq resumes no checkpoint under another optimizer.
+    # In this process: the engine's decision imports the same module (fairseq's checkpoints) next.
     if stages.has_checkpoints(save_dir):
-        found = subprocess.run(
-            [python, "-m", "vaswani_plugin.checkpoints.resume", "--optimizer", save_dir],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        if found.stdout.strip() == "adam":
+        resume = importlib.import_module("vaswani_plugin.checkpoints.resume")
+        if resume.trained_optimizer(Path(save_dir)) == "adam":
             training = ["adam" if word == "vaswani_adam" else word for word in training]
     plugin = str(Path(__file__).resolve().parent.parent / "vaswani_plugin")
     task = ["--user-dir", plugin, "--task", "vaswani_translation", "--bf16-autocast", stages.env("BF16", "0")]
@@ -134,7 +131,9 @@ def tee(line: List[str], environment: dict, log: Path, first: bytes) -> int:
 def requeue(run: stages.Run) -> str:
     """Under SLURM, run 0 of a job that allows it (--requeue) puts it back in the queue: what the line says."""
     job = stages.env("SLURM_JOB_ID")
-    if not job or run.rank != 0 or not shutil.which("scontrol"):
+    if job and run.rank != 0:
+        return f"SLURM job {job} is requeued by its first run where the job allows it"
+    if not job or not shutil.which("scontrol"):
         return "run the same command again"
     shown = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True)
     if "Requeue=1" not in shown.stdout.split():
@@ -174,6 +173,11 @@ def train(args) -> None:
     if how is not None:  # a signal's: the record says so, and the run resumes from checkpoint_last.pt
         print(f"{stages.env('RECIPE')}: stopped: training {how}; {requeue(run)}", file=sys.stderr, flush=True)
         sys.exit(PREEMPTION.EXIT_STATUS)
+    if status < 0:  # a kill (kill -9, the out-of-memory killer): fairseq-train could not say why
+        name = signal.Signals(-status).name
+        raise stages.StageError(
+            f"fairseq-train was ended by {name}; run the same command again (it resumes from {save_dir})"
+        )
     if status:
         sys.exit(1)  # fairseq-train said why
     stages.finish(run, args.stage)

@@ -1,12 +1,8 @@
-"""vaswani_plugin/tools/watchdog.py: a rank that stops answering ends a data-parallel run within STALL_MINUTES, in one
-line naming it. In process on a clock of its own; then two gloo processes, one frozen with SIGSTOP inside the loop
-of all-reduces a training makes, the other ended by its watchdog though blocked in the collective."""
+"""vaswani_plugin/tools/watchdog.py: a rank that stops answering ends a data-parallel run within STALL_MINUTES, and a
+rank that died ends the others' failed collective, in one line naming it; in process, on a clock of their own (a
+recipe's frozen node: tests/test_preemption.py)."""
 
 import os
-import signal
-import subprocess
-import sys
-import time
 from types import SimpleNamespace
 
 from vaswani_plugin.tools import progress_meter, watchdog
@@ -32,52 +28,31 @@ def test_the_line_names_the_rank_whose_heartbeat_stopped_once_the_wait_reaches_s
     assert "every rank still answers" in zero.check()
 
 
-FROZEN_RANK = """
-import importlib.util, sys, time, torch, torch.distributed as dist
-rank, port, save_dir, path = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
-spec = importlib.util.spec_from_file_location("watchdog", path)  # the module alone, without fairseq's start-up
-watchdog = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(watchdog)
-dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-watchdog.start(save_dir, rank, 2, last_checkpoint=lambda save_dir: "none")
-update = 0
-while True:  # a training's per-update all-reduce
-    update += 1
-    dist.all_reduce(torch.ones(1))
-    watchdog.step(update)
-    print(update, flush=True)
-    time.sleep(0.05)
-"""
+def test_after_a_failed_collective_the_line_names_the_ranks_that_stopped_beating(tmp_path):
+    """A rank that died fails the others' collective at once: two beats later its heartbeat has not changed while
+    the living ranks' (blocked in their own error hooks, their threads beating) have; no rank gone, no line."""
+    clock = SimpleNamespace(now=1000.0)
+    zero, one, two = (Watchdog(tmp_path, rank, 3, minutes=10, clock=lambda: clock.now) for rank in range(3))
+    for watched in (zero, one, two):
+        watched.step(8)
+        watched.beat()
+    error = RuntimeError("[gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:56237: Connection reset by peer.")
 
+    def two_beats(living):
+        def sleep(seconds):
+            assert seconds == 2 * zero.beat_seconds
+            clock.now += seconds
+            for watched in living:
+                watched.beat()
 
-def test_a_rank_blocked_on_a_frozen_peer_ends_in_one_line(tmp_path):
-    env = dict(os.environ, VASWANI_STALL_MINUTES="0.05")  # 3 s
-    port = str(29700 + os.getpid() % 200)
-    ranks = [
-        subprocess.Popen(
-            [sys.executable, "-c", FROZEN_RANK, str(rank), port, str(tmp_path), watchdog.__file__],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for rank in (0, 1)
-    ]
-    try:
-        while ranks[1].stdout.readline().strip() != "20":  # both train
-            assert ranks[1].poll() is None, ranks[1].stderr.read()
-        ranks[1].send_signal(signal.SIGSTOP)
-        started = time.monotonic()
-        _, err = ranks[0].communicate(timeout=40)
-        assert ranks[0].returncode == 1 and time.monotonic() - started < 30
-        line = err.strip().splitlines()[-1]
-        assert line.startswith("vaswani_plugin: error: rank 0 made no training step for "), err
-        assert "rank 1 (" in line and f"pid {ranks[1].pid}, update " in line and "stopped answering" in line
-    finally:
-        for process in ranks:
-            process.send_signal(signal.SIGCONT)
-            process.kill()
-            process.communicate()
+        return sleep
+
+    line = zero.lost(error, sleep=two_beats([zero, two]))
+    assert line.startswith(f"rank 0 lost a peer in a collective (RuntimeError: {str(error)[:130]}")
+    assert f"after update 8: rank 1 (vm, pid {os.getpid()}, update 8, silent 10 s) stopped answering; " in line.replace(
+        os.uname().nodename, "vm"
+    )
+    assert zero.lost(error, sleep=two_beats([zero, one, two])) is None
 
 
 def test_a_training_process_of_several_watches_when_the_recipes_ask(tmp_path, monkeypatch):

@@ -175,9 +175,14 @@ def configure(settings: Settings, config=None):
 
 
 def explain_stop(error: BaseException) -> Optional[str]:
-    """The error hook's line for a training that diverged or a save that found no room (tools/stopping.py)."""
+    """The error hook's line for a training that diverged or a save that found no room (tools/stopping.py), or a
+    collective failed by a rank that died (tools/watchdog.py)."""
     run = current()
-    return stopping.diverged(error, run, last_intact_checkpoint) or stopping.no_room(error, run, last_intact_checkpoint)
+    return (
+        stopping.diverged(error, run, last_intact_checkpoint)
+        or stopping.no_room(error, run, last_intact_checkpoint)
+        or watchdog.lost(error)
+    )
 
 
 def configure_from(cfg: ProgressOptions):

@@ -5,8 +5,11 @@ Each process of the run has a thread that every few seconds writes its heartbeat
 validation batch: fairseq's reduction of its values, tools/progress_meter.py), in memory. When a process has made no
 step for STALL_MINUTES, its thread names the ranks whose heartbeat stopped (a frozen process writes none; one
 blocked in a collective still does), prints one line and ends the process with os._exit: an exception would not
-interrupt a collective blocked on a frozen peer. Opt-in through the environment (VASWANI_STALL_MINUTES; the recipes
-set it from STALL_MINUTES, default 10); a run of one process has nobody to wait for. Under NCCL untested here.
+interrupt a collective blocked on a frozen peer. A peer that died outright (killed, its node lost) fails the
+collective at once instead (gloo: "Connection reset by peer"): the plugin's error hook (cli.py, given `lost` by
+tools/progress_meter.py) waits two beats and names the ranks whose heartbeat did not change meanwhile. Opt-in
+through the environment (VASWANI_STALL_MINUTES; the recipes set it from STALL_MINUTES, default 10); a run of one
+process has nobody to wait for. Under NCCL untested here.
 """
 
 import json
@@ -16,7 +19,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Callable, Dict, List, Optional
 
 ENV = "VASWANI_STALL_MINUTES"
 
@@ -54,24 +57,39 @@ class Watchdog:
         temporary.write_text(json.dumps(record), encoding="utf-8")
         os.replace(temporary, path)
 
-    def silent(self) -> List[str]:
-        """The other ranks whose heartbeat is older than three beats (or missing), each as `rank N (host, pid P,
-        update U, S s ago)`."""
-        now, found = self.clock(), []
+    def heartbeats(self) -> Dict[int, Optional[dict]]:
+        """The other ranks' last heartbeats (None: none readable)."""
+        found: Dict[int, Optional[dict]] = {}
         for rank in range(self.world_size):
-            if rank == self.rank:
-                continue
-            try:
-                beat = json.loads(self.heartbeat_path(rank).read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                found.append(f"rank {rank} (no heartbeat)")
-                continue
-            if now - beat["time"] > 3 * self.beat_seconds:
-                found.append(
-                    f"rank {rank} ({beat['host']}, pid {beat['pid']}, update {beat['update']:,}, silent "
-                    f"{now - beat['time']:.0f} s)"
-                )
+            if rank != self.rank:
+                try:
+                    found[rank] = json.loads(self.heartbeat_path(rank).read_text(encoding="utf-8"))
+                except (OSError, ValueError):
+                    found[rank] = None
         return found
+
+    def named(self, rank: int, beat: Optional[dict]) -> str:
+        """`rank N (host, pid P, update U, silent S s)`."""
+        if beat is None:
+            return f"rank {rank} (no heartbeat)"
+        silent = self.clock() - beat["time"]
+        return f"rank {rank} ({beat['host']}, pid {beat['pid']}, update {beat['update']:,}, silent {silent:.0f} s)"
+
+    def silent(self) -> List[str]:
+        """The other ranks whose heartbeat is older than three beats (or missing), named."""
+        now = self.clock()
+        beats = self.heartbeats().items()
+        return [
+            self.named(rank, beat) for rank, beat in beats if beat is None or now - beat["time"] > 3 * self.beat_seconds
+        ]
+
+    def line(self, what: str, silent: List[str]) -> str:
+        who = ", ".join(silent) + " stopped answering" if silent else "every rank still answers (a hung collective?)"
+        return (
+            f"rank {self.rank} {what} after update {self.update:,}: {who}; the last checkpoint: "
+            f"{self.last_checkpoint(self.save_dir)}; ending this process: run the same command again once every node "
+            "answers"
+        )
 
     def check(self) -> Optional[str]:
         """One beat: this process's heartbeat written; the line, once it has waited STALL_MINUTES."""
@@ -79,21 +97,33 @@ class Watchdog:
         waited = self.clock() - self.stepped
         if waited < self.minutes * 60:
             return None
-        silent = self.silent()
-        who = ", ".join(silent) + " stopped answering" if silent else "every rank still answers (a hung collective?)"
-        return (
-            f"rank {self.rank} made no training step for {waited / 60:.1f} minutes (STALL_MINUTES={self.minutes:g}) "
-            f"after update {self.update:,}: {who}; the last checkpoint: {self.last_checkpoint(self.save_dir)}; "
-            "ending this process: run the same command again once every node answers"
+        return self.line(
+            f"made no training step for {waited / 60:.1f} minutes (STALL_MINUTES={self.minutes:g})", self.silent()
         )
 
+    def lost(self, error: BaseException, sleep: Callable[[float], None] = time.sleep) -> Optional[str]:
+        """After this process's training raised `error` (a collective whose peer died fails at once): the other ranks
+        whose heartbeat did not change over the next two beats, named in the line (this process's thread beats
+        meanwhile, so the other ranks' hooks see it alive); None when every rank beat (this rank's own error)."""
+        before = self.heartbeats()
+        sleep(2 * self.beat_seconds)
+        after = self.heartbeats()
+        gone = [self.named(rank, beat) for rank, beat in after.items() if beat is None or beat == before[rank]]
+        if not gone:
+            return None
+        said = " ".join(f"{type(error).__name__}: {error}".split())
+        return self.line(f"lost a peer in a collective ({said[:160]}{'...' if len(said) > 160 else ''})", gone)
+
     def watch(self, end: Callable[[int], None] = os._exit) -> None:
-        """The thread's loop: beat until the stall, then the line and the end of the process."""
-        while not self.stopped.wait(self.beat_seconds):
+        """The thread's loop: beat (from the start) until the stall, then the line and the end of the process. The
+        line goes to the process's own stderr: sys.stderr may be torch's buffer, while its error hook runs."""
+        while True:
             line = self.check()
             if line is not None:
-                print(f"vaswani_plugin: error: {line}", file=sys.stderr, flush=True)
+                print(f"vaswani_plugin: error: {line}", file=sys.__stderr__, flush=True)
                 end(1)
+                return
+            if self.stopped.wait(self.beat_seconds):
                 return
 
 
@@ -109,6 +139,13 @@ def start(save_dir: str, rank: int, world_size: int, last_checkpoint: Callable[[
         return
     _watchdog = Watchdog(Path(save_dir), rank, world_size, minutes, last_checkpoint=last_checkpoint)
     threading.Thread(target=_watchdog.watch, name="vaswani_plugin watchdog", daemon=True).start()
+
+
+def lost(error: BaseException) -> Optional[str]:
+    """The error hook's line when a rank being watched raised `error` because another rank died; else None."""
+    if _watchdog is None or not isinstance(error, RuntimeError):  # a failed collective is one (gloo's, NCCL's)
+        return None
+    return _watchdog.lost(error)
 
 
 def step(update: int) -> None:
