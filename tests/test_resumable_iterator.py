@@ -1,11 +1,16 @@
 """vaswani_plugin/tasks/resumable_iterator.py: an epoch saved by 2 processes resumed by 1 (and the other way)
-goes on at the same place in the epoch, where fairseq's own iterator re-reads batches or fails."""
+goes on at the same place in the epoch, where fairseq's own iterator re-reads batches or fails. And the task's
+get_batch_iterator (tasks/vaswani_translation.py): a run resumed in a later epoch batches the examples as the
+unbroken run did, where fairseq's own task batches them anew."""
 
+import numpy as np
 import pytest
 import torch
-from fairseq.data import iterators
+from fairseq.data import Dictionary, LanguagePairDataset, ListDataset, iterators
+from fairseq.tasks.translation import TranslationTask
 
 from vaswani_plugin.tasks.resumable_iterator import resumable
+from vaswani_plugin.tasks.vaswani_translation import VaswaniTranslationConfig, VaswaniTranslationTask
 
 
 class Sentences(torch.utils.data.Dataset):
@@ -75,3 +80,41 @@ def test_the_same_layout_is_fairseqs_resumption():
     again = epoch(6, shards=2, shard=1)
     again.load_state_dict(first.state_dict())
     assert read(again) == [5]
+
+
+def pairs():
+    """60 sentence pairs of 2 to 5 tokens (many ties in length: fairseq breaks them at random), one dictionary."""
+    dictionary = Dictionary()
+    dictionary.add_symbol("w")
+    sentences = [torch.tensor([dictionary.index("w")] * (1 + i % 4) + [dictionary.eos()]) for i in range(60)]
+    sizes = np.array([len(sentence) for sentence in sentences])
+    dataset = ListDataset(sentences, sizes)
+    return dictionary, LanguagePairDataset(dataset, sizes, dictionary, dataset, sizes, dictionary, shuffle=True)
+
+
+def batches_read(task_class, dictionary, dataset, epoch, position=0, epochs_before=0):
+    """The batches (example ids) of `epoch` that a new process of `task_class` reads: resumed at `position` of it
+    (as fairseq's trainer resumes: the iterator made for the epoch, then the checkpoint's state), or after reading
+    `epochs_before` whole epochs first (an unbroken run from epoch 1)."""
+    config = VaswaniTranslationConfig() if task_class is VaswaniTranslationTask else None
+    task = task_class(config, dictionary, dictionary)
+    start = 1 if epochs_before else epoch
+    iterator = task.get_batch_iterator(dataset=dataset, max_tokens=12, seed=1, epoch=start)
+    if epochs_before:
+        for _ in range(epochs_before):
+            list(iterator.next_epoch_itr(shuffle=True))
+    else:
+        iterator.load_state_dict({"version": 2, "epoch": epoch, "iterations_in_epoch": position, "shuffle": True})
+    assert iterator.next_epoch_idx == epoch
+    return [sorted(batch["id"].tolist()) for batch in iterator.next_epoch_itr(shuffle=True)]
+
+
+@pytest.mark.parametrize("position", [0, 3])
+def test_a_run_resumed_in_a_later_epoch_reads_the_batches_of_the_unbroken_run(position):
+    dictionary, dataset = pairs()
+    unbroken = batches_read(VaswaniTranslationTask, dictionary, dataset, 3, epochs_before=2)
+    assert sorted(sum(unbroken, [])) == list(range(60))
+    assert batches_read(VaswaniTranslationTask, dictionary, dataset, 3, position) == unbroken[position:]
+    # fairseq's own task batches the examples anew for the epoch it starts in: the same number of batches, others
+    plain = batches_read(TranslationTask, dictionary, dataset, 3, position)
+    assert len(plain) == len(unbroken) - position and plain != unbroken[position:]

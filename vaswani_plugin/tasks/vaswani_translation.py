@@ -259,9 +259,20 @@ class VaswaniTranslationTask(TranslationTask):
             begin_batch(sample)
         return super().inference_step(generator, models, sample, prefix_tokens, constraints)
 
-    def get_batch_iterator(self, *args, **kwargs):
-        """fairseq's, resumable on another number of processes or --max-tokens (resumable_iterator.py)."""
-        return resumable(super().get_batch_iterator(*args, **kwargs))
+    def get_batch_iterator(self, dataset, *args, epoch=1, **kwargs):
+        """fairseq's, resumable on another number of processes or --max-tokens (resumable_iterator.py), and batched
+        as an unbroken run batches it. fairseq orders the examples (length ties broken at random) under seed +
+        the epoch it first iterates, then reuses those batches for every later epoch (FairseqTask's
+        can_reuse_epoch_itr): a run resumed in epoch 2 or later would otherwise batch them anew, and the epoch it
+        goes on with would read some examples twice and others not at all. Here they are batched as for epoch 1,
+        as the run being resumed did (under fairseq's default seed; --update-ordered-indices-seed is not)."""
+        reused = self.can_reuse_epoch_itr(dataset) and dataset not in self.dataset_to_epoch_iter
+        reused = reused and not kwargs.get("disable_iterator_cache") and not kwargs.get("update_epoch_batch_itr")
+        iterator = super().get_batch_iterator(dataset, *args, epoch=1 if reused else epoch, **kwargs)
+        if reused and epoch > 1:
+            iterator.epoch = epoch
+            dataset.set_epoch(epoch)
+        return resumable(iterator)
 
     def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
         """fairseq's, remembering where its sentences start among all inputs so far (fairseq-interactive reads
