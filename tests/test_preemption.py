@@ -51,18 +51,17 @@ def output(run):
     return run.output.with_suffix(".out").read_text(), run.output.with_suffix(".err").read_text()
 
 
-def wait_for_update(update, runs):
-    """Until each run's train.log (run: its folder) shows `update`; else, after 120 s or once a run ends, each run's
-    output (all killed)."""
+def wait_for_update(update, folders, runs):
+    """Until each folder's train.log shows `update`; else, after 120 s or once one of `runs` ends, every run killed
+    (a node left alone would wait for gloo's 30-minute timeout) and their output."""
     deadline = time.monotonic() + 120
-    for folder, run in runs.items():
-        log = folder / "c" / "train.log"
+    for log in (folder / "c" / "train.log" for folder in folders):
         while f"num_updates={update}," not in (log.read_text() if log.exists() else ""):
-            if any(run.poll() is not None for run in runs.values()) or time.monotonic() > deadline:
-                for run in runs.values():
+            if any(run.poll() is not None for run in runs) or time.monotonic() > deadline:
+                for run in runs:
                     if run.poll() is None:
                         os.killpg(run.pid, signal.SIGKILL)
-                pytest.fail("\n".join(output(run)[1][-2000:] for run in runs.values()))
+                pytest.fail("\n".join(output(run)[1][-2000:] for run in runs))
             time.sleep(0.1)
 
 
@@ -86,7 +85,7 @@ def test_sigterm_to_the_recipe_stops_after_the_next_update_and_the_reruns_end_wi
     stopped = with_data(tmp_path / "stopped", reversal_data)
     as_readme = dict(train="--max-update 6 --save-interval-updates 50", TOKENS_PER_STEP="1000")
     recipe, checkpoints = start(stopped, "stop", **as_readme), stopped / "c"
-    wait_for_update(2, {stopped: recipe})
+    wait_for_update(2, [stopped], [recipe])
     os.kill(recipe.pid, signal.SIGTERM)  # the recipe's shell, as SLURM's --signal=B:TERM@N does
     _, last = ended(recipe, preemption.EXIT_STATUS, within=60)
     assert last.startswith("test: stopped: training stopped by SIGTERM at update "), last
@@ -146,7 +145,7 @@ def test_a_signal_to_one_node_stops_both_and_a_frozen_node_ends_the_other(revers
     settings = dict(NUM_NODES="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), STALL_MINUTES="0.1")
     train = "--max-update 400 --save-interval-updates 2"
     nodes[frozen] = [start(frozen, f"node{rank}", train, NODE_RANK=str(rank), **settings) for rank in (0, 1)]
-    wait_for_update(3, {folder: run for folder, runs in nodes.items() for run in runs})
+    wait_for_update(3, list(nodes), [run for runs in nodes.values() for run in runs])
     os.killpg(nodes[signalled][1].pid, signal.SIGUSR1)
     os.kill(min(training_processes(nodes[frozen][1])), signal.SIGSTOP)
 
