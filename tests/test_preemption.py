@@ -53,7 +53,7 @@ def output(run):
 
 def wait_for_update(update, folders, runs):
     """Until each folder's train.log shows `update`; else, after 120 s or once one of `runs` ends, every run killed
-    (a node left alone would wait for gloo's 30-minute timeout) and their output."""
+    (a node left alone would wait for gloo's 30-minute timeout) and the ends of their output and errors."""
     deadline = time.monotonic() + 120
     for log in (folder / "c" / "train.log" for folder in folders):
         while f"num_updates={update}," not in (log.read_text() if log.exists() else ""):
@@ -61,7 +61,7 @@ def wait_for_update(update, folders, runs):
                 for run in runs:
                     if run.poll() is None:
                         os.killpg(run.pid, signal.SIGKILL)
-                pytest.fail("\n".join(output(run)[1][-2000:] for run in runs))
+                pytest.fail("\n".join(out[-800:] + err[-1200:] for out, err in map(output, runs)))
             time.sleep(0.1)
 
 

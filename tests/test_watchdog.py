@@ -28,6 +28,22 @@ def test_the_line_names_the_rank_whose_heartbeat_stopped_once_the_wait_reaches_s
     assert "every rank still answers" in zero.check()
 
 
+def test_before_the_first_step_only_a_silent_rank_ends_the_wait(tmp_path):
+    """Start-up (building, loading, batching: as slow as a loaded machine makes it) is no stall while every rank
+    answers; a rank frozen before its first step is named once STALL_MINUTES have passed and its heartbeat aged."""
+    clock = SimpleNamespace(now=1000.0)
+    zero, one = (Watchdog(tmp_path, rank, 2, minutes=1, clock=lambda: clock.now) for rank in (0, 1))
+    for _ in range(30):  # two and a half minutes of start-up, both beating, no step
+        assert zero.check() is None and one.check() is None
+        clock.now += zero.beat_seconds
+    for _ in range(3):  # rank 1 freezes: its heartbeat is not yet older than three beats
+        assert zero.check() is None
+        clock.now += zero.beat_seconds
+    line = zero.check()
+    assert line.startswith("rank 0 made no training step for 2.") and "after update 0: rank 1 (" in line
+    assert "silent 20 s) stopped answering" in line
+
+
 def test_after_a_failed_collective_the_line_names_the_ranks_that_stopped_beating(tmp_path):
     """A rank that died fails the others' collective at once: two beats later its heartbeat has not changed while
     the living ranks' (blocked in their own error hooks, their threads beating) have; no rank gone, no line."""

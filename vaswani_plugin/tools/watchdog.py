@@ -7,7 +7,9 @@ step for STALL_MINUTES, its thread names the ranks whose heartbeat stopped (a fr
 blocked in a collective still does), prints one line and ends the process with os._exit: an exception would not
 interrupt a collective blocked on a frozen peer. A peer that died outright (killed, its node lost) fails the
 collective at once instead (gloo: "Connection reset by peer"): the plugin's error hook (cli.py, given `lost` by
-tools/progress_meter.py) waits two beats and names the ranks whose heartbeat did not change meanwhile. Opt-in
+tools/progress_meter.py) waits two beats and names the ranks whose heartbeat did not change meanwhile. Before its
+first step, a process is ended only where another rank is silent: the ranks' start-up (building, loading, batching,
+each at its own pace) is not a stall however long it takes while every rank answers. Opt-in
 through the environment (VASWANI_STALL_MINUTES; the recipes set it from STALL_MINUTES, default 10); a run of one
 process has nobody to wait for. Under NCCL untested here.
 """
@@ -38,13 +40,13 @@ class Watchdog:
         self.rank, self.world_size, self.minutes = rank, world_size, minutes
         self.clock, self.last_checkpoint, self.save_dir = clock, last_checkpoint, Path(save_dir)
         self.beat_seconds = max(0.5, min(5.0, minutes * 60 / 6))  # six beats a stall at least
-        self.update = 0
+        self.update, self.started = 0, False
         self.stepped = clock()
         self.stopped = threading.Event()
 
     def step(self, update: int) -> None:
         """The training made a step (constant work: no I/O, no lock)."""
-        self.update, self.stepped = update, self.clock()
+        self.update, self.stepped, self.started = update, self.clock(), True
 
     def heartbeat_path(self, rank: int) -> Path:
         return self.folder / f"rank-{rank}.json"
@@ -92,14 +94,17 @@ class Watchdog:
         )
 
     def check(self) -> Optional[str]:
-        """One beat: this process's heartbeat written; the line, once it has waited STALL_MINUTES."""
+        """One beat: this process's heartbeat written; the line, once it has waited STALL_MINUTES (before its first
+        step: and another rank is silent)."""
         self.beat()
         waited = self.clock() - self.stepped
         if waited < self.minutes * 60:
             return None
-        return self.line(
-            f"made no training step for {waited / 60:.1f} minutes (STALL_MINUTES={self.minutes:g})", self.silent()
-        )
+        silent = self.silent()
+        if not silent and not self.started:  # still starting, every rank answering
+            return None
+        what = f"made no training step for {waited / 60:.1f} minutes (STALL_MINUTES={self.minutes:g})"
+        return self.line(what, silent)
 
     def lost(self, error: BaseException, sleep: Callable[[float], None] = time.sleep) -> Optional[str]:
         """After this process's training raised `error` (a collective whose peer died fails at once): the other ranks
