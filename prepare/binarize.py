@@ -45,13 +45,14 @@ def binarize(
     workers: int = 1,
     srcdict: Optional[Path] = None,
     joined: bool = True,
+    tgtdict: Optional[Path] = None,
     source_words: Optional[int] = None,
     threshold: Optional[int] = None,
 ) -> Dict[str, int]:
     """fairseq-preprocess the splits in `prefixes` (split -> text prefix, files PREFIX.src / PREFIX.tgt) into
     `destdir`; returns split -> sentences, checked against the text line counts. joined=False: a dictionary
-    per side; source_words: keep the most frequent N source tokens (the rest become <unk>); threshold: keep
-    only source tokens counted at least that often (joined: in both sides' training text)."""
+    per side (tgtdict: the target's, given); source_words: keep the most frequent N source tokens (the rest become
+    <unk>); threshold: keep only source tokens counted at least that often (joined: in both sides' training text)."""
     destdir = Path(destdir)
     lines = {}
     for split, prefix in prefixes.items():
@@ -88,6 +89,8 @@ def binarize(
             command += [f"--{split}pref", str(prefixes[split])]
     if srcdict is not None:
         command += ["--srcdict", str(srcdict)]
+    if tgtdict is not None:
+        command += ["--tgtdict", str(tgtdict)]
     log(f"  {' '.join(command)}")
     try:
         result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -34,6 +34,7 @@ and every step after it. The data-bin's path is printed on stdout.
 """
 
 import argparse
+import shutil
 from pathlib import Path
 from typing import Dict, List
 
@@ -50,6 +51,7 @@ SOURCE, TARGET = "words", "tree"
 LEAVES = ("words", "XX")
 UNKNOWN_WORDS = ("unk", "signatures")
 TREE_FILES = ("*.ptb", "*.mrg")
+TREEBANK = "train_treebank"  # the treebank's own training trees, once, beside extra ones: fine-tuning's split
 
 
 def extra_train_files(paths: List[Path]) -> List[Path]:
@@ -165,7 +167,10 @@ def write_model_text(
     """The model's text (out/{split}.words, .tree) from the linearised one: with `signatures`, every word outside
     the vocabulary (seen twice in the treebank's own training trees, the `most` most frequent) replaced by its
     signature, in the input and, with word leaves, in the tree's leaves; the treebank's training trees `copies`
-    times, before the extra ones."""
+    times, before the extra ones. With extra trees, also out/train_treebank.*: the treebank's training trees once,
+    for the sample's fine-tuning stage (recipes/wsj_parsing.sh, FINETUNE_MINUTES)."""
+    for side in (SOURCE, TARGET):
+        (out / f"{TREEBANK}.{side}").unlink(missing_ok=True)  # one of an earlier run with extra trees
     known = None
     if signatures:
         with open(text / f"train.{SOURCE}", encoding="utf-8") as handle:
@@ -194,6 +199,13 @@ def write_model_text(
                 source.write(" ".join(words) + "\n")
                 target.write(" ".join(tokens) + "\n")
         replaced[split] = count
+        if split == "train" and len(sentences) > treebank_trees * copies:
+            for side in (SOURCE, TARGET):
+                with (
+                    open(out / f"train.{side}", encoding="utf-8") as lines,
+                    open_write(out / f"{TREEBANK}.{side}") as own,
+                ):
+                    own.writelines(line for _, line in zip(range(treebank_trees), lines))
     if known is not None:
         log(
             f"  vocabulary: {len(known):,} words (seen twice in the treebank's training trees); replaced by their "
@@ -202,6 +214,31 @@ def write_model_text(
     if copies > 1:
         log(f"  training: the treebank's {treebank_trees:,} trees {copies} times")
     return replaced
+
+
+def binarize_all(model_text: Path, data_bin: Path, splits: List[str], workers: int, words: bool, most: int) -> dict:
+    """The splits binarised; the treebank's own training trees (model_text/train_treebank.*, where extra trees were
+    given) too, with the dictionaries just built. Joined (word leaves), a word is counted once on each side: at
+    least 4 is seen at least twice in training."""
+    threshold = 4 if words else None
+    counts = binarize.binarize(
+        SOURCE, TARGET, {s: model_text / s for s in splits}, data_bin, workers, joined=words, source_words=most,
+        threshold=threshold,
+    )  # fmt: skip
+    for path in data_bin.glob(f"{TREEBANK}.*"):
+        path.unlink()
+    if (model_text / f"{TREEBANK}.{SOURCE}").exists():
+        apart = data_bin / f".{TREEBANK}"
+        dictionaries = {"srcdict": data_bin / f"dict.{SOURCE}.txt"}
+        if not words:
+            dictionaries["tgtdict"] = data_bin / f"dict.{TARGET}.txt"
+        counts[TREEBANK] = binarize.binarize(
+            SOURCE, TARGET, {"train": model_text / TREEBANK}, apart, workers, joined=words, **dictionaries
+        )["train"]
+        for path in apart.glob("train.*"):
+            path.replace(data_bin / (TREEBANK + path.name[len("train") :]))
+        shutil.rmtree(apart)
+    return counts
 
 
 def prepare(args) -> Path:
@@ -233,6 +270,7 @@ def prepare(args) -> Path:
         "source_vocabulary": args.source_vocabulary,
         "unknown_words": args.unknown_words,
         "treebank_copies": args.treebank_copies,
+        **({"treebank_split": TREEBANK} if extra else {}),
     }
     results: Dict[str, dict] = {}
     run_steps(
@@ -255,23 +293,13 @@ def prepare(args) -> Path:
                     args.treebank_copies,
                 ),
             ),
-            # Joined, a word is counted once on each side: at least 4 is seen at least twice in training.
             Step(
                 "binarize",
                 "fairseq-preprocess",
                 params,
                 [],
                 [],
-                lambda: binarize.binarize(
-                    SOURCE,
-                    TARGET,
-                    {split: model_text / split for split in files},
-                    data_bin,
-                    args.workers,
-                    joined=words,
-                    source_words=args.source_vocabulary,
-                    threshold=4 if words else None,
-                ),
+                lambda: binarize_all(model_text, data_bin, list(files), args.workers, words, args.source_vocabulary),
             ),
         ],
         work / ".stamps",

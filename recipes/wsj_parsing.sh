@@ -11,6 +11,9 @@
 #                      (semi-supervised; with SOURCE_VOCABULARY=32000), e.g. ../shared/data/gum_const/const (GUM,
 #                      14,597 trees); dev and test stay the treebank's; the log says which trees the model saw.
 #                      SAMPLE_DIR's default: $SAMPLE_DIR/../gum_const/const (an error if missing); none: none
+#   FINETUNE_MINUTES   SAMPLE_DIR with extra trees: the budget's last minutes on the sample's own trees alone
+#                      (stage train), after the rest on all of them (stage pretrain, WORK_DIR/pretrain); default a
+#                      third of BUDGET_MINUTES; 0: all trees throughout (docs/parsing.md, "Fine-tuning on the sample")
 #   SOURCE_VOCABULARY  source words kept (§6.3: 16000; 32000 semi-supervised)
 #   UNKNOWN_WORDS      words outside the vocabulary: unk (§6.3, the WSJ_DIR default: one <unk>) or signatures (the
 #                      SAMPLE_DIR default: one symbol per word shape, <unk-C-ing>..., prepare.word_signatures; the
@@ -48,8 +51,17 @@ fi
 DECODE_STAGES=(constrained_valid constrained_test)
 [ "${UNCONSTRAINED:-0}" != 1 ] ||
     DECODE_STAGES=(constrained_valid unconstrained_valid constrained_test unconstrained_test)
-stages prepare train average "${DECODE_STAGES[@]}"  # what STOP_AFTER may name
 [ "${EXTRA_TRAIN_TREES:-}" != none ] || EXTRA_TRAIN_TREES=
+# The sample with extra trees: pre-trained on all of them, then fine-tuned on its own for FINETUNE_MINUTES.
+PRETRAIN_MINUTES=
+if [ -n "${SAMPLE_DIR:-}" ] && [ -n "${EXTRA_TRAIN_TREES:-}" ]; then
+    budget_hours "${BUDGET_MINUTES:-30}" > /dev/null
+    PRETRAIN_MINUTES=$("$PYTHON" -c 'import sys; b = float(sys.argv[1]); f = float(sys.argv[2] or b / 3)
+assert b > 0 and 0 <= f < b; print(f"{b - f:g}" if f else "")' "${BUDGET_MINUTES:-30}" "${FINETUNE_MINUTES:-}" \
+        2> /dev/null) || die "FINETUNE_MINUTES=${FINETUNE_MINUTES:-} must be 0 or more and less than \
+BUDGET_MINUTES=${BUDGET_MINUTES:-30}"
+fi
+stages prepare ${PRETRAIN_MINUTES:+pretrain} train average "${DECODE_STAGES[@]}"  # what STOP_AFTER may name
 for path in ${EXTRA_TRAIN_TREES:-}; do
     [ -e "$path" ] || die "EXTRA_TRAIN_TREES: $path does not exist (the sample's default: GUM's trees beside it, \
 ../shared/data/gum_const/const); set EXTRA_TRAIN_TREES to GUM's const folder, or to none for the WSJ sample alone"
@@ -76,7 +88,7 @@ SHARE=all
 # vaswani_transformer_parsing; batches of ~25,000 tokens, Adam and eq. 3 with 4,000 warmup steps, label
 # smoothing 0.1 (§5). What §6.3 tuned goes to fairseq only when set: the architecture's and eq. 3's otherwise.
 TUNED=(${DROPOUT:+--dropout "$DROPOUT"} ${ATTENTION_DROPOUT:+--attention-dropout "$ATTENTION_DROPOUT"})
-CHECKPOINTS="$WORK_DIR/checkpoints"
+CHECKPOINTS="$WORK_DIR/checkpoints" BUDGET=()
 if [ -n "${WSJ_DIR:-}" ]; then
     MODEL_ARGS=(--arch vaswani_transformer_parsing "${TUNED[@]}" ${LR_FACTOR:+--factor "$LR_FACTOR"}
                 --max-update "${MAX_UPDATE:-$PAPER_BASE_STEPS}"
@@ -90,9 +102,8 @@ else
     # cores, 2026-11-26; the sample alone: 68.17, 66.97); see docs/parsing.md, "The public sample".
     MODEL_ARGS=(--arch vaswani_transformer_parsing "${PAPER_MODEL_PARSING_SAMPLE[@]}" "${TUNED[@]}"
                 --warmup-updates 300 --factor "${LR_FACTOR:-0.35}"
-                --max-epoch "${MAX_EPOCH:-200}"
-                --stop-time-hours "$(budget_hours "${BUDGET_MINUTES:-30}")"
-                --save-interval-updates "${SAVE_INTERVAL_UPDATES:-50}" --keep-interval-updates "${AVERAGE_LAST:-5}")
+                --max-epoch "${MAX_EPOCH:-200}" --save-interval-updates "${SAVE_INTERVAL_UPDATES:-50}")
+    BUDGET=(--stop-time-hours "$(budget_hours "${BUDGET_MINUTES:-30}")" --keep-interval-updates "${AVERAGE_LAST:-5}")
     TOKENS_PER_STEP=${TOKENS_PER_STEP:-2048} MAX_TOKENS_PER_GPU=${MAX_TOKENS_PER_GPU:-2048}
     DEV_SCORE=${DEV_SCORE:-0} DEV_SCORE_EVERY=${DEV_SCORE_EVERY:-1000} DEV_SCORE_SENTENCES=${DEV_SCORE_SENTENCES:-100}
 fi
@@ -100,7 +111,18 @@ fi
 mapfile -t DEV_ARGS < <(dev_score f1 "$DATA_DIR" --parse-constrained --search "${SEARCH:-paper}" \
     --gnmt-alpha "${ALPHA:-$PAPER_PARSING_ALPHA}" --dev-score-args "{\"beam\": ${BEAM:-$PAPER_PARSING_BEAM}, \"max_len_a\": $PAPER_MAX_LEN_A, \"max_len_b\": $PAPER_PARSING_MAX_LEN_B}")
 [ "${DEV_SCORE:-1}" = 1 ] || [ -n "${WSJ_DIR:-}" ] || DEV_ARGS=(--disable-validation)
-train --share "$SHARE" "$CHECKPOINTS" "${MODEL_ARGS[@]}" "${DEV_ARGS[@]}" --log-interval 10
+# Fine-tuning (FINETUNE_MINUTES): the pre-training's model, Adam's moments and step go on (eq. 3 continued) on the
+# sample's own trees (prepare.wsj_parsing's train_treebank split) until the whole budget's training time (fairseq's,
+# counted on from the pre-training's); a fine-tuning resumed after a stop starts its epochs over (--reset-dataloader:
+# the mixed corpus's place means nothing here).
+FINETUNE=()
+if [ -n "$PRETRAIN_MINUTES" ]; then
+    train --stage pretrain --share "$SHARE" "$WORK_DIR/pretrain" "${MODEL_ARGS[@]}" --stop-time-hours \
+        "$(budget_hours "$PRETRAIN_MINUTES")" --keep-interval-updates 1 "${DEV_ARGS[@]}" --log-interval 10
+    FINETUNE=(--train-subset train_treebank --continue-once "$WORK_DIR/pretrain/checkpoint_last.pt" --reset-dataloader)
+fi
+train --share "$SHARE" "$CHECKPOINTS" "${MODEL_ARGS[@]}" "${BUDGET[@]}" "${FINETUNE[@]}" "${DEV_ARGS[@]}" \
+    --log-interval 10
 leave_the_rest_to_run_zero
 stage average --output "$CHECKPOINTS/checkpoint_average.pt" average "$CHECKPOINTS" "${AVERAGE_LAST:-5}" available
 

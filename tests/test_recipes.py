@@ -557,12 +557,17 @@ def test_the_wmt14_recipe_takes_the_papers_values_for_its_model(settings, dropou
         ("wmt14_en_fr_big.sh", (), {}, "prepare train average translate"),
         ("quickstart.sh", (), {}, "prepare train average translate"),
         ("table3.sh", ("B",), {}, "prepare train-B-1 translate-B-1 train-B-2 translate-B-2"),
-        ("wsj_parsing.sh", (), {"SAMPLE_DIR": "x"}, "prepare train average constrained_valid constrained_test"),
+        (
+            "wsj_parsing.sh",
+            (),
+            {"SAMPLE_DIR": "x"},
+            "prepare pretrain train average constrained_valid constrained_test",
+        ),
         (
             "wsj_parsing.sh",
             (),
             {"SAMPLE_DIR": "x", "UNCONSTRAINED": "1"},
-            "prepare train average constrained_valid unconstrained_valid constrained_test unconstrained_test",
+            "prepare pretrain train average constrained_valid unconstrained_valid constrained_test unconstrained_test",
         ),
     ],
 )

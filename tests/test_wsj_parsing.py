@@ -9,11 +9,13 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from cli_helpers import REPO, SHARED_DATA, TINY_MODEL
 from conftest import lane_job
 from doc_blocks import block, commands, substituted
 from test_recipes import NEEDS_CPU_PATH, run_recipe
 
+from prepare.binarize import binarized_sentences
 from prepare.wsj_parsing import describe, extra_train_files, write_split
 from vaswani_plugin.scoring import parses
 from vaswani_plugin.scoring.evalb import evaluate
@@ -202,6 +204,19 @@ def test_recipe_end_to_end_on_a_few_sample_files(lane):
     assert "tree leaves: words\n" in result.stderr
     check_parsed_and_scored(work, result.stderr)
     assert "'beam': 21" in result.stderr and "'gnmt_alpha': 0.3" in result.stderr
+    # Pre-trained on every tree for two thirds of the budget, then fine-tuned on the sample's own trees from there:
+    # the step (eq. 3) and the training time go on.
+    pretrain = (work / "pretrain" / "train.log").read_text()
+    assert "'train_subset': 'train'" in pretrain and "'stop_time_hours': 0.001111" in pretrain
+    assert "'train_subset': 'train_treebank'" in log and "'stop_time_hours': 0.001666" in log
+    assert f"Loaded checkpoint {work / 'pretrain' / 'checkpoint_last.pt'} (epoch " in log
+    pretrained, finetuned = (
+        torch.load(path, weights_only=True)
+        for path in (work / "pretrain" / "checkpoint_last.pt", work / "checkpoints" / "checkpoint_last.pt")
+    )
+    steps = [state["optimizer_history"][-1]["num_updates"] for state in (pretrained, finetuned)]
+    assert 0 < steps[0] < steps[1]
+    assert finetuned["extra_state"]["previous_training_time"] >= 6
     # The data the model saw: the sample's training files and GUM's trees, for training only.
     wsj = sum(len(read_trees((root / "ptb" / f"wsj_{n}.mrg").read_text())) for n in FILES["train"])
     gum = sum(len(read_trees((root / "gum" / name).read_text())) for name in GUM_FILES)
@@ -241,6 +256,12 @@ def test_the_sample_trains_with_gum_beside_it_by_default(tmp_path):
     assert f"training: the treebank's {wsj} trees 2 times\n" in result.stderr
     model = (tmp_path / "default" / "data" / "model" / "train.words").read_text().splitlines()
     assert len(model) == 2 * wsj + gum_trees
+    # The fine-tuning's split: the sample's trees once, as the model reads them, binarised with the dictionary.
+    own = (tmp_path / "default" / "data" / "model" / "train_treebank.words").read_text().splitlines()
+    assert own == model[:wsj]
+    data_bin = tmp_path / "default" / "data" / "data-bin"
+    assert binarized_sentences(data_bin / "train_treebank.words-tree.tree.idx") == wsj
+    assert sorted(path.name for path in data_bin.glob("dict.*")) == ["dict.tree.txt", "dict.words.txt"]
     ldc_with_gum, alone = commands(block("docs/parsing.md", "test:parsing-extra-trees"))
     result = run_recipe(
         "wsj_parsing.sh",
@@ -248,6 +269,7 @@ def test_the_sample_trains_with_gum_beside_it_by_default(tmp_path):
         command=substituted(alone, {SAMPLE: str(sample)}),
     )
     assert f"training trees: {wsj} WSJ sample\n" in result.stderr
+    assert not list((tmp_path / "alone" / "data").glob("*/train_treebank.*"))  # no fine-tuning without extra trees
     ldc_layout(tmp_path / "wsj")
     ldc_trees = ldc_tree_counts(tmp_path / "wsj")["train"]
     result = run_recipe(
@@ -258,6 +280,13 @@ def test_the_sample_trains_with_gum_beside_it_by_default(tmp_path):
         ),
     )
     assert f"training trees: {ldc_trees} WSJ sections 02-21 + {gum_trees} extra ({paths})\n" in result.stderr
+    result = run_recipe(
+        "wsj_parsing.sh", dict(settings, WORK_DIR=str(tmp_path / "f"), FINETUNE_MINUTES="30"), check=False
+    )
+    assert result.returncode == 1 and list((tmp_path / "f").iterdir()) == []
+    assert result.stderr.strip() == (
+        "wsj_parsing: error: FINETUNE_MINUTES=30 must be 0 or more and less than BUDGET_MINUTES=30"
+    )
     shutil.rmtree(tmp_path / "data" / "gum_const")
     result = run_recipe("wsj_parsing.sh", dict(settings, WORK_DIR=str(tmp_path / "none")), check=False)
     assert result.returncode == 1 and list((tmp_path / "none").iterdir()) == []  # nothing prepared
