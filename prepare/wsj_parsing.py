@@ -24,10 +24,11 @@ word leaves learn far faster (docs/parsing.md).
     2 model text W/model/{split}.words, .tree: what the model reads and writes; the text's, or with
                  --unknown-words signatures every word outside the vocabulary (seen twice in the treebank's own
                  training trees) as its shape (prepare.word_signatures), and the treebank's training trees
-                 --treebank-copies times before the extra ones
+                 --treebank-copies times before the extra ones; with extra trees also W/model/train_treebank.*,
+                 the treebank's training trees once (the sample's fine-tuning: recipes/wsj_parsing.sh)
     3 binarize   W/data-bin: fairseq-preprocess, the --source-vocabulary most frequent words (§6.3: 16K; the rest
                  <unk>: the scorer takes the words back from W/text untouched); word leaves: one joined
-                 dictionary; XX leaves: one per side
+                 dictionary; XX leaves: one per side; train_treebank with the same dictionaries
 
 recipes/stages.py decides which steps run (run_steps): one whose stamp (W/.stamps) holds other settings runs again,
 and every step after it. The data-bin's path is printed on stdout.
