@@ -52,10 +52,11 @@ def chosen(checkpoints: Path, walls: list, minutes: float, count: int) -> list:
     if len(before) < count:
         fail(f"by {minutes:g} minutes (update {reached:,}) {checkpoints} holds {len(before)} interval checkpoints, "
              f"fewer than --average {count}{KEEP}")  # fmt: skip
-    # Saved every N updates: the last `count` by then are N apart, the newest less than N before `reached`.
+    # Saved every N updates, but not on an update that ends an epoch (fairseq's --no-epoch-checkpoints): the last
+    # `count` by then are at most 2N apart, the newest at most 2N before `reached`.
     every = min(b - a for a, b in zip(before, before[1:])) if len(before) > 1 else before[0]
     last = before[-count:]
-    if reached - last[-1] >= every or any(b - a > every for a, b in zip(last, last[1:])):
+    if reached - last[-1] > 2 * every or any(b - a > 2 * every for a, b in zip(last, last[1:])):
         fail(f"some checkpoints between updates {last[0]:,} and {reached:,} are gone from {checkpoints}{KEEP}")
     return [dict(saved)[update] for update in last]
 
