@@ -69,10 +69,9 @@ def run(command: list, output: Path = None) -> None:
         fail(f"{' '.join(map(str, command[:3]))} ... failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
 
 
-def snapshot(work_dir: Path, minutes: float, args) -> dict:
+def snapshot(work_dir: Path, walls: list, minutes: float, args) -> dict:
     """One budget: its checkpoints averaged (or ensembled), each split decoded and scored."""
-    checkpoints = work_dir / "checkpoints"
-    paths = chosen(checkpoints, logged_walls(checkpoints / "train.log"), minutes, args.average)
+    paths = chosen(work_dir / "checkpoints", walls, minutes, args.average)
     out = work_dir / "budget" / f"{minutes:g}min{'-ensemble' if args.ensemble else ''}{'-fairseq' * fairseq(args)}"
     out.mkdir(parents=True, exist_ok=True)
     if args.ensemble:
@@ -83,10 +82,10 @@ def snapshot(work_dir: Path, minutes: float, args) -> dict:
     data = work_dir / "data"
     update = int(CHECKPOINT.fullmatch(paths[-1].name).group(1))
     result = {"minutes": minutes, "update": update}
+    device = [] if args.device == "cuda" else ["--cpu"]
     for split in args.splits:
         started = time.monotonic()
         generate = out / f"{split}.generate.txt"
-        device = [] if args.device == "cuda" else ["--cpu"]
         run(
             [sys.executable, "-m", "fairseq_cli.generate", data / "data-bin", "--user-dir", REPO / "vaswani_plugin",
              "--task", "vaswani_translation", "--path", model, "--gen-subset", split, "--search", args.search,
@@ -131,7 +130,8 @@ def main(argv=None) -> None:
     if args.ensemble and args.search == "paper":
         fail("--ensemble decodes with fairseq's search: --search paper takes one model")
     args.search = args.search or ("fairseq" if args.ensemble else "paper")
-    results = [snapshot(args.work_dir, minutes, args) for minutes in args.minutes]
+    walls = logged_walls(args.work_dir / "checkpoints" / "train.log")
+    results = [snapshot(args.work_dir, walls, minutes, args) for minutes in args.minutes]
     print("\n| budget | steps | " + " | ".join(args.splits) + " |\n|---|---|" + "---|" * len(args.splits))
     for result in results:
         scores = " | ".join(f"{result[split]:.2f}" for split in args.splits)

@@ -115,11 +115,11 @@ mapfile -t DEV_ARGS < <(dev_score f1 "$DATA_DIR" --parse-constrained --search "$
 # sample's own trees (prepare.wsj_parsing's train_treebank split) until the whole budget's training time (fairseq's,
 # counted on from the pre-training's); a fine-tuning resumed after a stop starts its epochs over (--reset-dataloader:
 # the mixed corpus's place means nothing here).
-FINETUNE=()
+FINETUNE=() PRETRAINED="$WORK_DIR/pretrain"
 if [ -n "$PRETRAIN_MINUTES" ]; then
-    train --stage pretrain --share "$SHARE" "$WORK_DIR/pretrain" "${MODEL_ARGS[@]}" --stop-time-hours \
+    train --stage pretrain --share "$SHARE" "$PRETRAINED" "${MODEL_ARGS[@]}" --stop-time-hours \
         "$(budget_hours "$PRETRAIN_MINUTES")" --keep-interval-updates 1 "${DEV_ARGS[@]}" --log-interval 10
-    FINETUNE=(--train-subset train_treebank --continue-once "$WORK_DIR/pretrain/checkpoint_last.pt" --reset-dataloader)
+    FINETUNE=(--train-subset train_treebank --continue-once "$PRETRAINED/checkpoint_last.pt" --reset-dataloader)
 fi
 train --share "$SHARE" "$CHECKPOINTS" "${MODEL_ARGS[@]}" "${BUDGET[@]}" "${FINETUNE[@]}" "${DEV_ARGS[@]}" \
     --log-interval 10
