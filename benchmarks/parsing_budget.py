@@ -1,15 +1,16 @@
 """F1 against the training budget (docs/parsing.md, "F1 against the budget"), from one run of the parsing recipe.
 
-    SAMPLE_DIR=../shared/data/ptb_sample WORK_DIR=work/parse120 BUDGET_MINUTES=120 \\
+    SAMPLE_DIR=../shared/data/ptb_sample WORK_DIR=work/parse120 BUDGET_MINUTES=120 FINETUNE_MINUTES=0 \\
         EXTRA_TRAIN_ARGS="--keep-interval-updates 1000000" bash recipes/wsj_parsing.sh
     python benchmarks/parsing_budget.py work/parse120 --minutes 15 30 60 120
 
-Eq. 3's rate depends on the step alone, so a run of T minutes is the first T minutes of a longer one. For each
-budget, the last --average interval checkpoints saved by then (fairseq's `wall` in the train.log) are averaged
-(§6.1) and decoded as recipes/wsj_parsing.sh decodes them (§6.3: constrained, beam 21, α 0.3, input + 300 tokens),
-then scored with EVALB's COLLINS.prm (vaswani_plugin.scoring.parses). --ensemble decodes the same checkpoints as an
-ensemble instead of averaging their weights: fairseq's search (--search fairseq, its probabilities averaged at each
-step; the plugin's search takes one model), against which --search fairseq gives the averaged model's F1. Output:
+Eq. 3's rate depends on the step alone, so a run of T minutes on all trees throughout (FINETUNE_MINUTES=0) is the
+first T minutes of a longer one. For each budget, the last --average interval checkpoints saved by then (fairseq's
+`wall` in the train.log) are averaged (§6.1) and decoded as recipes/wsj_parsing.sh decodes them (§6.3: constrained,
+beam 21, α 0.3, input + 300 tokens), then scored with EVALB's COLLINS.prm (vaswani_plugin.scoring.parses). --ensemble
+decodes the same checkpoints as an ensemble instead of averaging their weights: fairseq's search (--search fairseq,
+its probabilities averaged at each step; the plugin's search takes one model), against which --search fairseq gives
+the averaged model's F1. Output:
 WORK_DIR/budget/<minutes>min[-ensemble][-fairseq]/, a line per budget and a table at the end.
 """
 
