@@ -10,8 +10,8 @@ first T minutes of a longer one. For each budget, the last --average interval ch
 beam 21, α 0.3, input + 300 tokens), then scored with EVALB's COLLINS.prm (vaswani_plugin.scoring.parses). --ensemble
 decodes the same checkpoints as an ensemble instead of averaging their weights: fairseq's search (--search fairseq,
 its probabilities averaged at each step; the plugin's search takes one model), against which --search fairseq gives
-the averaged model's F1. Output:
-WORK_DIR/budget/<minutes>min[-ensemble][-fairseq]/, a line per budget and a table at the end.
+the averaged model's F1. Output: WORK_DIR/budget/<minutes>min[-ensemble][-fairseq]/, a line per budget and a table
+at the end.
 """
 
 import argparse
