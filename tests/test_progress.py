@@ -5,7 +5,9 @@ stitched, the refresh after validations; and what fairseq-train started by hand 
 import json
 import math
 import sys
+from types import SimpleNamespace
 
+import torch
 from fairseq import metrics
 
 from vaswani_plugin.criterions.vaswani_label_smoothed_cross_entropy import VaswaniLabelSmoothedCrossEntropy
@@ -94,6 +96,29 @@ def test_a_resumed_run_is_stitched_and_its_budget_counts_every_piece(tmp_path):
     train = [r for r in stitched(read_records(path)) if r["kind"] == "train"]
     assert [r["update"] for r in train] == [10, 20, 30]  # update 30 of the first piece replaced
     assert [r["seconds"] for r in train] == [100.0, 200.0, 400.0]
+
+
+def test_a_run_continued_from_another_runs_checkpoint_counts_its_training_time(tmp_path):
+    # The parsing recipe's fine-tuning: a new SAVE_DIR, --continue-once the pre-training's checkpoint (1,200 s of
+    # training), a budget of 0.5 h in all: fairseq stops 600 s after it, and so does the estimate.
+    pretrained, save_dir = tmp_path / "pretrain" / "checkpoint_last.pt", tmp_path / "train"
+    pretrained.parent.mkdir()
+    torch.save({"extra_state": {"previous_training_time": 1200.25}}, pretrained)
+    checkpoint = SimpleNamespace(restore_file="checkpoint_last.pt", continue_once=str(pretrained))
+    run = progress_meter._Run(progress_meter.Settings(save_dir=str(save_dir)), SimpleNamespace(checkpoint=checkpoint))
+    assert progress_meter.trained_before(run) == {"training_seconds": 1200.25}
+    save_dir.mkdir()  # resumed in its own folder later: its own checkpoint_last.pt, as fairseq reads it
+    torch.save({"extra_state": {"previous_training_time": 1500.0}}, save_dir / "checkpoint_last.pt")
+    assert progress_meter.trained_before(run) == {"training_seconds": 1500.0}
+    checkpoint.restore_file = str(tmp_path / "missing.pt")  # --restore-file's; unreadable: the records' time
+    assert progress_meter.trained_before(run) == {}
+
+    clock = Clock()
+    progress = Progress(save_dir / "p.jsonl", Target(stop_time_hours=0.5), clock=clock)
+    progress.add({"kind": "resumed", "update": 8000, "training_seconds": 1200.0})
+    clock.now += 100
+    (said,) = progress.add(train_record(8600))
+    assert "| 8 min 20 s left (the time budget)" in said  # 1,800 s - 1,200 s - 100 s (this piece)
 
 
 def test_the_refresh_runs_after_validations_at_most_once_an_interval(tmp_path):

@@ -153,6 +153,8 @@ class Progress:
             self.refresh_pending = bool(self.refresh_command)  # a checkpoint follows its validation
         elif record["kind"] == "epoch" and self.epoch_updates is None:
             self.epoch_updates = record["update"]
+        elif record["kind"] == "resumed" and "training_seconds" in record:
+            self.before = record["training_seconds"]  # fairseq's own, from the checkpoint: what its budget counts
         self.write(record)
         self.poll_refresh()
         return said

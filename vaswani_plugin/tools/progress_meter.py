@@ -20,7 +20,7 @@ from omegaconf import II
 from omegaconf.errors import OmegaConfBaseException
 
 from vaswani_plugin import cli
-from vaswani_plugin.checkpoints.storage import last_intact_checkpoint
+from vaswani_plugin.checkpoints.storage import last_intact_checkpoint, load_checkpoint
 from vaswani_plugin.tools import preemption, stopping, watchdog
 from vaswani_plugin.tools.progress import Progress, Target
 
@@ -240,7 +240,25 @@ def loaded(update: int):
     if _run is not None and _run.first_update is None:
         _run.first_update = update
         if update > 0:
-            _run.note({"kind": "resumed", "update": update})
+            _run.note({"kind": "resumed", "update": update, **trained_before(_run)})
+
+
+def trained_before(run: _Run) -> dict:
+    """The training time of the checkpoint fairseq resumed from (extra_state's previous_training_time, which
+    --stop-time-hours counts on from), as {"training_seconds": s}; {} where it cannot be read. Which checkpoint, as
+    fairseq's checkpoint_utils decides: SAVE_DIR/checkpoint_last.pt, on a first launch --continue-once's (another
+    run's, as the parsing recipe's fine-tuning), or --restore-file's."""
+    checkpoint = getattr(run.config, "checkpoint", None)
+    restore = getattr(checkpoint, "restore_file", None) or "checkpoint_last.pt"
+    path = Path(run.settings.save_dir) / "checkpoint_last.pt" if restore == "checkpoint_last.pt" else Path(restore)
+    continued = getattr(checkpoint, "continue_once", None)
+    if restore == "checkpoint_last.pt" and continued and not path.exists():
+        path = Path(continued)
+    try:  # memory-mapped: the bookkeeping alone is read
+        seconds = load_checkpoint(path)["extra_state"]["previous_training_time"]
+        return {"training_seconds": round(float(seconds), 3)}
+    except Exception:  # noqa: BLE001  (the progress must never stop the training: the records' time is used)
+        return {}
 
 
 def current():
