@@ -67,16 +67,6 @@ def positive_int(text: str) -> int:
     return value
 
 
-def non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text} must be a number of at least 0")
-    return value
-
-
 # Every file here is UTF-8 with "\n" line ends. Python's default universal-newline mode would also split
 # at "\r" (and str.splitlines at \x0b, \x0c, \x1c-\x1e, \x85, \u2028, \u2029), which would silently shift
 # one side of a parallel corpus against the other; prepare.extract replaces those characters by spaces and

@@ -6,9 +6,8 @@ capitalised, all capitals, digits, a hyphen, an ending such as -ing or -ly ("bro
 (§6.3 keeps 16K words, the rest one <unk>): docs/parsing.md says where the sample's recipe uses it and what it gave.
 """
 
-import random
 from collections import Counter
-from typing import Collection, Dict, Iterable, List
+from typing import Iterable, List, Set
 
 # Longest first, so that -ness wins over -s; endings of English word classes (nouns, verbs, adjectives, adverbs).
 SUFFIXES = (
@@ -59,19 +58,13 @@ def signature(word: str) -> str:
     return PREFIX + "".join("-" + part for part in parts) + ">"
 
 
-def vocabulary(sentences: Iterable[List[str]], min_count: int = 2, most: int = None) -> Dict[str, int]:
-    """The words seen at least `min_count` times, the `most` most frequent of them, with their counts."""
+def vocabulary(sentences: Iterable[List[str]], min_count: int = 2, most: int = None) -> Set[str]:
+    """The words seen at least `min_count` times, the `most` most frequent of them."""
     counts = Counter(word for words in sentences for word in words)
-    return {word: count for word, count in counts.most_common(most) if count >= min_count}
+    kept = [word for word, count in counts.most_common(most) if count >= min_count]
+    return set(kept)
 
 
-def replace_unknown(words: List[str], known: Collection[str]) -> List[str]:
+def replace_unknown(words: List[str], known: Set[str]) -> List[str]:
     """`words` with every word outside `known` replaced by its signature."""
     return [word if word in known else signature(word) for word in words]
-
-
-def drop_words(words: List[str], counts: Dict[str, int], alpha: float, rng: random.Random) -> List[str]:
-    """Word dropout (Kiperwasser & Goldberg 2016): each word of `counts`, seen c times in training, replaced by its
-    signature with probability alpha / (alpha + c), so that the shapes that stand for unseen words are learnt in
-    rare words' places; other words (signatures already) kept."""
-    return [signature(w) if w in counts and rng.random() < alpha / (alpha + counts[w]) else w for w in words]

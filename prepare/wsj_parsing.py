@@ -35,7 +35,6 @@ and every step after it. The data-bin's path is printed on stdout.
 """
 
 import argparse
-import random
 import shutil
 from pathlib import Path
 from typing import Dict, List
@@ -44,17 +43,8 @@ from recipes.stages import Step, run_steps
 from vaswani_plugin.scoring.trees import clean, is_bracket, linearise, read_trees
 
 from . import binarize
-from ._common import (
-    ArgumentParser,
-    PrepareError,
-    available_cores,
-    log,
-    non_negative_float,
-    open_write,
-    positive_int,
-    run_cli,
-)
-from .word_signatures import drop_words, replace_unknown, vocabulary
+from ._common import ArgumentParser, PrepareError, available_cores, log, open_write, positive_int, run_cli
+from .word_signatures import replace_unknown, vocabulary
 
 WSJ_SECTIONS = {"train": range(2, 22), "valid": [22], "test": [23]}
 SAMPLE_FILES = {"train": range(1, 150), "valid": range(150, 165), "test": range(165, 180)}
@@ -174,15 +164,12 @@ def write_model_text(
     word_leaves: bool,
     signatures: bool,
     copies: int,
-    word_dropout: float = 0.0,
 ) -> dict:
     """The model's text (out/{split}.words, .tree) from the linearised one: with `signatures`, every word outside
     the vocabulary (seen twice in the treebank's own training trees, the `most` most frequent) replaced by its
     signature, in the input and, with word leaves, in the tree's leaves; the treebank's training trees `copies`
     times, before the extra ones. With extra trees, also out/train_treebank.*: the treebank's training trees once,
-    for the sample's fine-tuning stage (recipes/wsj_parsing.sh, FINETUNE_MINUTES). With `word_dropout` (alpha, with
-    `signatures`), every training tree but the treebank's first copy has its words dropped to their signatures
-    (word_signatures.drop_words: a word seen c times with probability alpha / (alpha + c), seeded)."""
+    for the sample's fine-tuning stage (recipes/wsj_parsing.sh, FINETUNE_MINUTES)."""
     for side in (SOURCE, TARGET):
         (out / f"{TREEBANK}.{side}").unlink(missing_ok=True)  # one of an earlier run with extra trees
     known = None
@@ -199,15 +186,12 @@ def write_model_text(
             sentences = sentences[:treebank_trees] * copies + sentences[treebank_trees:]
             sequences = sequences[:treebank_trees] * copies + sequences[treebank_trees:]
         count = 0
-        rng = random.Random(1)
         with open_write(out / f"{split}.{SOURCE}") as source, open_write(out / f"{split}.{TARGET}") as target:
-            for number, (line, sequence) in enumerate(zip(sentences, sequences)):
+            for line, sequence in zip(sentences, sequences):
                 words = line.split()
                 tokens = sequence.split()
                 if known is not None:
                     shapes = replace_unknown(words, known)
-                    if word_dropout and split == "train" and number >= treebank_trees:
-                        shapes = drop_words(shapes, known, word_dropout, rng)
                     count += sum(a != b for a, b in zip(words, shapes))
                     words = shapes
                     if word_leaves:  # the leaves are the words, in order
@@ -230,8 +214,6 @@ def write_model_text(
         )
     if copies > 1:
         log(f"  training: the treebank's {treebank_trees:,} trees {copies} times")
-    if word_dropout:
-        log(f"  word dropout (alpha {word_dropout:g}): every training tree but the treebank's first copy")
     return replaced
 
 
@@ -289,7 +271,6 @@ def prepare(args) -> Path:
         "source_vocabulary": args.source_vocabulary,
         "unknown_words": args.unknown_words,
         "treebank_copies": args.treebank_copies,
-        **({"word_dropout": args.word_dropout} if args.word_dropout else {}),
         **({"treebank_split": TREEBANK} if extra else {}),
     }
     results: Dict[str, dict] = {}
@@ -311,7 +292,6 @@ def prepare(args) -> Path:
                     words,
                     args.unknown_words == "signatures",
                     args.treebank_copies,
-                    args.word_dropout,
                 ),
             ),
             Step(
@@ -386,15 +366,6 @@ def main(argv=None) -> None:
         "--extra-train: its weight against the extra trees; default 1)",
     )
     parser.add_argument(
-        "--word-dropout",
-        type=non_negative_float,
-        default=0.0,
-        metavar="ALPHA",
-        help="with --unknown-words signatures: every training tree but the treebank's first copy has each word "
-        "seen c times replaced by its signature with probability ALPHA / (ALPHA + c) (Kiperwasser & Goldberg "
-        "2016's word dropout, done once, seeded; default 0: none)",
-    )
-    parser.add_argument(
         "--max-positions",
         type=positive_int,
         default=1024,
@@ -407,8 +378,6 @@ def main(argv=None) -> None:
         folder = getattr(args, option)
         if folder is not None and not folder.is_dir():
             parser.error(f"--{option.replace('_', '-')} {folder} is not a directory")
-    if args.word_dropout and args.unknown_words != "signatures":
-        parser.error("--word-dropout needs --unknown-words signatures (the words are dropped to their signatures)")
     for path in args.extra_train:
         if not path.is_file() and not path.is_dir():
             parser.error(f"--extra-train {path} is neither a file nor a folder")

@@ -20,8 +20,6 @@
 #                      vocabulary is then the words seen twice in the treebank's own training trees)
 #   TREEBANK_COPIES    the treebank's training trees this many times in the training data, against the extra ones
 #                      (default 1; the sample: 2)
-#   WORD_DROPOUT       with signatures: alpha of word dropout, a word seen c times replaced by its signature with
-#                      probability alpha / (alpha + c) in every training tree but the treebank's first copy (default 0)
 #   LEAVES             the tree sequences' leaves: words (default; the decoder sees the word it placed, one
 #                      dictionary and embedding for both sides) or XX (Vinyals & Kaiser's placeholders)
 #   DROPOUT, ATTENTION_DROPOUT, LR_FACTOR   what §6.3 tuned on section 22 (defaults: the architecture's 0.1 and
@@ -79,11 +77,9 @@ RAW=(--raw "${WSJ_DIR:-$SAMPLE_DIR}")
 for EXTRA in ${EXTRA_TRAIN_TREES:-}; do RAW+=(--raw "$EXTRA"); done
 # shellcheck disable=SC2086
 prepare_data wsj_parsing "${RAW[@]}" "LEAVES=$LEAVES" "UNKNOWN_WORDS=$UNKNOWN_WORDS" \
-    "TREEBANK_COPIES=${TREEBANK_COPIES:-1}" "SOURCE_VOCABULARY=${SOURCE_VOCABULARY:-16000}" \
-    ${WORD_DROPOUT:+"WORD_DROPOUT=$WORD_DROPOUT"} -- "${TREEBANK[@]}" --leaves "$LEAVES" \
-    --unknown-words "$UNKNOWN_WORDS" --treebank-copies "${TREEBANK_COPIES:-1}" \
-    ${WORD_DROPOUT:+--word-dropout "$WORD_DROPOUT"} --source-vocabulary "${SOURCE_VOCABULARY:-16000}" \
-    ${EXTRA_TRAIN_TREES:+--extra-train $EXTRA_TRAIN_TREES}
+    "TREEBANK_COPIES=${TREEBANK_COPIES:-1}" "SOURCE_VOCABULARY=${SOURCE_VOCABULARY:-16000}" -- "${TREEBANK[@]}" \
+    --leaves "$LEAVES" --unknown-words "$UNKNOWN_WORDS" --treebank-copies "${TREEBANK_COPIES:-1}" \
+    --source-vocabulary "${SOURCE_VOCABULARY:-16000}" ${EXTRA_TRAIN_TREES:+--extra-train $EXTRA_TRAIN_TREES}
 # Word leaves: one dictionary, so one embedding for the input, the decoder's input and its output (§3.4).
 SHARE=all
 [ "$LEAVES" = words ] || SHARE=decoder

@@ -1,15 +1,12 @@
 """prepare.word_signatures: unknown words as signatures of their shape, and the vocabulary that decides which are
 unknown; prepare.wsj_parsing's model text built from them (the signatures in the input and in the tree's leaves,
-the treebank's trees repeated before the extra ones, word dropout)."""
-
-import random
-from collections import Counter
+the treebank's trees repeated before the extra ones)."""
 
 import pytest
 from cli_helpers import SHARED_DATA
 
-from prepare.word_signatures import drop_words, replace_unknown, signature, vocabulary
-from prepare.wsj_parsing import main, write_model_text, write_split
+from prepare.word_signatures import replace_unknown, signature, vocabulary
+from prepare.wsj_parsing import write_model_text, write_split
 from vaswani_plugin.scoring.trees import is_bracket
 
 
@@ -35,28 +32,9 @@ def test_signature_keeps_the_shape_of_the_word(word, expected):
 
 def test_vocabulary_keeps_words_seen_twice_the_most_frequent_first():
     sentences = [["a", "b", "c", "a"], ["b", "a", "d"], ["d", "e"]]
-    assert vocabulary(sentences) == {"a": 3, "b": 2, "d": 2}
-    assert vocabulary(sentences, most=1) == {"a": 3}
+    assert vocabulary(sentences) == {"a", "b", "d"}
+    assert vocabulary(sentences, most=1) == {"a"}
     assert replace_unknown(["a", "Zebras", "d"], {"a"}) == ["a", "<unk-C-s>", "<unk>"]
-
-
-def test_word_dropout_drops_a_word_seen_c_times_with_probability_alpha_over_alpha_plus_c():
-    counts, rng, trials = {"Fed": 1, "rates": 3}, random.Random(0), 20000
-    dropped = Counter()
-    for _ in range(trials):
-        out = drop_words(["Fed", "rates", "<unk-ing>"], counts, 2.0, rng)
-        assert out[2] == "<unk-ing>"  # not a counted word (a signature already): kept
-        dropped.update(w for w, o in zip(["Fed", "rates"], out) if o != w)
-        assert out[:2] in (["Fed", "rates"], ["<unk-C>", "rates"], ["Fed", "<unk-s>"], ["<unk-C>", "<unk-s>"])
-    for word, seen in counts.items():  # 2 / (2 + c): 2/3 and 2/5; the binomial's deviation is about 0.0035
-        assert abs(dropped[word] / trials - 2.0 / (2.0 + seen)) < 0.015
-    assert drop_words(["Fed", "rates"], counts, 0.0, rng) == ["Fed", "rates"]
-
-
-def test_word_dropout_needs_signatures(capsys):
-    with pytest.raises(SystemExit):
-        main(["--work-dir", "w", "--sample-dir", ".", "--word-dropout", "1"])
-    assert "--word-dropout needs --unknown-words signatures" in capsys.readouterr().err
 
 
 @pytest.mark.shared_data
@@ -94,15 +72,3 @@ def test_model_text_replaces_unknown_words_on_both_sides_and_repeats_the_treeban
     assert model["valid"] == [[w if w in known else signature(w) for w in line] for line in words["valid"]]
     assert result["valid"] == sum(w not in known for line in words["valid"] for w in line) > 0
     assert len(model["train"]) == 2 * trees + sum(extra)
-    # Word dropout: the first copy, which fine-tuning reads, as it was; every later tree's words replaced by their
-    # signatures or kept (some of each), in the input and the leaves alike.
-    write_model_text(text, tmp_path / "dropped", ["train"], trees, 16000, True, True, 2, word_dropout=1.0)
-    dropped = [line.split() for line in (tmp_path / "dropped" / "train.words").read_text().splitlines()]
-    leaves = [line.split() for line in (tmp_path / "dropped" / "train.tree").read_text().splitlines()]
-    assert [[t for t in s if not is_bracket(t)] for s in leaves] == dropped
-    assert dropped[:trees] == model["train"][:trees]
-    treebank = (tmp_path / "dropped" / "train_treebank.words").read_text().splitlines()
-    assert [line.split() for line in treebank] == model["train"][:trees]
-    pairs = [(w, d) for line, out in zip(model["train"][trees:], dropped[trees:]) for w, d in zip(line, out)]
-    assert all(d in (w, signature(w)) for w, d in pairs)
-    assert 0 < sum(d != w for w, d in pairs) < sum(w in known for w, _ in pairs)
