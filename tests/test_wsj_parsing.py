@@ -20,6 +20,7 @@ from prepare.wsj_parsing import describe, extra_train_files, write_split
 from vaswani_plugin.scoring import parses
 from vaswani_plugin.scoring.evalb import evaluate
 from vaswani_plugin.scoring.trees import delinearise, read_trees
+from vaswani_plugin.tools.progress import read_records
 
 FILES = {"train": ["0001", "0002", "0003"], "valid": ["0150"], "test": ["0165"]}
 # docs/parsing.md's paths, which the tests' own replace.
@@ -217,6 +218,9 @@ def test_recipe_end_to_end_on_a_few_sample_files(lane):
     steps = [state["optimizer_history"][-1]["num_updates"] for state in (pretrained, finetuned)]
     assert 0 < steps[0] < steps[1]
     assert finetuned["extra_state"]["previous_training_time"] >= 6
+    # ... and the fine-tuning's time left is counted from the pre-training's, as fairseq counts it.
+    (resumed,) = [r for r in read_records(work / "checkpoints" / "progress.jsonl") if r["kind"] == "resumed"]
+    assert resumed["training_seconds"] == round(pretrained["extra_state"]["previous_training_time"], 3)
     # The data the model saw: the sample's training files and GUM's trees, for training only.
     wsj = sum(len(read_trees((root / "ptb" / f"wsj_{n}.mrg").read_text())) for n in FILES["train"])
     gum = sum(len(read_trees((root / "gum" / name).read_text())) for name in GUM_FILES)
