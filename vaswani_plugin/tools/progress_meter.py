@@ -20,9 +20,10 @@ from omegaconf import II
 from omegaconf.errors import OmegaConfBaseException
 
 from vaswani_plugin import cli
-from vaswani_plugin.checkpoints.storage import last_intact_checkpoint, load_checkpoint
+from vaswani_plugin.checkpoints.storage import last_intact_checkpoint
 from vaswani_plugin.tools import preemption, stopping, watchdog
 from vaswani_plugin.tools.progress import Progress, Target
+from vaswani_plugin.tools.training_cost import training_seconds
 
 METER = "done"
 REFRESH = "VASWANI_PROGRESS_REFRESH"  # a shell command run after validations, in the background (the recipes' report)
@@ -239,8 +240,9 @@ def loaded(update: int):
         _run.update = update + 1
     if _run is not None and _run.first_update is None:
         _run.first_update = update
-        if update > 0:
-            _run.note({"kind": "resumed", "update": update, **trained_before(_run)})
+        if update > 0:  # rank 0 alone writes the records: the others' would be read for nothing
+            seconds = trained_before(_run) if distributed_utils.get_global_rank() == 0 else {}
+            _run.note({"kind": "resumed", "update": update, **seconds})
 
 
 def trained_before(run: _Run) -> dict:
@@ -255,8 +257,7 @@ def trained_before(run: _Run) -> dict:
     if restore == "checkpoint_last.pt" and continued and not path.exists():
         path = Path(continued)
     try:  # memory-mapped: the bookkeeping alone is read
-        seconds = load_checkpoint(path)["extra_state"]["previous_training_time"]
-        return {"training_seconds": round(float(seconds), 3)}
+        return {"training_seconds": round(training_seconds(path), 3)}
     except Exception:  # noqa: BLE001  (the progress must never stop the training: the records' time is used)
         return {}
 
