@@ -39,7 +39,7 @@ def test_eta_is_the_updates_left_at_the_measured_rate_or_the_budget_left(tmp_pat
     clock.now += 50  # 100 updates in 50 s: 2 a second
     (said,) = progress.add(train_record(200))
     assert said.startswith("[progress] update 200 of 1,000 (20.0 %) | 2.00 updates/s | 1,000 target tokens/s | ")
-    assert "6 min 40 s left (updates)" in said  # 800 updates at 2 a second
+    assert "| 6 min 40 s left (updates)" in said  # 800 updates at 2 a second
     record = read_records(tmp_path / "p.jsonl")[-1]
     assert (record["target_update"], record["seconds_left"], record["rate"]) == (1000, 400.0, 2.0)
     assert progress.done(200) == 20.0
@@ -51,7 +51,7 @@ def test_eta_is_the_updates_left_at_the_measured_rate_or_the_budget_left(tmp_pat
     progress.add(train_record(100))
     clock.now += 10
     (said,) = progress.add(train_record(150))
-    assert " of 300 " in said and "0 min 30 s left (updates)" in said and progress.done(150) == 50.0
+    assert " of 300 " in said and "| 0 min 30 s left (updates)" in said and progress.done(150) == 50.0
     # ... and a resumed piece reads the epoch's length from the records before it.
     assert Progress(tmp_path / "q.jsonl", Target(max_epoch=3), clock=clock).target_update() == 300
 
@@ -61,7 +61,7 @@ def test_eta_is_the_updates_left_at_the_measured_rate_or_the_budget_left(tmp_pat
     budget.add(train_record(150))
     clock.now += 30
     (said,) = budget.add(train_record(300))
-    assert "5 min 00 s left (the time budget)" in said and "at about update 1,800" in said
+    assert "| 5 min 00 s left (the time budget)" in said and "at about update 1,800" in said
 
 
 def test_dev_scores_are_said_and_recorded(tmp_path):
@@ -92,7 +92,7 @@ def test_a_resumed_run_is_stitched_and_its_budget_counts_every_piece(tmp_path):
     second.add({"kind": "resumed", "update": 20})
     clock.now += 100
     (said,) = second.add(train_record(30))
-    assert "53 min 20 s left (the time budget)" in said  # 3,600 s - 300 s (the first piece) - 100 s (this one)
+    assert "| 53 min 20 s left (the time budget)" in said  # 3,600 s - 300 s (the first piece) - 100 s (this one)
     train = [r for r in stitched(read_records(path)) if r["kind"] == "train"]
     assert [r["update"] for r in train] == [10, 20, 30]  # update 30 of the first piece replaced
     assert [r["seconds"] for r in train] == [100.0, 200.0, 400.0]
