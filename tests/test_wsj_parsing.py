@@ -12,10 +12,11 @@ import pytest
 import torch
 from cli_helpers import REPO, SHARED_DATA, TINY_MODEL
 from conftest import lane_job
-from doc_blocks import block, commands, substituted
+from doc_blocks import block, commands, run_shell, substituted
 from test_recipes import NEEDS_CPU_PATH, run_recipe
 
 from prepare.binarize import binarized_sentences
+from prepare.ptb_tokenize import ptb_tokenize
 from prepare.wsj_parsing import describe, extra_train_files, write_split
 from vaswani_plugin.scoring import parses
 from vaswani_plugin.scoring.evalb import evaluate
@@ -238,6 +239,38 @@ def test_recipe_end_to_end_on_a_few_sample_files(lane):
     words = (work / "data" / "text" / "valid.words").read_text().split()
     assert len(model_words) == len(words) and "<unk-C>" in model_words
     assert not any(word.startswith("<unk") for word in words)
+
+
+@pytest.mark.e2e
+@NEEDS_CPU_PATH
+@pytest.mark.lane("wsj_sample_run")
+def test_silver_trees_parse_plain_english_with_the_runs_model_and_keep_the_best_scored(lane, tmp_path):
+    """prepare.silver_trees on the recipe's run above: plain sentences Penn-Treebank-tokenised, each once, those of
+    3..12 words; what the model read (signatures for words it does not know); the best-scored half of fairseq's
+    outputs, best first, as trees over their words that prepare.wsj_parsing reads as extra training trees."""
+    root, _ = lane["wsj_sample_run"].result()
+    kept = ['The Zyxwv company said it would "sell" its shares.', "Profits rose 5% in (late) 1989.", "It can't be."]
+    raw = tmp_path / "raw.en"
+    raw.write_text("\n".join([kept[0], "Too short", kept[1], kept[0], "word " * 13, kept[2]]) + "\n")
+    output = tmp_path / "silver.ptb"
+    newstest = "../shared/data/wmt14/newstest2013.en ../shared/data/wmt14/newstest2014.en"
+    (documented,) = commands(block("docs/parsing.md", "test:silver-trees"))
+    paths = {"work/wsj_parsing": str(root / "work"), newstest: str(raw), "work/silver.ptb": str(output)}
+    command = substituted(documented, paths)
+    result = run_shell(f"{command} --keep 0.5 --beam 3 --max-words 12 --generate-args '{SHORT_OUTPUTS}'", REPO, 120)
+    assert result.returncode == 0, result.stderr
+    assert "3 sentences of 3 to 12 words, each once\n" in result.stderr
+    work = tmp_path / ".silver.ptb.work"
+    words = [ptb_tokenize(sentence) for sentence in kept]
+    read = (work / "text.words").read_text().splitlines()
+    assert read[0].split()[:2] == ["The", "<unk-C>"] and len(read) == 3  # Zyxwv: a word the run does not know
+    generated = (work / "generate.txt").read_text()
+    scores = {int(i): float(score) for i, score in re.findall(r"^H-(\d+)\t(\S+)\t", generated, re.M)}
+    best = sorted(scores, key=lambda i: -scores[i])[:2]  # round(3 * 0.5)
+    trees = read_trees(output.read_text())
+    assert [tree.words() for tree in trees] == [words[i] for i in best]
+    assert f"{output}: 2 trees, the best-scored 50% (score at least {scores[best[-1]]:.3f})" in result.stderr
+    assert write_split([output], tmp_path / "prepared", "train", 1024) == [2]
 
 
 @pytest.mark.shared_data
