@@ -48,13 +48,6 @@ def sentences(paths, tokenized: bool, shortest: int, longest: int) -> list:
     return kept
 
 
-def model_input(words: list, dictionary: set) -> list:
-    """What the run's model reads: its signatures for words it does not know, if its dictionary has signatures."""
-    if any(symbol.startswith(PREFIX) for symbol in dictionary):
-        return replace_unknown(words, dictionary)
-    return words  # fairseq's binarisation makes them <unk>
-
-
 def decode(data_bin: Path, checkpoint: Path, output: Path, beam: int, device: str, count: int, more: list) -> None:
     """fairseq-generate under the tree constraint, as recipes/wsj_parsing.sh decodes; its batches as progress."""
     command = [sys.executable, "-m", "fairseq_cli.generate", str(data_bin), "--user-dir",
@@ -127,10 +120,14 @@ def main(argv=None) -> None:
     log(f"{len(words):,} sentences of {args.min_words} to {args.max_words} words, each once")
     with open_read(data_bin / "dict.words.txt") as lines:
         dictionary = {line.split(" ", 1)[0] for line in lines}
+    if any(symbol.startswith(PREFIX) for symbol in dictionary):  # the run's model reads signatures for unknown words
+        model_text = [" ".join(replace_unknown(sentence, dictionary)) for sentence in words]
+    else:  # fairseq's binarisation makes them <unk>
+        model_text = [" ".join(sentence) for sentence in words]
     work = args.output.parent / f".{args.output.name}.work"
     for side in ("words", "tree"):  # the target is not read: the source stands in for it
         with open_write(work / f"text.{side}") as out:
-            out.writelines(" ".join(model_input(sentence, dictionary)) + "\n" for sentence in words)
+            out.writelines(line + "\n" for line in model_text)
     dictionaries = {"srcdict": data_bin / "dict.words.txt", "tgtdict": data_bin / "dict.tree.txt"}  # joined: 2 copies
     binarize.binarize("words", "tree", {"test": work / "text"}, work / "data-bin", 1, joined=False, **dictionaries)
     generated = work / "generate.txt"
