@@ -11,9 +11,11 @@
 #                      (semi-supervised; with SOURCE_VOCABULARY=32000), e.g. ../shared/data/gum_const/const (GUM,
 #                      14,597 trees); dev and test stay the treebank's; the log says which trees the model saw.
 #                      SAMPLE_DIR's default: $SAMPLE_DIR/../gum_const/const (an error if missing); none: none
-#   FINETUNE_MINUTES   SAMPLE_DIR with extra trees: the budget's last minutes on the sample's own trees alone
-#                      (stage train), after the rest on all of them (stage pretrain, WORK_DIR/pretrain); default a
-#                      third of BUDGET_MINUTES; 0: all trees throughout (docs/parsing.md, "Fine-tuning on the sample")
+#   FINETUNE_EPOCHS    SAMPLE_DIR with extra trees: the budget's end on the sample's own trees alone (stage train),
+#                      after the rest on all of them (stage pretrain, WORK_DIR/pretrain), which stops when the time
+#                      left is what this many epochs of the sample take at its pace (default 10; 0: all trees
+#                      throughout); docs/parsing.md, "Fine-tuning on the sample's own trees"
+#   FINETUNE_MINUTES   instead of FINETUNE_EPOCHS: the budget's last minutes on the sample's own trees
 #   SOURCE_VOCABULARY  source words kept (§6.3: 16000; 32000 semi-supervised)
 #   UNKNOWN_WORDS      words outside the vocabulary: unk (§6.3, the WSJ_DIR default: one <unk>) or signatures (the
 #                      SAMPLE_DIR default: one symbol per word shape, <unk-C-ing>..., prepare.word_signatures; the
@@ -52,16 +54,23 @@ DECODE_STAGES=(constrained_valid constrained_test)
 [ "${UNCONSTRAINED:-0}" != 1 ] ||
     DECODE_STAGES=(constrained_valid unconstrained_valid constrained_test unconstrained_test)
 [ "${EXTRA_TRAIN_TREES:-}" != none ] || EXTRA_TRAIN_TREES=
-# The sample with extra trees: pre-trained on all of them, then fine-tuned on its own for FINETUNE_MINUTES.
-PRETRAIN_MINUTES=
+# The sample with extra trees: pre-trained on all of them, then fine-tuned on its own for about FINETUNE_EPOCHS
+# epochs (the pre-training leaves their time: the plugin task's --leave-epochs) or for FINETUNE_MINUTES.
+PRETRAIN=()
 if [ -n "${SAMPLE_DIR:-}" ] && [ -n "${EXTRA_TRAIN_TREES:-}" ]; then
     budget_hours "${BUDGET_MINUTES:-30}" > /dev/null
-    PRETRAIN_MINUTES=$("$PYTHON" -c 'import sys; b = float(sys.argv[1]); f = float(sys.argv[2] or b / 3)
-assert b > 0 and 0 <= f < b; print(f"{b - f:g}" if f else "")' "${BUDGET_MINUTES:-30}" "${FINETUNE_MINUTES:-}" \
-        2> /dev/null) || die "FINETUNE_MINUTES=${FINETUNE_MINUTES:-} must be 0 or more and less than \
-BUDGET_MINUTES=${BUDGET_MINUTES:-30}"
+    [ -z "${FINETUNE_MINUTES:-}" ] || [ -z "${FINETUNE_EPOCHS:-}" ] || die "set FINETUNE_EPOCHS or FINETUNE_MINUTES, \
+not both"
+    read -r -a PRETRAIN < <("$PYTHON" -c 'import sys; b, m, e = float(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+f = float(m or 0); assert b > 0 and 0 <= f < b and e >= 0
+print(f"{b - f:g}" if f else f"{b:g} {e:g} train_treebank" if e and not m else "")' \
+        "${BUDGET_MINUTES:-30}" "${FINETUNE_MINUTES:-}" "${FINETUNE_EPOCHS:-10}" 2> /dev/null ||
+        echo error) || true
+    [ "${PRETRAIN[0]:-}" != error ] || [ -z "${FINETUNE_MINUTES:-}" ] || die "FINETUNE_MINUTES=$FINETUNE_MINUTES \
+must be 0 or more and less than BUDGET_MINUTES=${BUDGET_MINUTES:-30}"
+    [ "${PRETRAIN[0]:-}" != error ] || die "FINETUNE_EPOCHS=$FINETUNE_EPOCHS must be 0 or more"
 fi
-stages prepare ${PRETRAIN_MINUTES:+pretrain} train average "${DECODE_STAGES[@]}"  # what STOP_AFTER may name
+stages prepare ${PRETRAIN[0]:+pretrain} train average "${DECODE_STAGES[@]}"  # what STOP_AFTER may name
 for path in ${EXTRA_TRAIN_TREES:-}; do
     [ -e "$path" ] || die "EXTRA_TRAIN_TREES: $path does not exist (the sample's default: GUM's trees beside it, \
 ../shared/data/gum_const/const); set EXTRA_TRAIN_TREES to GUM's const folder, or to none for the WSJ sample alone"
@@ -111,14 +120,15 @@ fi
 mapfile -t DEV_ARGS < <(dev_score f1 "$DATA_DIR" --parse-constrained --search "${SEARCH:-paper}" \
     --gnmt-alpha "${ALPHA:-$PAPER_PARSING_ALPHA}" --dev-score-args "{\"beam\": ${BEAM:-$PAPER_PARSING_BEAM}, \"max_len_a\": $PAPER_MAX_LEN_A, \"max_len_b\": $PAPER_PARSING_MAX_LEN_B}")
 [ "${DEV_SCORE:-1}" = 1 ] || [ -n "${WSJ_DIR:-}" ] || DEV_ARGS=(--disable-validation)
-# Fine-tuning (FINETUNE_MINUTES): the pre-training's model, Adam's moments and step go on (eq. 3 continued) on the
-# sample's own trees (prepare.wsj_parsing's train_treebank split) until the whole budget's training time (fairseq's,
-# counted on from the pre-training's); a fine-tuning resumed after a stop starts its epochs over (--reset-dataloader:
-# the mixed corpus's place means nothing here).
+# Fine-tuning (FINETUNE_EPOCHS, FINETUNE_MINUTES): the pre-training's model, Adam's moments and step go on (eq. 3
+# continued) on the sample's own trees (prepare.wsj_parsing's train_treebank split) until the whole budget's
+# training time (fairseq's, counted on from the pre-training's); a fine-tuning resumed after a stop starts its epochs
+# over (--reset-dataloader: the mixed corpus's place means nothing here).
 FINETUNE=() PRETRAINED="$WORK_DIR/pretrain"
-if [ -n "$PRETRAIN_MINUTES" ]; then
+if [ -n "${PRETRAIN[0]:-}" ]; then
+    LEAVE=(${PRETRAIN[1]:+--leave-epochs "${PRETRAIN[1]}" --leave-epochs-of "${PRETRAIN[2]}"})
     train --stage pretrain --share "$SHARE" "$PRETRAINED" "${MODEL_ARGS[@]}" --stop-time-hours \
-        "$(budget_hours "$PRETRAIN_MINUTES")" --keep-interval-updates 1 "${DEV_ARGS[@]}" --log-interval 10
+        "$(budget_hours "${PRETRAIN[0]}")" "${LEAVE[@]}" --keep-interval-updates 1 "${DEV_ARGS[@]}" --log-interval 10
     FINETUNE=(--train-subset train_treebank --continue-once "$PRETRAINED/checkpoint_last.pt" --reset-dataloader)
 fi
 train --share "$SHARE" "$CHECKPOINTS" "${MODEL_ARGS[@]}" "${BUDGET[@]}" "${FINETUNE[@]}" "${DEV_ARGS[@]}" \

@@ -375,6 +375,28 @@ def test_a_training_plan_resumes_only_what_its_checkpoints_allow(
     assert plan_decision(plan, capsys) == decision.format(save_dir=save_dir)
 
 
+def test_a_training_that_left_epochs_is_finished_at_the_limit_its_checkpoint_kept(
+    training_plan, reversal_training, tmp_path, capsys
+):
+    """--leave-epochs moves fairseq's time limit while training (tasks/leave_epochs.py), and the checkpoint keeps it:
+    its command run again finds the training finished where the limit was reached, and resumes where it was not
+    (a checkpoint saved before the end) or where the command no longer leaves epochs."""
+    save_dir, _ = reversal_training
+    state = torch.load(save_dir / "checkpoint_last.pt", weights_only=True)
+    trained = state["extra_state"]["previous_training_time"]
+    leaving = f"{training_plan} --max-update 0 --stop-time-hours 1 --save-dir {tmp_path} --task vaswani_translation"
+    state["cfg"]["task"]["_name"] = "vaswani_translation"  # the README's training: fairseq's translation task
+    for limit, command, decision in [
+        (trained, f"{leaving} --leave-epochs 10 --leave-epochs-of valid", "finished"),
+        (trained + 1, f"{leaving} --leave-epochs 10 --leave-epochs-of valid", "resume 6"),
+        (trained, leaving, "resume 6"),
+    ]:
+        state["cfg"]["task"]["leave_epochs"], state["cfg"]["task"]["leave_epochs_of"] = 10, "valid"
+        state["cfg"]["optimization"]["stop_time_hours"] = limit / 3600
+        torch.save(state, tmp_path / "checkpoint_last.pt")
+        assert plan_decision(command, capsys) == decision, (limit, command)
+
+
 def test_a_folder_names_the_optimizer_its_checkpoints_trained_under(reversal_training, tmp_path, capsys):
     """What the recipes ask before choosing the optimizer of a run that goes on (test_recipes.py): the README's
     training's vaswani_adam; adam for a run started under fairseq's; nothing for a folder without checkpoints."""

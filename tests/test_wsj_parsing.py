@@ -206,11 +206,19 @@ def test_recipe_end_to_end_on_a_few_sample_files(lane):
     assert "tree leaves: words\n" in result.stderr
     check_parsed_and_scored(work, result.stderr)
     assert "'beam': 21" in result.stderr and "'gnmt_alpha': 0.3" in result.stderr
-    # Pre-trained on every tree for two thirds of the budget, then fine-tuned on the sample's own trees from there:
-    # the step (eq. 3) and the training time go on.
+    # Pre-trained on every tree until the time left was what 10 epochs of the sample's own trees take at its pace
+    # (--leave-epochs), then fine-tuned on them from there: the step (eq. 3) and the training time go on.
     pretrain = (work / "pretrain" / "train.log").read_text()
-    assert "'train_subset': 'train'" in pretrain and "'stop_time_hours': 0.001111" in pretrain
+    assert "'train_subset': 'train'" in pretrain and "'stop_time_hours': 0.001666" in pretrain
     assert "'train_subset': 'train_treebank'" in log and "'stop_time_hours': 0.001666" in log
+    epoch, pace = re.search(
+        r"--leave-epochs 10: 10 epochs of train_treebank \((\d+) updates each\) take about "
+        r"0 min \d\d s at this run's ([\d.]+) updates/s",
+        pretrain,
+    ).groups()
+    limit = re.search(r"Stopping training due to cumulative_training_time: \S+ > stop_time_hours: (\S+) hour", pretrain)
+    left = (0.1 / 60 - float(limit[1])) * 3600
+    assert 10 * int(epoch) / float(pace) / 3 < left < 3 * 10 * int(epoch) / float(pace)  # the pace measured again
     assert f"Loaded checkpoint {work / 'pretrain' / 'checkpoint_last.pt'} (epoch " in log
     pretrained, finetuned = (
         torch.load(path, weights_only=True)
@@ -218,6 +226,9 @@ def test_recipe_end_to_end_on_a_few_sample_files(lane):
     )
     steps = [state["optimizer_history"][-1]["num_updates"] for state in (pretrained, finetuned)]
     assert 0 < steps[0] < steps[1]
+    # The split's epoch as the rule counted it: as long as the fine-tuning's own first epochs.
+    ends = [steps[0]] + [int(n) for n in re.findall(r"\| epoch \d+ \|.*\| num_updates (\d+) \|", log)]
+    assert len(ends) >= 3 and ends[1] - ends[0] == ends[2] - ends[1] == int(epoch)
     assert finetuned["extra_state"]["previous_training_time"] >= 6
     # ... and the fine-tuning's time left is counted from the pre-training's, as fairseq counts it.
     (resumed,) = [r for r in read_records(work / "checkpoints" / "progress.jsonl") if r["kind"] == "resumed"]
@@ -324,6 +335,12 @@ def test_the_sample_trains_with_gum_beside_it_by_default(tmp_path):
     assert result.stderr.strip() == (
         "wsj_parsing: error: FINETUNE_MINUTES=30 must be 0 or more and less than BUDGET_MINUTES=30"
     )
+    for wrong, message in [
+        (dict(FINETUNE_EPOCHS="-1"), "FINETUNE_EPOCHS=-1 must be 0 or more"),
+        (dict(FINETUNE_EPOCHS="5", FINETUNE_MINUTES="3"), "set FINETUNE_EPOCHS or FINETUNE_MINUTES, not both"),
+    ]:
+        result = run_recipe("wsj_parsing.sh", dict(settings, WORK_DIR=str(tmp_path / "f"), **wrong), check=False)
+        assert result.returncode == 1 and result.stderr.strip() == f"wsj_parsing: error: {message}"
     shutil.rmtree(tmp_path / "data" / "gum_const")
     result = run_recipe("wsj_parsing.sh", dict(settings, WORK_DIR=str(tmp_path / "none")), check=False)
     assert result.returncode == 1 and list((tmp_path / "none").iterdir()) == []  # nothing prepared

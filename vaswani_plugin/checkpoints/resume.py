@@ -105,6 +105,8 @@ ALLOWED = {
         "dev_score_reference",
         "dev_score_args",
         "dev_score_post_process",
+        "leave_epochs",  # a share of the time budget, as --stop-time-hours
+        "leave_epochs_of",
         *MIRRORED_OPTIONS,  # fairseq's own options, mirrored for the progress: compared where they live
     },
     "criterion": {"loss_chunk_logits", *MIRRORED_OPTIONS},  # loss_chunk_logits: how the loss is computed, not what
@@ -213,7 +215,8 @@ def plan_decision(plan: str, repair: bool = False, retuning: bool = False) -> st
     state = resumed_state(save_dir)
     if state is None:
         return "run"
-    change = configuration_change(stored_config(state), new, retuning)
+    old = stored_config(state)
+    change = configuration_change(old, new, retuning)
     if change:
         return f"refuse {change}"
     updates = state["optimizer_history"][-1]["num_updates"]
@@ -225,9 +228,14 @@ def plan_decision(plan: str, repair: bool = False, retuning: bool = False) -> st
             f"{save_dir} are at update {updates:,}"
         )
     ended_epochs = extra.get("train_iterator", {}).get("epoch", 1) - 1
+    trained = extra.get("previous_training_time", 0)
+    # --leave-epochs moves the time limit while training, and the checkpoint keeps the limit it had: the one that
+    # stopped the training in its last.
+    left = new["task"].get("leave_epochs") and old["task"].get("leave_epochs")
     if (
         (target["max_update"] and updates >= target["max_update"])
-        or (target["stop_time_hours"] and extra.get("previous_training_time", 0) >= target["stop_time_hours"] * 3600)
+        or (target["stop_time_hours"] and trained >= target["stop_time_hours"] * 3600)
+        or (left and trained >= old["optimization"]["stop_time_hours"] * 3600)
         or (target["max_epoch"] and ended_epochs >= target["max_epoch"])
     ):
         return "finished"

@@ -27,6 +27,7 @@ from vaswani_plugin.generation.tree_constraint import constrain_to_trees
 from vaswani_plugin.precision import bf16_autocast_enabled, bf16_autocast_setting, precision_line
 from vaswani_plugin.tasks.dev_scores import DevScoring
 from vaswani_plugin.tasks.dictionary import VaswaniDictionary
+from vaswani_plugin.tasks.leave_epochs import LeaveEpochs
 from vaswani_plugin.tasks.resumable_iterator import resumable
 from vaswani_plugin.tools import progress_meter
 
@@ -100,6 +101,14 @@ class VaswaniTranslationConfig(TranslationConfig, progress_meter.ProgressOptions
         default=None,
         metadata={"help": "join subwords before scoring: subword_nmt or sentencepiece (fairseq's --post-process)"},
     )
+    leave_epochs: float = field(
+        default=0,
+        metadata={
+            "help": "stop before --stop-time-hours, leaving the time that N epochs of --leave-epochs-of take at this "
+            "run's measured pace (0: off; the parsing recipe's pre-training leaves its fine-tuning 10)"
+        },
+    )
+    leave_epochs_of: str = field(default="", metadata={"help": "the split whose epochs --leave-epochs leaves time for"})
 
 
 def unsupported_by_plugin_search(
@@ -153,6 +162,8 @@ class VaswaniTranslationTask(TranslationTask):
             raise VaswaniConfigError(f"--search {cfg.search}: choose one of {', '.join(SEARCH_RULES)}")
         self.inputs_seen = 0  # sentences given to build_dataset_for_inference so far (fairseq-interactive's lines)
         self.dev_scoring = DevScoring(cfg, cfg.target_lang)
+        root = cfg._get_root() if hasattr(cfg, "_get_root") else None  # fairseq-train's whole configuration
+        self.leave_epochs = LeaveEpochs(cfg.leave_epochs, cfg.leave_epochs_of, root)
         self.updates_done = None  # set by training steps: None outside fairseq-train
 
     @classmethod
@@ -175,16 +186,20 @@ class VaswaniTranslationTask(TranslationTask):
         self.updates_done = update_num + 1  # once this step is done: what a validation after it reports
         if self.dev_scoring.enabled:
             self.dev_scoring.before_training_step(update_num)
-        if not self.decide_bf16_autocast(model, optimizer):
-            return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
-        device = next(model.parameters()).device.type
+        self.leave_epochs.count(self, model)
+        if self.decide_bf16_autocast(model, optimizer):
+            device = next(model.parameters()).device.type
 
-        def criterion_under_autocast(model, sample):
-            # Only the forward pass: fairseq's train_step runs the backward pass outside, as autocast asks.
-            with torch.autocast(device, dtype=torch.bfloat16):
-                return criterion(model, sample)
+            def criterion_under_autocast(model, sample):
+                # Only the forward pass: fairseq's train_step runs the backward pass outside, as autocast asks.
+                with torch.autocast(device, dtype=torch.bfloat16):
+                    return criterion(model, sample)
 
-        return super().train_step(sample, model, criterion_under_autocast, optimizer, update_num, ignore_grad)
+            step = super().train_step(sample, model, criterion_under_autocast, optimizer, update_num, ignore_grad)
+        else:
+            step = super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+        self.leave_epochs.output(step[2])
+        return step
 
     def valid_step(self, sample, model, criterion):
         """fairseq's, plus the dev score's statistics when one is due (--dev-score)."""
@@ -197,6 +212,7 @@ class VaswaniTranslationTask(TranslationTask):
         super().reduce_metrics(logging_outputs, criterion)
         progress_meter.observe()
         self.dev_scoring.log(logging_outputs, metrics)
+        self.leave_epochs.reduce(logging_outputs, self.updates_done)
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, prefix_allowed_tokens_fn=None):
         """--search paper: the plugin's beam search (§6.1); fairseq: fairseq's generator, GNMT-ranked."""

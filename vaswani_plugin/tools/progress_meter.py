@@ -228,6 +228,14 @@ def stop_for_signal():
     stopping.write_marker(Path(_run.settings.save_dir), {"reason": "signal", "signal": how, "update": update})
 
 
+def stop_time_moved(hours: float):
+    """fairseq's time limit, moved by the task (--leave-epochs): the ETA counts to it."""
+    if _run is not None:
+        _run.settings.stop_time_hours = hours
+        if _run.progress is not None:
+            _run.progress.target.stop_time_hours = hours
+
+
 def _evaluate(meters) -> float:
     """The meter's function: the current run's (an aggregator may outlive a run of an earlier criterion)."""
     return math.nan if _run is None else _run.evaluate(meters)
