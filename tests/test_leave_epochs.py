@@ -3,9 +3,14 @@ epochs of the split at the pace measured from the ranks' summed clocks; the pars
 end to end (test_wsj_parsing.py: the split's updates per epoch against the fine-tuning's own epochs), a finished
 one is not resumed (test_resume.py)."""
 
+import re
+import socket
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
+from cli_helpers import PAPER_TRAINING, TINY_MODEL, plugin_dir
 
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.tasks.leave_epochs import MEASURED, OUTPUTS, SECONDS, SKIPPED, LeaveEpochs
@@ -82,3 +87,38 @@ def test_settings_the_rule_cannot_follow_are_one_line_errors(epochs, split, hour
     with pytest.raises(VaswaniConfigError) as error:
         LeaveEpochs(epochs, split, root(hours))
     assert str(error.value) == message
+
+
+def test_two_ranks_over_gloo_stop_after_the_same_update_at_the_moved_limit(reversal_data, tmp_path):
+    """Two fairseq-train processes (gloo, as tests/test_data_parallel.py's), a 6-second budget leaving 40 epochs of
+    the valid split: rank 0's log says the moved limit, below the budget, stopped training; both exit (a rank stopping
+    alone would leave the other waiting in its next all-reduce until the timeout)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    budget = 6 / 3600
+    command = [
+        sys.executable, "-m", "fairseq_cli.train", str(reversal_data / "joined"), "--user-dir", plugin_dir(),
+        "--task", "vaswani_translation", "--arch", "vaswani_transformer", *TINY_MODEL, *PAPER_TRAINING,
+        "--max-tokens", "300", "--stop-time-hours", str(budget), "--leave-epochs", "40", "--leave-epochs-of", "valid",
+        "--disable-validation", "--no-save", "--log-format", "simple", "--distributed-world-size", "2",
+        "--distributed-init-method", f"tcp://127.0.0.1:{port}", "--distributed-no-spawn", "--device-id", "0",
+        "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp",
+    ]  # fmt: skip
+    ranks = [
+        subprocess.Popen([*command, "--distributed-rank", str(rank)], cwd=tmp_path, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for rank in (0, 1)
+    ]  # fmt: skip
+    try:
+        logs = [rank.communicate(timeout=90)[0] for rank in ranks]
+    except subprocess.TimeoutExpired:
+        pytest.fail("a rank was still training after 90 s: the ranks did not stop after the same update")
+    finally:
+        for rank in ranks:
+            rank.kill()
+    assert [rank.returncode for rank in ranks] == [0, 0], logs[0][-3000:] + logs[1][-3000:]
+    said = re.search(r"--leave-epochs 40: 40 epochs of valid \((\d+) updates each\)", logs[0])
+    stop = re.search(r"cumulative_training_time: (\S+) > stop_time_hours: (\S+) hour", logs[0])
+    assert said and stop, logs[0][-3000:]
+    assert float(stop[2]) < budget
