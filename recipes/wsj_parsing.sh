@@ -63,7 +63,7 @@ if [ -n "${SAMPLE_DIR:-}" ] && [ -n "${EXTRA_TRAIN_TREES:-}" ]; then
 not both"
     read -r -a PRETRAIN < <("$PYTHON" -c 'import sys; b, m, e = float(sys.argv[1]), sys.argv[2], float(sys.argv[3])
 f = float(m or 0); assert b > 0 and 0 <= f < b and e >= 0
-print(f"{b - f:g}" if f else f"{b:g} {e:g} train_treebank" if e and not m else "")' \
+print(f"{b - f:g}" if f else f"{b:g} {e:g}" if e and not m else "")' \
         "${BUDGET_MINUTES:-30}" "${FINETUNE_MINUTES:-}" "${FINETUNE_EPOCHS:-10}" 2> /dev/null ||
         echo error) || true
     [ "${PRETRAIN[0]:-}" != error ] || [ -z "${FINETUNE_MINUTES:-}" ] || die "FINETUNE_MINUTES=$FINETUNE_MINUTES \
@@ -126,7 +126,7 @@ mapfile -t DEV_ARGS < <(dev_score f1 "$DATA_DIR" --parse-constrained --search "$
 # over (--reset-dataloader: the mixed corpus's place means nothing here).
 FINETUNE=() PRETRAINED="$WORK_DIR/pretrain"
 if [ -n "${PRETRAIN[0]:-}" ]; then
-    LEAVE=(${PRETRAIN[1]:+--leave-epochs "${PRETRAIN[1]}" --leave-epochs-of "${PRETRAIN[2]}"})
+    LEAVE=(${PRETRAIN[1]:+--leave-epochs "${PRETRAIN[1]}" --leave-epochs-of train_treebank})
     train --stage pretrain --share "$SHARE" "$PRETRAINED" "${MODEL_ARGS[@]}" --stop-time-hours \
         "$(budget_hours "${PRETRAIN[0]}")" "${LEAVE[@]}" --keep-interval-updates 1 "${DEV_ARGS[@]}" --log-interval 10
     FINETUNE=(--train-subset train_treebank --continue-once "$PRETRAINED/checkpoint_last.pt" --reset-dataloader)

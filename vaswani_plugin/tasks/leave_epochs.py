@@ -88,10 +88,11 @@ class LeaveEpochs:
 
     def reduce(self, logging_outputs: List[dict], update: int) -> None:
         """After update `update` (its outputs summed over the ranks): fairseq's time limit moved as measured."""
-        outputs = sum(log.get(OUTPUTS, 0) for log in logging_outputs) if self.enabled else 0
+        # Each sum read once (after fairseq's all-reduce they are tensors on the device: one copy to the host each).
+        outputs = float(sum(log.get(OUTPUTS, 0) for log in logging_outputs)) if self.enabled else 0.0
         if not outputs:  # a validation's, or off
             return
-        seconds = float(sum(log.get(SECONDS, 0) for log in logging_outputs)) / float(outputs)
+        seconds = float(sum(log.get(SECONDS, 0) for log in logging_outputs)) / outputs
         self.first = update if self.first is None else self.first
         if self.reference is None:
             if update - self.first >= SKIPPED:
