@@ -90,17 +90,20 @@ def test_settings_the_rule_cannot_follow_are_one_line_errors(epochs, split, hour
 
 
 def test_two_ranks_over_gloo_stop_after_the_same_update_at_the_moved_limit(reversal_data, tmp_path):
-    """Two fairseq-train processes (gloo, as tests/test_data_parallel.py's), a 6-second budget leaving 40 epochs of
-    the valid split: rank 0's log says the moved limit, below the budget, stopped training; both exit (a rank stopping
-    alone would leave the other waiting in its next all-reduce until the timeout)."""
+    """Two fairseq-train processes (gloo, as tests/test_data_parallel.py's) with a 6-minute budget and a million
+    epochs of the valid split to leave: the limit is past when it first moves (after update SKIPPED + MEASURED + 1,
+    on any machine's pace), rank 0's log says the moved limit, below the budget, stopped training after that update,
+    and both exit (a rank stopping alone would leave the other waiting in its next all-reduce until the timeout);
+    --max-update is the backstop of a rule that never moved the limit."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    budget = 6 / 3600
+    budget, backstop = 0.1, 4 * (SKIPPED + MEASURED)
     command = [
         sys.executable, "-m", "fairseq_cli.train", str(reversal_data / "joined"), "--user-dir", plugin_dir(),
         "--task", "vaswani_translation", "--arch", "vaswani_transformer", *TINY_MODEL, *PAPER_TRAINING,
-        "--max-tokens", "300", "--stop-time-hours", str(budget), "--leave-epochs", "40", "--leave-epochs-of", "valid",
+        "--max-tokens", "300", "--stop-time-hours", str(budget), "--max-update", str(backstop),
+        "--leave-epochs", "1000000", "--leave-epochs-of", "valid",
         "--disable-validation", "--no-save", "--log-format", "simple", "--distributed-world-size", "2",
         "--distributed-init-method", f"tcp://127.0.0.1:{port}", "--distributed-no-spawn", "--device-id", "0",
         "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp",
@@ -111,14 +114,17 @@ def test_two_ranks_over_gloo_stop_after_the_same_update_at_the_moved_limit(rever
         for rank in (0, 1)
     ]  # fmt: skip
     try:
-        logs = [rank.communicate(timeout=90)[0] for rank in ranks]
+        logs = [rank.communicate(timeout=300)[0] for rank in ranks]
     except subprocess.TimeoutExpired:
-        pytest.fail("a rank was still training after 90 s: the ranks did not stop after the same update")
+        pytest.fail("a rank was still training after 300 s: the ranks did not stop after the same update")
     finally:
         for rank in ranks:
             rank.kill()
     assert [rank.returncode for rank in ranks] == [0, 0], logs[0][-3000:] + logs[1][-3000:]
-    said = re.search(r"--leave-epochs 40: 40 epochs of valid \((\d+) updates each\)", logs[0])
+    said = re.search(r"--leave-epochs 1e\+06: 1e\+06 epochs of valid \((\d+) updates each\)", logs[0])
     stop = re.search(r"cumulative_training_time: (\S+) > stop_time_hours: (\S+) hour", logs[0])
     assert said and stop, logs[0][-3000:]
     assert float(stop[2]) < budget
+    # The first update is the run's 1st: the limit first moves after update 1 + SKIPPED + MEASURED, and is past.
+    updates = re.findall(r"\bnum_updates (\d+)", logs[0])
+    assert updates and int(updates[-1]) == 1 + SKIPPED + MEASURED, logs[0][-3000:]
