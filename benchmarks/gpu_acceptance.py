@@ -374,7 +374,7 @@ def machine(device, kit):
         from vaswani_plugin.tools.training_cost import peak_for  # imports fairseq: only here
 
         name = torch.cuda.get_device_name(0)
-        peak = peak_for(name, True)
+        peak = peak_for(name, "amp")
         rows["GPU"] = name + (
             f" (dense fp16/bf16 peak {peak:g} TFLOP/s, vaswani_plugin.tools.training_cost)"
             if peak

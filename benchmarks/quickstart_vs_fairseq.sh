@@ -14,7 +14,8 @@
 #   PARALLEL        1 (default): the two runs of a seed at the same time, each pinned to its own core with one
 #                   thread (taskset), so that both see the same machine; 0: one after the other, all cores each
 #   FAIRSEQ_BF16    the precision of fairseq's side (default 0: float32, as fairseq trains on CPU; 1 or auto:
-#                   the plugin task's bfloat16 autocast, as the quickstart's BF16); the plugin's side follows BF16.
+#                   the plugin task's bfloat16 autocast, as the quickstart's PRECISION=auto); the plugin's side
+#                   follows PRECISION.
 #                   Each run's train.log says what its task chose (its `precision:` line)
 #   RAW_DIR, WORK_DIR (default ./work/quickstart_vs_fairseq), and the quickstart's others.
 # Progress goes to stderr and to each run's log; stdout is the comparison alone.
@@ -39,7 +40,7 @@ run() {
     local precision=()
     if [ "$arch" = transformer ]; then
         extra+=" --criterion label_smoothed_cross_entropy --optimizer adam"  # fairseq's own, as shipped
-        precision=(BF16="${FAIRSEQ_BF16:-0}")  # fairseq has no bfloat16 training on CPU: its --bf16 assumes a TPU
+        precision=(PRECISION= FP16= BF16="${FAIRSEQ_BF16:-0}")  # fairseq has no bfloat16 training on CPU: its --bf16 assumes a TPU
     fi
     [ -n "$core" ] && pin=(env OMP_NUM_THREADS=1 taskset -c "$core")
     echo "[quickstart_vs_fairseq] seed $seed, $arch${core:+ on core $core}: log in $WORK_DIR/seed$seed/$arch.log" >&2

@@ -228,7 +228,7 @@ def worker(spec) -> dict:
         result["loss_chunks"] = sum(-(-sample["ntokens"] // rows) for sample in samples) / len(samples)
     if device.type == "cuda":
         result["peak_memory_mb"] = torch.cuda.max_memory_allocated() / 2**20
-        peak = peak_for(torch.cuda.get_device_name(0), spec["amp"])
+        peak = peak_for(torch.cuda.get_device_name(0), "amp" if spec["amp"] else "fp32")
         if peak:
             result["mfu"] = flops / seconds / (peak * 1e12)
     else:

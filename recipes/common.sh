@@ -87,7 +87,8 @@ stage() {
 # run 0 holds WORK_DIR/.lock while it runs, and another run that is not of its job stops at once.
 detect_devices() {
     local plan
-    plan=$(CPU=${CPU:-} FP16=${FP16:-} "$PYTHON" -m recipes.launch devices --python "$PYTHON" --shell-pid $$) || exit 1
+    plan=$(CPU=${CPU:-} PRECISION=${PRECISION:-} FP16=${FP16:-} BF16=${BF16:-} "$PYTHON" -m recipes.launch devices \
+        --python "$PYTHON" --shell-pid $$) || exit 1
     eval "$plan"
     [ "$DRY_RUN" = 0 ] && [ "$RUN_RANK" = 0 ] || return 0
     command -v flock > /dev/null || { say "warning: no flock on PATH: WORK_DIR is not locked"; return 0; }
@@ -114,8 +115,8 @@ prepare_data() {
 train() {
     local name=train pid status
     [ "$1" != --stage ] || name=$2
-    BF16=${BF16:-0} TOKENS_PER_STEP=${TOKENS_PER_STEP:-} MAX_TOKENS_PER_GPU=${MAX_TOKENS_PER_GPU:-} \
-        "$PYTHON" -m recipes.training "$@" &
+    PRECISION=${PRECISION:-} FP16=${FP16:-} BF16=${BF16:-} TOKENS_PER_STEP=${TOKENS_PER_STEP:-} \
+        MAX_TOKENS_PER_GPU=${MAX_TOKENS_PER_GPU:-} "$PYTHON" -m recipes.training "$@" &
     pid=$! && trap 'kill -USR1 $pid' USR1 && trap 'kill -TERM $pid' TERM
     while wait "$pid"; status=$?; kill -0 "$pid" 2> /dev/null; do :; done  # a trapped signal ends a wait early
     trap - USR1 TERM

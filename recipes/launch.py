@@ -41,6 +41,7 @@ GPU_TRAINING_ENV = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
 ERRORS = plugin_leaf("errors")
 LaunchError = ERRORS.VaswaniConfigError
 MEMORY = plugin_leaf("models.memory")
+PRECISION = plugin_leaf("precision")  # the recipes' PRECISION and what auto chooses
 # MAX_TOKENS_PER_GPU when unset on a CPU, or for a recipe that names no model (the GPUs' memory model chooses
 # otherwise: vaswani_plugin/tools/gpu_batch.py).
 FIXED_TOKENS_PER_GPU = 4096
@@ -313,10 +314,12 @@ def devices_plan(python: str, shell_pid: str) -> dict:
     visible = visible_gpus(python)
     launch = launcher(shell_pid)
     devices = on_gpus(launch, visible) if visible else on_cpu(launch)
+    setting, said = PRECISION.recipe_setting(os.environ)  # a bad value: one line before anything runs
+    PRECISION.decide(setting, "cpu" if devices.cpu else "cuda", [((0, 0), "")])  # ... and one for the wrong device
     if not devices.cpu:
-        precision = "fp16" if env("FP16") == "1" else "fp32"
-        devices.train += ["--fp16"] if precision == "fp16" else []
-        say(f"training on {devices.num_gpus} GPU(s) x {devices.workers // devices.num_gpus} node(s), {precision}")
+        chosen = "at training, by the GPUs' compute capability" if setting == "auto" else said
+        nodes = devices.workers // devices.num_gpus
+        say(f"training on {devices.num_gpus} GPU(s) x {nodes} node(s), {setting} ({chosen})")
     if devices.workers != 1:
         say(f"{launch.run_name}: world size {devices.workers} (started as {launch.kind})")
     return dict(

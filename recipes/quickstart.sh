@@ -10,12 +10,13 @@
 #   WORK_DIR         where everything goes                               (default ./work/quickstart)
 #   ARCH             the model (default vaswani_transformer; benchmarks/ runs fairseq's `transformer` here)
 #   MAX_EPOCH        stop earlier than the budget after this many epochs (default 30; a GPU gets there)
-#   BF16             auto (default): bfloat16 autocast on a CPU with AVX512-BF16 or AMX (~1.75x the steps), float32
-#                    elsewhere; 0: float32. The task decides (its --bf16-autocast) and logs a `precision:` line
+#   PRECISION        auto (default): bfloat16 autocast on a CPU with AVX512-BF16 or AMX (~1.75x the steps), float32
+#                    elsewhere, mixed precision on a GPU; fp32: float32 (docs/recipes.md, "Precision"). The task
+#                    logs a `precision:` line
 #   DEV_SCORE        0 (default): no validation; 1: the dev set's BLEU (val, DEV_SCORE_SENTENCES=400 of its 1,014
 #                    sentences) every DEV_SCORE_EVERY=500 updates and its loss at each checkpoint, which cost 7 % of
 #                    the budget's updates (docs/results.md, "Dev scores while training")
-#   and those of every recipe (DATA_DIR, NUM_GPUS, FP16, EXTRA_TRAIN_ARGS, ...): docs/recipes.md, "Variables".
+#   and those of every recipe (DATA_DIR, NUM_GPUS, EXTRA_TRAIN_ARGS, ...): docs/recipes.md, "Variables".
 RECIPE=${RECIPE:-quickstart}
 source "$(dirname "$0")/common.sh"
 stages prepare train average translate  # what STOP_AFTER may name
@@ -31,13 +32,12 @@ prepare_data multi30k -- --bpe-merges "${BPE_MERGES:-10000}"
 # what was measured): an eighth of the base model's width and half its depth (d_model 128, d_ff 512, h 4,
 # so d_k = d_v = 32; N = 3), P_drop = 0.1, batches of 2,048 tokens, warmup 300 steps and eq. 3 scaled by
 # 0.7 (peak 3.6e-3), for ~2,400 steps (~10 epochs) in 20 minutes on one core in float32, ~4,100 (~17 epochs)
-# under bfloat16 autocast (BF16=auto, on a CPU with AVX512-BF16 or AMX).
+# under bfloat16 autocast (PRECISION=auto, on a CPU with AVX512-BF16 or AMX).
 # Everything else as §5: Adam, eq. 3, label smoothing 0.1.
 ARCH=${ARCH:-vaswani_transformer}
 MODEL_ARGS=("${PAPER_MODEL_QUICKSTART[@]}")  # vaswani_plugin/paper.py's "quickstart"
 TOKENS_PER_STEP=${TOKENS_PER_STEP:-2048} MAX_TOKENS_PER_GPU=${MAX_TOKENS_PER_GPU:-2048}
 BUDGET_MINUTES=${BUDGET_MINUTES:-20}
-BF16=${BF16:-auto}
 BUDGET_HOURS=$(budget_hours "$BUDGET_MINUTES")
 say "training $ARCH for $BUDGET_MINUTES minutes of wall-clock time (or ${MAX_EPOCH:-30} epochs)"
 

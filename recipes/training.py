@@ -6,8 +6,9 @@ The command is §5's set-up (paper.py's training arguments: Adam's β and ε, eq
 recipe's MODEL ARGS, this run's devices (recipes/launch.py's, as recipes/common.sh exports them) and a batch of about
 TOKENS_PER_STEP tokens a step however many workers there are (§5.1; on GPUs without MAX_TOKENS_PER_GPU, as many as
 the smallest GPU's memory holds: run 0 decides, the others follow). The engine (recipes/stages.py) compares it with
-the stage's record and checkpoints: skip, run, resume or refuse. The precision is the plugin task's `--bf16-autocast`
-(BF16: bfloat16 matrix products, float32 weights, loss and Adam; fairseq's own --bf16 assumes a TPU). fairseq-train's
+the stage's record and checkpoints: skip, run, resume or refuse. The precision is PRECISION's (auto unset: on GPUs
+mixed precision by their compute capability, run 0 deciding; on a CPU the task's choice by its flags; a run in
+progress goes on in its checkpoints'; vaswani_plugin/precision.py). fairseq-train's
 output goes to stdout and to SAVE_DIR/train.log (train.node1.log ... for the other runs of a job); it writes its own
 progress records, refreshes the report (REPORT, REPORT_EVERY) and ends a rank that waits STALL_MINUTES for the others.
 SIGUSR1 and SIGTERM are passed on to it: it stops after its next update (vaswani_plugin/tools/preemption.py), the
@@ -25,12 +26,13 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 from prepare._common import plugin_leaf
 from recipes import launch, stages
 
 PREEMPTION = plugin_leaf("tools.preemption")
+PRECISION = plugin_leaf("precision")
 RECEIVED: List[int] = []  # PREEMPTION.SIGNALS received, passed on to fairseq-train
 TRAINING: List[subprocess.Popen] = []  # fairseq-train, once started
 SHARING = {"all": "--share-all-embeddings", "decoder": "--share-decoder-input-output-embed"}
@@ -67,18 +69,51 @@ def batch(run: stages.Run, python: str, model: List[str]) -> Tuple[int, int]:
     return int(max_tokens), int(update_freq)
 
 
-def command(run: stages.Run, python: str, save_dir: str, share: str, model: List[str]) -> List[str]:
-    """fairseq-train's command, the interpreter first."""
+def precision(run: stages.Run, python: str, trained: Optional[str]) -> Tuple[str, str]:
+    """(one of PRECISION.PRECISIONS, or auto on a CPU; why, where the recipe chose it) for this run: PRECISION's
+    (FP16's, BF16's) if set; else its checkpoints' (`trained`); else auto, on GPUs decided by run 0 for every run."""
+    setting, said = PRECISION.recipe_setting(os.environ)
+    on_cpu = "--cpu" in words("DEVICE_ARGS")
+    if setting != "auto":
+        return PRECISION.decide(setting, "cpu" if on_cpu else "cuda")[0], ""
+    if trained is not None:
+        return trained, f"{said}: the precision its checkpoints trained in"
+    if on_cpu:
+        return "auto", ""
+    if run.dry_run:
+        stages.say(
+            "precision: PRECISION unset: chosen at run time by the GPUs' compute capability (bf16 from 8.0, fp16 on "
+            "7.x, fp32 below; vaswani_plugin/precision.py); the plan shows bf16's: set PRECISION to see another's"
+        )
+        return "bf16", ""
+
+    def decide_here() -> str:
+        found = subprocess.run([python, "-m", "vaswani_plugin.precision"], capture_output=True, text=True)
+        said_here = found.stderr.strip().splitlines()
+        if found.returncode or found.stdout.split()[:1] == []:
+            raise stages.StageError(f"PRECISION auto: {said_here[-1] if said_here else 'no answer'}")
+        return found.stdout.strip()
+
+    chosen, why = stages.agreed(run, "precision", decide_here).split(" ", 1)
+    stages.say(f"precision: {chosen} ({said}: {why})")
+    return chosen, f"{said}: {why}"
+
+
+def command(run: stages.Run, python: str, save_dir: str, share: str, model: List[str]) -> Tuple[List[str], str]:
+    """(fairseq-train's command, the interpreter first; why the recipe chose its precision, or "")."""
     training = plugin_leaf("paper").arguments("training")
     # A run whose checkpoints trained under fairseq's adam (the recipes' optimizer before vaswani_adam) goes on with
-    # it: fairseq resumes no checkpoint under another optimizer.
+    # it: fairseq resumes no checkpoint under another optimizer. PRECISION unset: it goes on in its precision too.
     # In this process: the engine's decision imports the same module (fairseq's checkpoints) next.
+    trained = None
     if stages.has_checkpoints(save_dir):
         resume = importlib.import_module("vaswani_plugin.checkpoints.resume")
         if resume.trained_optimizer(Path(save_dir)) == "adam":
             training = ["adam" if word == "vaswani_adam" else word for word in training]
+        trained = resume.trained_precision_of(Path(save_dir))
+    chosen, why = precision(run, python, trained)
     plugin = str(Path(__file__).resolve().parent.parent / "vaswani_plugin")
-    task = ["--user-dir", plugin, "--task", "vaswani_translation", "--bf16-autocast", stages.env("BF16", "0")]
+    task = ["--user-dir", plugin, "--task", "vaswani_translation", *PRECISION.arguments(chosen)]
     extra = words("DEVICE_ARGS") + model + words("EXTRA_TRAIN_ARGS")
     max_tokens, update_freq = batch(run, python, task + [SHARING[share]] + extra)
     line = [python, "-m", "fairseq_cli.train", data_bin(), *task, SHARING[share], *training]
@@ -88,13 +123,14 @@ def command(run: stages.Run, python: str, save_dir: str, share: str, model: List
     tensorboard = importlib.util.find_spec("tensorboard") or importlib.util.find_spec("tensorboardX")
     if stages.env("TENSORBOARD", "auto") != "0" and tensorboard:
         line += ["--tensorboard-logdir", save_dir + "/tensorboard"]
-    return line
+    return line, why
 
 
-def watched(python: str, work_dir: Path) -> dict:
-    """fairseq-train's environment: the watchdog's STALL_MINUTES (tools/watchdog.py) and, after a validation, the
-    curves and report redrawn at most every REPORT_EVERY seconds (tools/progress_meter.py)."""
-    variables = {"VASWANI_STALL_MINUTES": stages.env("STALL_MINUTES", "10")}
+def watched(python: str, work_dir: Path, precision_why: str = "") -> dict:
+    """fairseq-train's environment: the watchdog's STALL_MINUTES (tools/watchdog.py), why the recipe chose the
+    precision (for the task's `precision:` line) and, after a validation, the curves and report redrawn at most every
+    REPORT_EVERY seconds (tools/progress_meter.py)."""
+    variables = {"VASWANI_STALL_MINUTES": stages.env("STALL_MINUTES", "10"), "VASWANI_PRECISION_DEFAULT": precision_why}
     if stages.env("REPORT", "1") != "0":
         report = shlex.join([python, "-m", "vaswani_plugin.tools.run_report", str(work_dir)])
         variables.update(VASWANI_PROGRESS_REFRESH_SECONDS=stages.env("REPORT_EVERY", "300"))
@@ -147,7 +183,7 @@ def train(args) -> None:
     if not stages.env("LAUNCH_ID"):
         raise stages.StageError("internal: train needs the run's launch: call detect_devices before it")
     run, python = stages.Run.from_environment(), stages.env("PYTHON", sys.executable)
-    line = command(run, python, args.save_dir, args.share, args.model)
+    line, precision_why = command(run, python, args.save_dir, args.share, args.model)
     save_dir = Path(args.save_dir)
     inputs = sorted(Path(data_bin()).glob("dict.*.txt"))  # what training reads
     after = "" if args.first else None
@@ -167,7 +203,7 @@ def train(args) -> None:
     log = save_dir / ("train.log" if run.rank == 0 else f"train.{run.name.replace(' ', '')}.log")
     stages.say(f"stage {args.stage}: {shlex.join(line)}")
     world = f"[{stages.env('RECIPE')}] {run.name}: world size {run.workers} (started as {stages.env('LAUNCH')})\n"
-    status = tee(line, watched(python, run.work_dir), log, world.encode() if run.workers != 1 else b"")
+    status = tee(line, watched(python, run.work_dir, precision_why), log, world.encode() if run.workers != 1 else b"")
     # A divergence: its record says so, in one line. A signal's stop: named as this run received it, if it did.
     how = stages.stopped(run, args.stage, save_dir, PREEMPTION.name(RECEIVED[0]) if RECEIVED else None)
     if how is not None:  # a signal's: the record says so, and the run resumes from checkpoint_last.pt

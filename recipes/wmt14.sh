@@ -3,7 +3,7 @@
 #   bash recipes/wmt14_en_de_base.sh    wmt14.sh en-de vaswani_transformer base            27.3 BLEU
 #   bash recipes/wmt14_en_de_big.sh     wmt14.sh en-de vaswani_transformer_big big         28.4 BLEU
 #   bash recipes/wmt14_en_fr_big.sh     wmt14.sh en-fr vaswani_transformer_big_en_fr big   41.8 (41.0 in NIPS)
-# Variables (WORK_DIR, DATA_DIR, RAW_DIR, NUM_GPUS, MAX_UPDATE, FP16, BF16, DROPOUT, EXTRA_TRAIN_ARGS, CPU, ...):
+# Variables (WORK_DIR, DATA_DIR, RAW_DIR, NUM_GPUS, MAX_UPDATE, PRECISION, DROPOUT, EXTRA_TRAIN_ARGS, CPU, ...):
 # docs/recipes.md, "Variables".
 PAIR=${1:-} ARCH=${2:-} SIZE=${3:-}
 RECIPE=${RECIPE:-wmt14_${PAIR/-/_}_$SIZE}
@@ -45,10 +45,7 @@ OUTPUT="$WORK_DIR/newstest2014.generate.txt"
 stage translate --output "$OUTPUT" --output "$OUTPUT.bleu" translate --checkpoint "$CHECKPOINTS/checkpoint_average.pt" \
     --subset test --output "$OUTPUT" --post-process "$SUBWORDS"
 score --generate-output "$OUTPUT" --subset test
-FP16_ARGS=()
-[ "${FP16:-0}" != 1 ] || FP16_ARGS=(--fp16)
 run_to "$WORK_DIR/training_cost.txt" "$PYTHON" -m vaswani_plugin.tools.training_cost --checkpoint \
-    "$CHECKPOINTS/checkpoint_last.pt" --gpus "$WORKERS" --paper "$SIZE" ${PEAK_TFLOPS:+--peak-tflops "$PEAK_TFLOPS"} \
-    "${FP16_ARGS[@]}"
+    "$CHECKPOINTS/checkpoint_last.pt" --gpus "$WORKERS" --paper "$SIZE" ${PEAK_TFLOPS:+--peak-tflops "$PEAK_TFLOPS"}
 [ "$DRY_RUN" = 1 ] || cat "$WORK_DIR/training_cost.txt"
 write_report

@@ -117,11 +117,24 @@ def test_auto_is_on_only_on_a_cpu_that_multiplies_bfloat16_natively(flags, enabl
 
 
 def test_auto_is_off_on_a_gpu_and_beside_fairseqs_mixed_precision():
-    for device in ("cuda", "cuda:1", torch.device("cuda", 0)):
-        assert bf16_autocast_enabled("auto", device, flags=AMX) == (
-            False,
-            "--bf16-autocast auto: on for CPUs only, and this is cuda",
+    for device in ("cuda", "cuda:1", torch.device("cuda", 0)):  # by the card's compute capability (faked)
+        assert bf16_autocast_enabled("auto", device, flags=AVX2_ONLY, gpu=((8, 0), "A100")) == (
+            True,
+            "--bf16-autocast auto: A100, compute capability 8.0: bfloat16 tensor cores",
         )
+        assert bf16_autocast_enabled("auto", device, flags=AMX, gpu=((7, 5), "T4")) == (
+            False,
+            "--bf16-autocast auto: T4, compute capability 7.5: float16 tensor cores, no bfloat16 ones (its mixed "
+            "precision is fairseq's --fp16, which PRECISION=auto passes)",
+        )
+        assert bf16_autocast_enabled("auto", device, gpu=((6, 0), "P100")) == (
+            False,
+            "--bf16-autocast auto: P100, compute capability 6.0: no tensor cores for mixed precision, so float32",
+        )
+    assert bf16_autocast_enabled("auto", "mps") == (
+        False,
+        "--bf16-autocast auto: on for CPUs and GPUs only, and this is mps",
+    )
     for option in FAIRSEQ_OPTIMIZERS:
         assert bf16_autocast_enabled("auto", "cpu", option, flags=AMX) == (
             False,
@@ -276,3 +289,112 @@ def test_a_bare_option_means_on_and_none_off():
     assert task_config("--bf16-autocast").bf16_autocast == "on"
     for value in ("auto", "on", "off", "1", "0"):
         assert task_config("--bf16-autocast", value).bf16_autocast == value
+
+
+# The recipes' PRECISION: its spellings, what auto chooses by the card, what a checkpoint trained in, the command.
+
+
+@pytest.mark.parametrize(
+    "environ,setting",
+    [
+        ({}, ("auto", "PRECISION unset")),
+        ({"PRECISION": "TF32"}, ("tf32", "PRECISION=tf32")),
+        ({"FP16": "1"}, ("fp16", "FP16=1")),
+        ({"FP16": "0", "BF16": "0"}, ("fp32", "BF16=0")),  # BF16=0: float32 everywhere, as before PRECISION
+        ({"BF16": "1"}, ("bf16", "BF16=1")),
+        ({"BF16": "auto"}, ("auto", "BF16=auto")),
+        ({"FP16": "1", "BF16": "auto"}, ("fp16", "FP16=1")),
+        ({"PRECISION": "bf16", "BF16": "1"}, ("bf16", "PRECISION=bf16")),
+    ],
+)
+def test_the_recipes_precision_and_its_older_spellings(environ, setting):
+    assert precision.recipe_setting(environ) == setting
+
+
+@pytest.mark.parametrize(
+    "gpus,chosen",
+    [
+        ([], None),
+        ([((9, 0), "NVIDIA H200")], "bf16"),
+        ([((8, 0), "NVIDIA A100-SXM4-40GB")], "bf16"),
+        ([((7, 0), "Tesla V100-SXM2-16GB")], "fp16"),
+        ([((6, 0), "Tesla P100-PCIE-16GB")], "fp32"),
+        ([((9, 0), "NVIDIA H200"), ((7, 0), "Tesla V100-SXM2-16GB")], "fp16"),  # the smallest decides
+    ],
+)
+def test_auto_on_gpus_by_the_smallest_compute_capability(gpus, chosen):
+    if chosen is None:
+        with pytest.raises(VaswaniConfigError, match="^PRECISION auto: no GPU visible to choose for; set PRECISION$"):
+            precision.decide("auto", "cuda", gpus)
+        return
+    assert precision.decide("auto", "cuda", gpus) == precision.gpu_default(*min(gpus))
+    assert precision.decide("auto", "cuda", gpus)[0] == chosen
+    assert precision.decide("amp", "cuda", gpus) == ("amp", "PRECISION=amp")  # a setting is followed as said
+    assert precision.decide("auto", "cpu", gpus)[0] == "auto"  # a CPU's: the task's, by its flags
+
+
+@pytest.mark.parametrize(
+    "common,task,trained",
+    [
+        ({"amp": True}, {"bf16_autocast": "off"}, "amp"),
+        ({"fp16": True}, {"bf16_autocast": "off"}, "fp16"),
+        ({"memory_efficient_fp16": True}, {}, "fp16"),
+        ({}, {"bf16_autocast": "on"}, "bf16"),
+        ({}, {"bf16_autocast": True}, "bf16"),
+        ({}, {"bf16_autocast": "1", "tf32": True}, "bf16"),
+        ({}, {"bf16_autocast": "off", "tf32": True}, "tf32"),
+        ({}, {"bf16_autocast": "0"}, "fp32"),
+        ({"cpu": True}, {"bf16_autocast": "auto"}, "auto"),
+        ({"cpu": False}, {"bf16_autocast": "auto"}, "fp32"),  # auto on a GPU chose float32 before PRECISION
+    ],
+)
+def test_the_precision_a_checkpoint_trained_in_is_the_one_its_arguments_give(common, task, trained):
+    """trained_precision reads back what arguments() gave fairseq-train, parsed as fairseq stores it."""
+    assert precision.trained_precision({"common": common, "task": task}) == trained
+    if trained != "auto" and not common.get("memory_efficient_fp16") and task.get("bf16_autocast") in ("on", "off"):
+        words = precision.arguments(trained)
+        stored = {
+            "common": {"amp": "--amp" in words, "fp16": "--fp16" in words, "cpu": False},
+            "task": {"bf16_autocast": words[1], "tf32": "--tf32" in words},
+        }
+        assert precision.trained_precision(stored) == trained
+
+
+@pytest.mark.parametrize(
+    "spec,printed",
+    [
+        ("", None),
+        ("9.0:NVIDIA H200:141", "bf16 NVIDIA H200, compute capability 9.0: bfloat16 tensor cores"),
+        ("8.0:NVIDIA A100:40", "bf16 NVIDIA A100, compute capability 8.0: bfloat16 tensor cores"),
+        ("7.0:Tesla V100:16", "fp16 Tesla V100, compute capability 7.0: float16 tensor cores, no bfloat16 ones"),
+        (
+            "6.0:Tesla P100:16",
+            "fp32 Tesla P100, compute capability 6.0: no tensor cores for mixed precision, so float32",
+        ),
+    ],
+)
+def test_the_command_says_what_auto_chooses_on_the_visible_gpus(monkeypatch, capsys, spec, printed):
+    """`python -m vaswani_plugin.precision`, which run 0 of a recipe asks, on faked cards (tests/fake_gpus.py)."""
+    from fake_gpus import fake
+
+    fake(torch, spec, monkeypatch.setattr)
+    if printed is None:
+        with pytest.raises(SystemExit) as exit:  # sys.exit(line): the line on stderr, exit status 1
+            precision.main([])
+        assert exit.value.code == (
+            "vaswani_plugin.precision: error: PRECISION auto: no GPU visible to choose for; set PRECISION"
+        )
+        return
+    precision.main([])
+    assert capsys.readouterr().out.strip() == printed
+
+
+def test_the_precision_line_says_tf32_and_why_the_recipe_chose():
+    assert (
+        precision_line(
+            False, "--bf16-autocast off", tf32=True, default="PRECISION unset: the precision its checkpoints trained in"
+        )
+        == "precision: float32 with TF32 products (--bf16-autocast off; PRECISION unset: the precision its checkpoints "
+        "trained in)"
+    )
+    assert precision_line(True, "--bf16-autocast on", tf32=True) == "precision: bfloat16 autocast (--bf16-autocast on)"

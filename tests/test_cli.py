@@ -89,8 +89,9 @@ def command_modules():
 
 
 def test_the_list_of_commands_is_complete():
-    # resume reads a folder that may lack checkpoints: no input file of its can be missing.
-    assert sorted(command_modules()) == sorted([*MISSING_INPUT, "checkpoints.resume"])
+    # resume reads a folder that may lack checkpoints, precision the GPUs: no input file of theirs can be missing
+    # (precision's one line without a GPU: test_bf16_autocast.py).
+    assert sorted(command_modules()) == sorted([*MISSING_INPUT, "checkpoints.resume", "precision"])
 
 
 @pytest.mark.parametrize("name", command_modules())

@@ -9,6 +9,7 @@ import pytest
 import torch
 from cli_helpers import REPO, benchmark
 from conftest import build_model, make_dictionary, random_tokens
+from fake_gpus import fake
 
 from recipes import stages, training
 from vaswani_plugin.models import memory
@@ -17,12 +18,9 @@ from vaswani_plugin.tools import gpu_batch
 GIB = 2**30
 
 
-def fake_gpu(monkeypatch, gib):
-    """torch sees one GPU of `gib` GiB (its properties only: nothing runs on it)."""
-    properties = types.SimpleNamespace(total_memory=int(gib * GIB), name=f"Fake GPU {gib:g}")
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: properties)
+def fake_gpu(monkeypatch, gib, capability=(9, 0)):
+    """torch sees one GPU of `gib` GiB and compute `capability` (its properties only: nothing runs on it)."""
+    fake(torch, f"{capability[0]}.{capability[1]}:Fake GPU {gib:g}:{gib}", monkeypatch.setattr)
 
 
 @pytest.mark.parametrize("share", ["all", "output", "none"])
@@ -75,7 +73,19 @@ def test_gpu_batch_reads_the_model_and_precision_of_the_command(monkeypatch, rev
     ]
     vocabulary = len(make_dictionary(0).load(str(data / "dict.src.txt")))
     chunk = int(80 * GIB / 32) // memory.BYTES_PER_LOGIT  # output_layer_loss.chunk_logits_for an 80 GiB card
-    for flags, precision in (([], "float32"), (["--fp16"], "fp16"), (["--bf16-autocast", "on"], "bf16")):
+    for flags, capability, precision in (
+        ([], (9, 0), "float32"),
+        (["--tf32"], (9, 0), "float32"),
+        (["--fp16"], (9, 0), "fp16"),
+        (["--amp"], (7, 0), "amp"),
+        (["--bf16-autocast", "on"], (6, 0), "bf16"),
+        # auto as the task decides it on the smallest card: bfloat16 from compute capability 8.0, not below.
+        (["--bf16-autocast", "auto"], (9, 0), "bf16"),
+        (["--bf16-autocast", "auto"], (8, 0), "bf16"),
+        (["--bf16-autocast", "auto"], (7, 5), "float32"),
+        (["--bf16-autocast", "auto", "--fp16"], (8, 0), "fp16"),
+    ):
+        fake_gpu(monkeypatch, 80, capability)
         gpu_batch.main(words + flags)
         expected = memory.largest_batch(
             memory.Sizes(6, 1024, 2048, 16, vocabulary, vocabulary),
@@ -107,27 +117,12 @@ def test_the_one_gpu_default_is_the_papers_step_in_the_fewest_batches(monkeypatc
     assert "--max-tokens 0: 8334 tokens a batch" in capsys.readouterr().out  # 16 GiB: three batches
 
 
-FAKE_GPU_PYTHON = """import os, runpy, sys
-if sys.argv[1:3] == ["-m", "vaswani_plugin.tools.gpu_batch"]:  # torch sees one GPU of FAKE_GPU_GIB
-    import types, torch
-    gib = float(os.environ["FAKE_GPU_GIB"])
-    properties = types.SimpleNamespace(total_memory=int(gib * 2**30), name=f"Fake GPU {gib:g}")
-    torch.cuda.is_available, torch.cuda.device_count = (lambda: True), (lambda: 1)
-    torch.cuda.get_device_properties = lambda device=None: properties
-if sys.argv[1] != "-m":
-    sys.exit(f"fake python: {sys.argv[1:]}")
-sys.argv = sys.argv[2:]
-runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
-"""
-
-
 def test_run_zero_chooses_the_batch_from_its_gpu_and_every_run_takes_it(reversal_data, tmp_path, monkeypatch, capsys):
     """MAX_TOKENS_PER_GPU unset on GPUs: run 0's card decides (80 GiB: 25,000 tokens over 2 workers in one batch
     each); run 1, on an 8 GiB card, which alone would choose three batches, takes run 0's (recipes/training.py's
     batch, in process). A dry run says it is chosen at run time."""
     python = tmp_path / "python"
-    (tmp_path / "fake_gpu.py").write_text(FAKE_GPU_PYTHON)
-    python.write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path / "fake_gpu.py"} "$@"\n')
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} {REPO / "tests" / "fake_gpus.py"} "$@"\n')
     python.chmod(0o755)
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "data-bin").symlink_to(reversal_data / "joined")
@@ -140,7 +135,7 @@ def test_run_zero_chooses_the_batch_from_its_gpu_and_every_run_takes_it(reversal
     model += ["--share-all-embeddings", "--arch", "vaswani_transformer_big"]
 
     def batch(rank, gib, dry_run=False):
-        monkeypatch.setenv("FAKE_GPU_GIB", str(gib))
+        monkeypatch.setenv("FAKE_GPUS", f"9.0:Fake GPU {gib}:{gib}")
         monkeypatch.setenv("DRY_RUN", str(int(dry_run)))
         run = stages.Run(tmp_path / "work", rank=rank, name=f"node {rank}", launch_id="job 7", workers=2)
         run = dataclasses.replace(run, dry_run=dry_run)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import sentencepiece
 import torch
-from cli_helpers import NATIVE_BF16, TINY_MODEL
+from cli_helpers import TINY_MODEL
 from conftest import lane_job
 from doc_blocks import block, commands
 from fairseq.data import Dictionary
@@ -28,7 +28,6 @@ from wmt_mirror import build_mirror, newstest2014_sentences
 
 from recipes import launch
 from vaswani_plugin import VaswaniConfigError
-from vaswani_plugin.precision import bf16_autocast_enabled
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = " ".join(TINY_MODEL)
@@ -325,8 +324,9 @@ def test_table3_needs_a_row():
 def run_common(tmp_path, commands, gpus=8, **settings):
     """Source recipes/common.sh and run COMMANDS, with a stand-in python that reports GPUS visible GPUs, a longest
     training sentence of 100 tokens (prepare.longest), a GPU's batch of 4096 tokens (tools.gpu_batch), runs the
-    stage records and decisions (prepare.records, recipes.stages, recipes.training) and the launch plan and paper's
-    settings (recipes.launch), and prints any other command it is given (`python ARGS...`) instead of running it."""
+    stage records and decisions (prepare.records, recipes.stages, recipes.training), the launch plan and paper's
+    settings (recipes.launch) and what PRECISION auto chooses for the GPUs of FAKE_GPUS (tests/fake_gpus.py; by default
+    H200s), and prints any other command it is given (`python ARGS...`) instead of running it."""
     fake_python = tmp_path / "python"
     fake_python.write_text(
         f'#!/bin/sh\nif [ "$1" = -c ]; then echo {gpus}; '
@@ -335,11 +335,12 @@ def run_common(tmp_path, commands, gpus=8, **settings):
         f'tokens a batch fit" >&2; '
         f'elif [ "$2" = prepare.records ] || [ "${{2%.*}}" = recipes ]; then '
         f'exec {sys.executable} "$@"; '
+        f'elif [ "$2" = vaswani_plugin.precision ]; then exec {sys.executable} {REPO / "tests" / "fake_gpus.py"} "$@"; '
         f'else echo "python $*"; fi\n'
     )
     fake_python.chmod(0o755)
     env = dict(os.environ, PYTHON=str(fake_python), RECIPE="test", WORK_DIR=str(tmp_path), TENSORBOARD="0")
-    env.update(settings)
+    env.update({"FAKE_GPUS": ",".join(["9.0:NVIDIA H200:141"] * gpus)}, **settings)
     return subprocess.run(
         ["bash", "-c", f"source {REPO}/recipes/common.sh; {commands}"],
         env=env,
@@ -371,10 +372,7 @@ def launched(result) -> str:
         ({}, "workers=8 args=--distributed-world-size 8 update_freq=1 max_tokens=3125"),
         # Fewer GPUs: --update-freq grows so that a step still holds about 25,000 tokens.
         ({"NUM_GPUS": "1"}, "workers=1 args=--distributed-world-size 1 update_freq=7 max_tokens=3572"),
-        (
-            {"NUM_GPUS": "4", "FP16": "1"},
-            "workers=4 args=--distributed-world-size 4 --fp16 update_freq=2 max_tokens=3125",
-        ),
+        ({"NUM_GPUS": "4", "FP16": "1"}, "workers=4 args=--distributed-world-size 4 update_freq=2 max_tokens=3125"),
         # Two nodes of 8: this node's processes start at rank 8 and reach node 0 over TCP.
         (
             {"NUM_NODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "node0", "MASTER_PORT": "29500"},
@@ -424,40 +422,77 @@ def test_more_gpus_than_visible_is_an_error(tmp_path):
 TRAIN = 'stages train; detect_devices; train "$WORK_DIR/checkpoints" --arch a'
 
 
+H200, V100, P100 = "9.0:NVIDIA H200:141", "7.0:Tesla V100-SXM2-16GB:16", "6.0:Tesla P100-PCIE-16GB:16"
+BF16, FP16, FP32 = "--bf16-autocast on", "--bf16-autocast off --fp16", "--bf16-autocast off"
+
+
 @pytest.mark.parametrize(
-    "gpus,settings,passed,expected",
+    "gpus,settings,passed,why",
     [
-        (8, {}, "0", False),
-        (8, {"BF16": "1"}, "1", True),
-        (8, {"BF16": "auto"}, "auto", False),  # auto is for CPUs; GPUs have FP16=1
-        (0, {"BF16": "auto", "CPU": "1"}, "auto", NATIVE_BF16),
-        (0, {"BF16": "0", "CPU": "1"}, "0", False),
+        # PRECISION unset: mixed precision by the smallest card's compute capability (run 0's node decides).
+        (H200, {}, BF16, "NVIDIA H200, compute capability 9.0: bfloat16 tensor cores"),
+        ("8.0:NVIDIA A100-SXM4-40GB:40", {}, BF16, "compute capability 8.0: bfloat16 tensor cores"),
+        (V100, {}, FP16, "Tesla V100-SXM2-16GB, compute capability 7.0: float16 tensor cores, no bfloat16 ones"),
+        (f"{H200},{V100}", {}, FP16, "Tesla V100-SXM2-16GB, compute capability 7.0"),
+        (P100, {}, FP32, "compute capability 6.0: no tensor cores for mixed precision, so float32"),
+        # Set: as said, on any card; the older spellings as before (BF16=0: float32).
+        (V100, {"PRECISION": "bf16"}, BF16, None),
+        (H200, {"PRECISION": "fp32"}, FP32, None),
+        (H200, {"PRECISION": "tf32"}, "--bf16-autocast off --tf32", None),
+        (H200, {"PRECISION": "amp"}, "--bf16-autocast off --amp", None),
+        (H200, {"FP16": "1"}, FP16, None),
+        (H200, {"FP16": "1", "BF16": "0"}, FP16, None),
+        (H200, {"BF16": "1"}, BF16, None),
+        (H200, {"BF16": "0"}, FP32, None),
+        (V100, {"BF16": "auto"}, FP16, "compute capability 7.0"),
+        # A CPU: the task's own auto, by the CPU's flags (tests/test_bf16_autocast.py fakes other CPUs).
+        ("", {"CPU": "1"}, "--bf16-autocast auto", None),
+        ("", {"CPU": "1", "BF16": "0"}, FP32, None),
+        ("", {"CPU": "1", "PRECISION": "bf16"}, BF16, None),
     ],
 )
-def test_bf16_setting_goes_to_the_task_which_decides(gpus, settings, passed, expected, tmp_path):
-    """The recipe passes BF16 as it is; the task decides (vaswani_plugin.precision, on the device it trains on and
-    this CPU's flags; tests/test_bf16_autocast.py fakes other CPUs) and logs its `precision:` line."""
-    result = run_common(tmp_path, TRAIN, gpus=gpus, **settings)
+def test_the_precision_is_chosen_once_from_precision_or_the_gpus(gpus, settings, passed, why, tmp_path):
+    """recipes/training.py's command for PRECISION (and FP16, BF16) on the cards of FAKE_GPUS: the arguments it gives
+    fairseq-train, and, where it chose, the `precision:` line and why the task is told (VASWANI_PRECISION_DEFAULT)."""
+    result = run_common(tmp_path, TRAIN, gpus=len(gpus.split(",")) if gpus else 0, FAKE_GPUS=gpus, **settings)
     assert result.returncode == 0, result.stderr
     (command,) = [line for line in result.stdout.splitlines() if line.startswith("python -m fairseq_cli.train ")]
-    assert f" --task vaswani_translation --bf16-autocast {passed} " in command
-    assert bf16_autocast_enabled(passed, "cuda" if gpus else "cpu")[0] == expected
+    assert f" --task vaswani_translation {passed} --share-all-embeddings " in command
+    said = re.findall(r"\] precision: (.*)", result.stderr)
+    if why is None:
+        assert said == []
+    else:
+        (line,) = said
+        assert line.startswith(f"{passed.split()[-1].strip('-').replace('on', 'bf16').replace('off', 'fp32')} (")
+        assert "PRECISION unset" in line or "BF16=auto" in line
+        assert why in line
     assert (tmp_path / "checkpoints" / "train.log").read_text() == result.stdout  # the node's log
 
 
-def test_fp16_with_bf16_is_the_tasks_one_line_error(tmp_path):
-    result = run_common(tmp_path, TRAIN, BF16="1", FP16="1")
-    assert result.returncode == 0, result.stderr  # the recipe leaves the precision to the task
-    (command,) = [line for line in result.stdout.splitlines() if line.startswith("python -m fairseq_cli.train ")]
-    assert " --bf16-autocast 1 " in command and " --fp16 " in command
-    with pytest.raises(VaswaniConfigError) as error:  # what the task does at its first training step
-        bf16_autocast_enabled("1", "cuda", "--fp16")
-    assert str(error.value) == "--bf16-autocast is a precision of its own: drop --fp16, --amp and --bf16"
+@pytest.mark.parametrize(
+    "gpus,settings,message",
+    [
+        (8, {"FP16": "1", "BF16": "1"}, "FP16=1 and BF16=1 are two precisions: set PRECISION=fp16 or PRECISION=bf16"),
+        (8, {"PRECISION": "bf16", "FP16": "1"}, "PRECISION=bf16 and FP16=1 disagree: set PRECISION alone"),
+        (8, {"PRECISION": "fp8"}, "PRECISION=fp8: use auto, fp32, tf32, fp16, amp, bf16"),
+        (8, {"BF16": "yes"}, "BF16=yes: use 1 (PRECISION=bf16), 0 (PRECISION=fp32) or auto"),
+        (
+            0,
+            {"CPU": "1", "PRECISION": "fp16"},
+            "PRECISION=fp16 is for GPUs (fairseq's fp16 needs CUDA): on a CPU use auto, fp32 or bf16",
+        ),
+    ],
+)
+def test_a_precision_the_recipe_cannot_follow_is_one_line_before_anything_runs(gpus, settings, message, tmp_path):
+    result = run_common(tmp_path, TRAIN, gpus=gpus, **settings)
+    assert result.returncode == 1 and result.stderr.strip().splitlines()[-1] == f"test: error: {message}"
+    assert not (tmp_path / "checkpoints").exists()
 
 
 @NEEDS_CPU_PATH
 def test_a_bad_bf16_setting_is_the_tasks_one_line_error(reversal_data, tmp_path):
-    """fairseq-train itself, on a tiny corpus: the task refuses the value before the model is built."""
+    """fairseq-train itself, on a tiny corpus: the task refuses the value (given past the recipe's PRECISION, in
+    EXTRA_TRAIN_ARGS) before the model is built."""
     env = dict(
         os.environ,
         PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
@@ -466,7 +501,7 @@ def test_a_bad_bf16_setting_is_the_tasks_one_line_error(reversal_data, tmp_path)
         RECIPE="test",
         WORK_DIR=str(tmp_path),
         CPU="1",
-        BF16="yes",
+        EXTRA_TRAIN_ARGS="--bf16-autocast yes",
         TOKENS_PER_STEP="1000",
     )
     (tmp_path / "data").mkdir()
@@ -808,13 +843,15 @@ def test_report_0_plans_no_report_and_takes_0_or_1(tmp_path):
 
 def test_the_documented_dry_run_plans_the_big_model_on_eight_gpus(tmp_path):
     """docs/recipes.md's DRY_RUN block as written, from a folder with the recipes (its default WORK_DIR, ./work/...,
-    relative to it): 8 GPUs in fp16, the big model, nothing written."""
+    relative to it): 8 GPUs, the big model, nothing written; the precision chosen at run time (the plan: bf16's)."""
     (tmp_path / "recipes").symlink_to(REPO / "recipes")
     result = run_recipe("wmt14_en_de_big.sh", {}, command=block("docs/recipes.md", "test:dry-run"), cwd=tmp_path)
     (train,) = [shlex.split(line) for line in result.stdout.splitlines() if " -m fairseq_cli.train " in line]
-    assert train[train.index("--arch") + 1] == "vaswani_transformer_big" and "--fp16" in train
+    assert train[train.index("--arch") + 1] == "vaswani_transformer_big" and "--fp16" not in train
+    assert train[train.index("--bf16-autocast") + 1] == "on"
     assert train[train.index("--distributed-world-size") + 1] == "8"
-    assert "training on 8 GPU(s) x 1 node(s), fp16" in result.stderr
+    assert "training on 8 GPU(s) x 1 node(s), auto (at training, by the GPUs' compute capability)" in result.stderr
+    assert "precision: PRECISION unset: chosen at run time by the GPUs' compute capability" in result.stderr
     assert sorted(path.name for path in tmp_path.iterdir()) == ["recipes"]
 
 

@@ -24,10 +24,12 @@ from fairseq import checkpoint_utils
 from test_recipes import BIG_RUN, NEEDS_CPU_PATH, check_scores, hypotheses, run_recipe, tiny_env
 from wmt_mirror import newstest2014_sentences
 
+from recipes import stages, training
 from vaswani_plugin.checkpoints import average as average_checkpoints
 from vaswani_plugin.checkpoints import convert_fairseq
 from vaswani_plugin.checkpoints.average import average_checkpoints as averaged
 from vaswani_plugin.checkpoints.resume import main as resume_main
+from vaswani_plugin.checkpoints.resume import trained_precision_of
 from vaswani_plugin.checkpoints.storage import unreadable_checkpoint_message
 from vaswani_plugin.scoring import bleu as score
 from vaswani_plugin.tools import attention_pictures, training_cost
@@ -357,7 +359,12 @@ def plan_decision(plan: str, capsys, *options) -> str:
         ("--adam-betas (0.9,0.999)", "refuse --adam-betas is '(0.9,0.999)' now, '(0.9,0.98)' in the checkpoints"),
         ("--warmup-updates 8000", "refuse --warmup-updates is 8000 now, 4000 in the checkpoints"),
         ("--label-smoothing 0", "refuse --label-smoothing is 0.0 now, 0.1 in the checkpoints"),
-        ("--fp16", "refuse --fp16 is True now, False in the checkpoints"),
+        ("--fp16 --max-update 9", "refuse --fp16 is True now, False in the checkpoints"),
+        ("--amp --max-update 9", "refuse --amp is True now, False in the checkpoints"),
+        # A finished run trains no more: not refused for another precision (a default or a card that changed) ...
+        ("--fp16", "finished"),
+        # ... but for a change that is more than one.
+        ("--fp16 --dropout 0.3", "refuse --dropout is 0.3 now, 0.1 in the checkpoints"),
         ("--max-tokens 2000", "refuse the tokens per step (TOKENS_PER_STEP) are 2,000 now, 1,000 in the checkpoints"),
         (
             "--max-update 4",
@@ -409,6 +416,29 @@ def test_a_folder_names_the_optimizer_its_checkpoints_trained_under(reversal_tra
         folder.mkdir(exist_ok=True)
         resume_main(["--optimizer", str(folder)])
         assert capsys.readouterr().out == expected + "\n"
+
+
+def test_a_run_in_progress_goes_on_in_the_precision_its_checkpoints_trained_in(
+    reversal_training, tmp_path, monkeypatch
+):
+    """recipes/training.py's precision with PRECISION unset, for a folder whose checkpoints trained in float32 (the
+    README's training) or under fairseq's --fp16: the checkpoints' precision, named as the reason; set, PRECISION's
+    (the re-run table then decides: test_a_training_plan_resumes_only_what_its_checkpoints_allow)."""
+    save_dir, _ = reversal_training
+    state = torch.load(save_dir / "checkpoint_last.pt", weights_only=True)
+    state["cfg"]["common"]["fp16"] = True
+    torch.save(state, tmp_path / "checkpoint_last.pt")
+    assert trained_precision_of(save_dir) == "fp32" and trained_precision_of(tmp_path) == "fp16"
+    assert trained_precision_of(tmp_path / "none") is None
+    run = stages.Run(tmp_path / "work", rank=0, name="node 0", launch_id="job", workers=8)
+    for name in ("PRECISION", "FP16", "BF16"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DEVICE_ARGS", "--distributed-world-size 8")  # GPUs (no --cpu)
+    why = "PRECISION unset: the precision its checkpoints trained in"
+    assert training.precision(run, "python", "fp16") == ("fp16", why)
+    assert training.precision(run, "python", "fp32") == ("fp32", why)
+    monkeypatch.setenv("BF16", "1")
+    assert training.precision(run, "python", "fp16") == ("bf16", "")
 
 
 def test_a_plan_without_checkpoints_runs(training_plan, tmp_path, capsys):

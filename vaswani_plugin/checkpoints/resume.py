@@ -29,6 +29,7 @@ from vaswani_plugin.checkpoints.storage import (
 )
 from vaswani_plugin.cli import run_command
 from vaswani_plugin.errors import VaswaniConfigError
+from vaswani_plugin.precision import trained_precision
 from vaswani_plugin.tools.progress import MIRRORED_OPTIONS
 
 PROG = "vaswani_plugin.checkpoints.resume"
@@ -89,6 +90,8 @@ ALLOWED = {
     "task": {
         "data",
         "bf16_autocast",
+        "tf32",  # TF32 products, as bfloat16 autocast: the same weights and optimizer state
+        "compile_layers",  # how the layers run, not what they compute
         "search",
         "gnmt_alpha",
         "parse_constrained",
@@ -111,13 +114,15 @@ ALLOWED = {
     },
     "criterion": {"loss_chunk_logits", *MIRRORED_OPTIONS},  # loss_chunk_logits: how the loss is computed, not what
 }
+PRECISION_FIELDS = ("fp16", "bf16", "memory_efficient_fp16", "memory_efficient_bf16", "amp")  # fairseq's, in common
 COMPARED_FIELDS = {
-    "common": ("fp16", "bf16", "memory_efficient_fp16", "memory_efficient_bf16", "amp"),
+    "common": PRECISION_FIELDS,
     "optimization": ("clip_norm", "sentence_avg", "lr", "stop_min_lr"),
 }
 # After a divergence (tools/stopping.py) a run may go on from its last intact checkpoint with a lower rate or a
 # longer warm-up: eq. 3's settings and Adam's rate. A precision is no such change (fairseq resumes no optimizer
 # state under another optimizer class: fp16's, amp's).
+PRECISION_GROUP_FIELDS = {("common", name) for name in PRECISION_FIELDS}
 RETUNABLE = {"lr_scheduler": None, "optimization": ("lr", "clip_norm")}  # None: every field of the group
 TOKENS_TOLERANCE = 0.02  # the recipes' rounding of TOKENS_PER_STEP over the workers stays well inside it
 
@@ -153,9 +158,9 @@ def retunable(group: str, name: str) -> bool:
     return RETUNABLE[group] is None or name in RETUNABLE[group]
 
 
-def configuration_change(old: dict, new: dict, retuning: bool = False) -> Optional[str]:
+def configuration_change(old: dict, new: dict, retuning: bool = False, precision: bool = True) -> Optional[str]:
     """The first setting of `new` that a run going on from a checkpoint trained under `old` may not change;
-    `retuning`: after a divergence, RETUNABLE may change too."""
+    `retuning`: after a divergence, RETUNABLE may change too; `precision`: fairseq's precision is compared."""
     fields = [
         (group, name)
         for group in COMPARED_GROUPS
@@ -166,6 +171,8 @@ def configuration_change(old: dict, new: dict, retuning: bool = False) -> Option
     fields += [(group, name) for group, names in COMPARED_FIELDS.items() for name in names]
     if retuning:
         fields = [(group, name) for group, name in fields if not retunable(group, name)]
+    if not precision:
+        fields = [(group, name) for group, name in fields if (group, name) not in PRECISION_GROUP_FIELDS]
     for group, name in fields:
         if name in (old.get(group) or {}) and name in (new.get(group) or {}) and old[group][name] != new[group][name]:
             # A group's _name is the choice of --arch (the model's), --criterion, --optimizer, ...
@@ -197,6 +204,13 @@ def stored_config(state: dict) -> dict:
     return cfg
 
 
+def trained_precision_of(save_dir: Path) -> Optional[str]:
+    """The recipes' PRECISION SAVE_DIR's checkpoints trained in (vaswani_plugin.precision.trained_precision), that of
+    the checkpoint training resumes from; None without one."""
+    state = resumed_state(save_dir)
+    return None if state is None else trained_precision(stored_config(state))
+
+
 def trained_optimizer(save_dir: Path) -> Optional[str]:
     """The --optimizer SAVE_DIR's checkpoints were trained under (fairseq resumes none under another): that of the
     checkpoint training resumes from; None without one."""
@@ -216,30 +230,30 @@ def plan_decision(plan: str, repair: bool = False, retuning: bool = False) -> st
     if state is None:
         return "run"
     old = stored_config(state)
-    change = configuration_change(old, new, retuning)
-    if change:
-        return f"refuse {change}"
     updates = state["optimizer_history"][-1]["num_updates"]
     extra = state.get("extra_state") or {}
     target = new["optimization"]
-    if target["max_update"] and updates > target["max_update"]:
-        return (
-            f"refuse --max-update is {target['max_update']:,} now (MAX_UPDATE), but the checkpoints in "
-            f"{save_dir} are at update {updates:,}"
-        )
     ended_epochs = extra.get("train_iterator", {}).get("epoch", 1) - 1
     trained = extra.get("previous_training_time", 0)
     # --leave-epochs moves the time limit while training, and the checkpoint keeps the limit it had: the one that
     # stopped the training in its last.
     left = new["task"].get("leave_epochs") and old["task"].get("leave_epochs")
-    if (
+    finished = (
         (target["max_update"] and updates >= target["max_update"])
         or (target["stop_time_hours"] and trained >= target["stop_time_hours"] * 3600)
         or (left and trained >= old["optimization"]["stop_time_hours"] * 3600)
         or (target["max_epoch"] and ended_epochs >= target["max_epoch"])
-    ):
-        return "finished"
-    return f"resume {updates}"
+    )
+    change = configuration_change(old, new, retuning)
+    # A finished run trains no more: another precision (a default that changed, a card that differs) changes nothing.
+    if change and not (finished and configuration_change(old, new, retuning, precision=False) is None):
+        return f"refuse {change}"
+    if target["max_update"] and updates > target["max_update"]:
+        return (
+            f"refuse --max-update is {target['max_update']:,} now (MAX_UPDATE), but the checkpoints in "
+            f"{save_dir} are at update {updates:,}"
+        )
+    return "finished" if finished else f"resume {updates}"
 
 
 def main(argv=None) -> None:

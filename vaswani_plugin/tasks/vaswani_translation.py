@@ -4,6 +4,7 @@ training under bfloat16 autocast (--bf16-autocast auto|on|off, decided by vaswan
 set's BLEU or F1 at validations (--dev-score, tasks/dev_scores.py)."""
 
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -24,6 +25,7 @@ from vaswani_plugin.generation.generators import (
     PlainSequenceGeneratorWithAlignment,
 )
 from vaswani_plugin.generation.tree_constraint import constrain_to_trees
+from vaswani_plugin.models.compiled_layers import compile_layers
 from vaswani_plugin.precision import bf16_autocast_enabled, bf16_autocast_setting, precision_line
 from vaswani_plugin.tasks.dev_scores import DevScoring
 from vaswani_plugin.tasks.dictionary import VaswaniDictionary
@@ -34,6 +36,7 @@ from vaswani_plugin.tools import progress_meter
 logger = logging.getLogger(__name__)
 
 SEARCH_RULES = ("fairseq", "paper")
+DEFAULT_PRECISION_WHY = "VASWANI_PRECISION_DEFAULT"  # the recipes' reason for a precision they chose (PRECISION unset)
 
 
 @dataclass
@@ -64,7 +67,22 @@ class VaswaniTranslationConfig(TranslationConfig, progress_meter.ProgressOptions
         metadata={
             "argparse_const": "on",
             "help": "auto, on or off (default off; bare: on): train under bfloat16 autocast, weights, loss and Adam "
-            "in float32; auto: on only on a CPU with AVX512-BF16 or AMX. Not fairseq's --bf16 (TPUs)",
+            "in float32; auto: on a GPU of compute capability 8.0 or more and a CPU with AVX512-BF16 or AMX. Not "
+            "fairseq's --bf16 (TPUs)",
+        },
+    )
+    tf32: bool = field(
+        default=False,
+        metadata={
+            "help": "float32 matrix products and convolutions on a GPU's TF32 tensor cores (compute capability 8.0 "
+            "or more; torch leaves them off); no effect on a CPU"
+        },
+    )
+    compile_layers: str = field(
+        default="off",
+        metadata={
+            "help": "off (default), dynamic or reduce-overhead: train with each encoder and decoder layer under "
+            "torch.compile (dynamic=True, inductor; reduce-overhead: CUDA graphs, a GPU only); eval passes eager"
         },
     )
     dev_score: str = field(
@@ -177,7 +195,10 @@ class VaswaniTranslationTask(TranslationTask):
             parameter = next(model.parameters())
             half = fairseq_precision(optimizer, parameter.dtype)
             self.bf16_autocast, reason = bf16_autocast_enabled(self.cfg.bf16_autocast, parameter.device, half)
-            line = precision_line(self.bf16_autocast, reason, half)
+            tf32 = self.cfg.tf32 and parameter.device.type == "cuda"
+            if tf32:  # before the first product: torch leaves TF32 off for them
+                torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+            line = precision_line(self.bf16_autocast, reason, half, tf32, os.environ.get(DEFAULT_PRECISION_WHY, ""))
             logger.info(line)
             progress_meter.note({"kind": "precision", "precision": line.removeprefix("precision: ")})
         return self.bf16_autocast
@@ -187,6 +208,7 @@ class VaswaniTranslationTask(TranslationTask):
         if self.dev_scoring.enabled:
             self.dev_scoring.before_training_step(update_num)
         self.leave_epochs.count(self, model)
+        compile_layers(model, self.cfg.compile_layers)
         if self.decide_bf16_autocast(model, optimizer):
             device = next(model.parameters()).device.type
 

@@ -1,7 +1,7 @@
 """The most tokens a GPU's batch holds for a training command: the recipes' MAX_TOKENS_PER_GPU when unset.
 
     python -m vaswani_plugin.tools.gpu_batch DATA_BIN --user-dir vaswani_plugin --arch vaswani_transformer_big \
-        --share-all-embeddings --fp16 ...   # fairseq-train's arguments; prints the tokens
+        --share-all-embeddings --bf16-autocast on ...   # fairseq-train's arguments; prints the tokens
 
 The model's sizes, dictionaries and precision are read from the command as fairseq-train parses it; the batch is
 the largest whose peak (vaswani_plugin/models/memory.py, an upper bound checked against measured peaks) stays
@@ -20,11 +20,12 @@ from vaswani_plugin.models.output_layer_loss import chunk_logits_for
 from vaswani_plugin.precision import bf16_autocast_enabled
 
 
-def precision_of(args) -> str:
-    """memory.PRECISIONS' name of the command's precision on a GPU, bfloat16 autocast decided as the task decides
-    it (vaswani_plugin.precision: auto is off on a GPU, on beside --fp16 or --amp an error)."""
+def precision_of(args, gpu) -> str:
+    """memory.PRECISIONS' name of the command's precision on `gpu` (its compute capability and name), bfloat16
+    autocast decided as the task decides it there (vaswani_plugin.precision: auto by the capability, on beside
+    --fp16 or --amp an error); TF32 products hold what float32's do."""
     fairseq = "fp16" if getattr(args, "fp16", False) else "amp" if getattr(args, "amp", False) else None
-    bf16, _ = bf16_autocast_enabled(getattr(args, "bf16_autocast", "off"), "cuda", fairseq and f"--{fairseq}")
+    bf16, _ = bf16_autocast_enabled(getattr(args, "bf16_autocast", "off"), "cuda", fairseq and f"--{fairseq}", gpu=gpu)
     return "bf16" if bf16 else fairseq or "float32"
 
 
@@ -50,17 +51,23 @@ def sizes_of(args, source_vocabulary: int, target_vocabulary: int) -> Sizes:
     )
 
 
-def largest_on_gpus(sizes: Sizes, precision: str):
-    """(tokens, why): the largest batch on the smallest visible GPU, and a line saying how it was chosen."""
+def smallest_gpu():
+    """(torch.device, properties) of the visible GPU with the least memory."""
     if not torch.cuda.is_available():
         raise VaswaniConfigError("no GPU visible: the batch is chosen from a GPU's memory; set MAX_TOKENS_PER_GPU")
-    device, properties = min(
+    return min(
         (
             (torch.device("cuda", index), torch.cuda.get_device_properties(index))
             for index in range(torch.cuda.device_count())
         ),
         key=lambda pair: pair[1].total_memory,
     )
+
+
+def largest_on_gpus(sizes: Sizes, precision: str, gpu=None):
+    """(tokens, why): the largest batch on the smallest visible GPU (`gpu`: smallest_gpu()'s), and a line saying how
+    it was chosen."""
+    device, properties = gpu or smallest_gpu()
     tokens = largest_batch(sizes, precision, int(properties.total_memory * GPU_MEMORY_SHARE), chunk_logits_for(device))
     budget = (
         f"{GPU_MEMORY_SHARE:.0%} of {properties.name}'s {properties.total_memory / 2**30:.0f} GiB for d_model "
@@ -90,7 +97,9 @@ def command_batch(training) -> int:
     parsed = options.parse_args_and_arch(options.get_training_parser(), list(training))
     task = tasks.setup_task(parsed)  # its dictionaries; no data is read
     sizes = sizes_of(parsed, len(task.source_dictionary), len(task.target_dictionary))
-    tokens, why = largest_on_gpus(sizes, precision_of(parsed))
+    device, properties = gpu = smallest_gpu()
+    capability = (properties.major, properties.minor)
+    tokens, why = largest_on_gpus(sizes, precision_of(parsed, (capability, properties.name)), gpu)
     print(f"{PROG}: {why}", file=sys.stderr)
     return tokens
 
