@@ -34,6 +34,20 @@ CPU_TRAINING_ENV = {  # glibc keeps allocations over 32 MB in the heap: 1.25x to
 # (translation batches change length nearly every step; NeMo reported ~30 % of a step lost to reallocation);
 # unmeasured here (docs/results.md, "The host's cost of an update").
 GPU_TRAINING_ENV = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+# GPU_THREADS=N: torch's intra-op threads in each GPU's process (OMP_NUM_THREADS; unset, torch's default). fairseq
+# #3342: one a process took a DGX A100 from 30 % to 97 % busy; the GPU acceptance measures 1 against the default.
+
+
+def gpu_threads(devices) -> dict:
+    """{"export OMP_NUM_THREADS": N} for GPU_THREADS=N on GPUs; a one-line error for a bad value or on a CPU."""
+    threads = env("GPU_THREADS")
+    if not threads:
+        return {}
+    if devices.cpu:
+        raise LaunchError("GPU_THREADS is for the processes of GPUs; on a CPU set OMP_NUM_THREADS")
+    if not digits(threads) or int(threads) == 0:
+        raise LaunchError(f"GPU_THREADS={threads}: use a number of threads, 1 or more")
+    return {"export OMP_NUM_THREADS": int(threads)}
 
 
 # A setting the user can fix: the recipe stops with `RECIPE: error: MESSAGE` (the plugin's one family of user errors
@@ -340,6 +354,7 @@ def devices_plan(python: str, shell_pid: str) -> dict:
             for name, value in (CPU_TRAINING_ENV if devices.cpu else GPU_TRAINING_ENV).items()
             if not env(name)
         },
+        **gpu_threads(devices),
     )
 
 

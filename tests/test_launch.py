@@ -23,7 +23,10 @@ LAUNCH_VARIABLES = (
     "MASTER_PORT",
     "NUM_GPUS",
     "CPU",
+    "PRECISION",
     "FP16",
+    "BF16",
+    "GPU_THREADS",
     "DRY_RUN",
     "TOKENS_PER_STEP",
     "MAX_TOKENS_PER_GPU",
@@ -221,3 +224,18 @@ def test_the_allocators_settings_by_device(environment, monkeypatch):
     environment(CPU=1)
     cpu = launch.devices_plan(sys.executable, "7")
     assert "export PYTORCH_CUDA_ALLOC_CONF" not in cpu and cpu["export MALLOC_MMAP_THRESHOLD_"] == "4294967296"
+
+
+def test_gpu_threads_sets_each_gpu_process_threads_and_is_refused_elsewhere(environment, monkeypatch):
+    monkeypatch.setattr(launch, "visible_gpus", lambda python: 8)
+    assert "export OMP_NUM_THREADS" not in launch.devices_plan(sys.executable, "7")  # unset: torch's default
+    environment(GPU_THREADS="1")
+    assert launch.devices_plan(sys.executable, "7")["export OMP_NUM_THREADS"] == 1
+    for value in ("0", "two"):
+        environment(GPU_THREADS=value)
+        with pytest.raises(launch.LaunchError, match=f"^GPU_THREADS={value}: use a number of threads, 1 or more$"):
+            launch.devices_plan(sys.executable, "7")
+    monkeypatch.setattr(launch, "visible_gpus", lambda python: 0)
+    environment(CPU=1, GPU_THREADS="1")
+    with pytest.raises(launch.LaunchError, match="^GPU_THREADS is for the processes of GPUs; on a CPU set OMP_NUM"):
+        launch.devices_plan(sys.executable, "7")
