@@ -1,7 +1,7 @@
 """The host's cost of a training update: fairseq-train's own Trainer, the plugin against fairseq's `transformer`.
 
-    python benchmarks/host_cost.py                       # 6+6 layers at d_model 64, 20 updates after 5, 1 thread
-    python benchmarks/host_cost.py --smoke               # seconds: 1+1 layers, 2 updates (the test suite)
+    python benchmarks/host_cost.py                       # 6+6 layers at d_model 64, 5 rounds of 4 updates, 1 thread
+    python benchmarks/host_cost.py --smoke               # seconds: 1+1 layers, 2 rounds of 1 update (the test suite)
     python benchmarks/host_cost.py --device cuda --size big --precisions amp --seconds 45   # the GPU acceptance's
 
 On a GPU an update of a model at the sizes users train is a few milliseconds of arithmetic: the host's work sets
@@ -22,7 +22,22 @@ per update it prints
 - peak memory (a GPU's allocator; on a CPU the live tensors at the profiled updates' start, gc's, the gradients
   freed, plus the profiler's allocations after it) beside the plugin's memory model (vaswani_plugin/models/
   memory.py) for the largest padded source and target of the same updates: the model is an upper bound, checked
-  here (amp on a CPU computes in float32: no model).
+  here (amp on a CPU computes in float32: no model);
+- kernel time by kind (KINDS: matrix products, attention, normalisation with dropout, residual and other
+  element-wise, softmax and loss, optimizer, casts and copies, other), ms and share: each aten call's own CPU time
+  (metadata-only calls left out), on a GPU its kernels' device time (the kernels no call launched in other), to the
+  kind that the innermost call around it names, or its phase (the gradients' multiply and clip, the optimizer step),
+  or the range host_cost puts around the criterion but not the model (the loss), or its outermost call's name; a
+  backward call looks at the forward call that made its autograd node. With it the matrix products' TFLOP/s:
+  torch.profiler's FLOPs of mm, addmm, bmm and baddbmm (with_flops: 2 m n k) over their kind's time;
+- the host's ms by Python frame, from cProfile over as many more updates: the plugin's areas (models/, criterions/,
+  tasks/, tools/, optim/: its per-step hooks and its model), fairseq's (trainer.py, optim/, logging/, ...) and
+  torch's, each as its own Python and the C calls made from it (other packages' Python, omegaconf's, the standard
+  library's, counted to the areas that called it), and the plugin's 10 and fairseq's 5 functions of most own time.
+On a CPU all configurations are built, warmed up and profiled first, then timed in --rounds interleaved rounds (the
+configurations in turn, every other round in reverse, the same batches in a round): per round the process CPU ms
+and wall ms per update and the ratio plugin / fairseq, whose median over the rounds is the headline ratio, so that
+a drift of the machine's speed (other load, its clock) cannot decide it. On a GPU each configuration is timed alone.
 Precisions: float32; fp16 and amp take fairseq's FP16Optimizer and AMPOptimizer paths on a CPU through the tests'
 shims (tests/fp16_on_cpu.py; amp's GradScaler is disabled without CUDA, so amp runs float32 arithmetic on its
 optimizer path); bf16 is the plugin's --bf16-autocast on, the plugin alone. Ratios are (plugin with the recipes'
@@ -215,12 +230,7 @@ def kernel_calls(profile) -> Counter:
     for event in profile.events():
         if not counted(event) or within_multi_tensor_call(event):
             continue
-        phase, parent = "other", event.cpu_parent
-        while parent is not None:
-            if parent.name in PHASES:
-                phase = PHASES[parent.name]
-                break
-            parent = parent.cpu_parent
+        phase = phase_of(event)
         counts[phase] += 1
         counts[(phase, aten_name(event))] += 1
     return counts
@@ -236,6 +246,272 @@ def within_multi_tensor_call(event) -> bool:
             return True
         parent = parent.cpu_parent
     return False
+
+
+def phase_of(event) -> str:
+    """The column of COLUMNS whose fairseq range runs around an event ('other' outside them)."""
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name in PHASES:
+            return PHASES[parent.name]
+        parent = parent.cpu_parent
+    return "other"
+
+
+# Kernel time by kind. An aten call's own time (on a GPU its kernels' device time, on a CPU its own CPU time) goes to
+# the kind the innermost call around it names (addmm's bias copy is a matrix product's, the mask multiply inside
+# dropout dropout's); a call in backward also looks at the forward call that made its autograd node. Calls in the
+# gradients' multiply and clip and in the optimizer step are the optimizer's; in the criterion but not in the model
+# the loss's; the rest by their outermost call's name (softmax outside the loss is attention's).
+KINDS = (
+    "matrix products",
+    "attention",
+    "normalisation with dropout",
+    "residual and other element-wise",
+    "softmax and loss",
+    "optimizer",
+    "casts and copies",
+    "other",
+)
+NAMED_KINDS = {  # aten calls that name the kind of what runs in them
+    "matrix products": {"mm", "bmm", "addmm", "baddbmm", "addbmm", "matmul", "linear", "einsum", "addmv", "mv", "dot"},
+    "attention": {
+        "scaled_dot_product_attention",
+        "_scaled_dot_product_attention_math",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_flash_attention_backward",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_efficient_attention_backward",
+        "_scaled_dot_product_cudnn_attention",
+        "_scaled_dot_product_cudnn_attention_backward",
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_flash_attention_for_cpu_backward",
+        "_flash_attention_forward",
+        "_flash_attention_backward",
+        "_efficient_attention_forward",
+        "_efficient_attention_backward",
+    },
+    "normalisation with dropout": {
+        "layer_norm",
+        "native_layer_norm",
+        "native_layer_norm_backward",
+        "rms_norm",
+        "_fused_rms_norm",
+        "_fused_rms_norm_backward",
+        "dropout",
+        "feature_dropout",
+        "native_dropout",
+        "native_dropout_backward",
+        "_fused_dropout",
+        "_masked_scale",
+        "bernoulli_",
+    },
+    "softmax and loss": {
+        "log_softmax",
+        "_log_softmax",
+        "_log_softmax_backward_data",
+        "cross_entropy_loss",
+        "nll_loss",
+        "nll_loss_nd",
+        "nll_loss_forward",
+        "nll_loss_backward",
+        "logsumexp",
+    },
+    "casts and copies": {"_to_copy"},  # a dtype or device conversion, autocast's inside a product too
+}
+SOFTMAX = {"softmax", "_softmax", "_safe_softmax", "_softmax_backward_data"}
+ELEMENTWISE = {
+    *("add", "add_", "sub", "sub_", "rsub", "mul", "mul_", "div", "div_", "neg", "abs", "sign", "square", "reciprocal"),
+    *("exp", "exp_", "log", "pow", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "relu_", "threshold_backward"),
+    *("gelu", "gelu_backward", "silu", "silu_backward", "clamp", "clamp_", "clamp_min", "clamp_min_", "where"),
+    *("masked_fill", "masked_fill_", "eq", "ne", "lt", "le", "gt", "ge", "isfinite", "isnan", "isinf"),
+    *("logical_not", "logical_and", "logical_or", "bitwise_not", "bitwise_and", "bitwise_or", "__and__", "__or__"),
+    *("fill_", "zero_", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "new_full", "new_zeros"),
+    *("addcmul", "addcmul_", "addcdiv", "addcdiv_", "lerp", "lerp_"),
+}
+COPIES = {"copy_", "clone", "cat", "stack", "_copy_from", "_copy_from_and_resize"}
+FLOP_COUNTED = {"mm", "addmm", "bmm", "baddbmm"}  # the products torch.profiler's with_flops counts (2 m n k)
+MODEL_RANGE, CRITERION_RANGE = "host_cost: model", "host_cost: criterion"  # ranges() puts them around the forwards
+BACKWARD_FUNCTION = 1  # an autograd node's event: torch.profiler's RecordScope
+
+
+class ranges:
+    """The model's and the criterion's forward under record_function ranges of their own, while entered."""
+
+    def __init__(self, model, criterion):
+        self.modules = ((model, MODEL_RANGE), (criterion, CRITERION_RANGE))
+
+    def __enter__(self):
+        from torch.autograd.profiler import record_function
+
+        self.held = [module.__dict__.get("forward") for module, _ in self.modules]  # an instance's own, if any
+        for module, name in self.modules:
+
+            def forward(*args, _forward=module.forward, _name=name, **kwargs):
+                with record_function(_name):
+                    return _forward(*args, **kwargs)
+
+            module.forward = forward  # an instance attribute: nn.Module's __call__ finds it first
+
+    def __exit__(self, *exc):
+        for (module, _), held in zip(self.modules, self.held):
+            if held is None:
+                del module.forward
+            else:
+                module.forward = held
+
+
+def backward_node(event):
+    """The autograd node's event a backward call runs in, or None (a forward call)."""
+    while event is not None and event.scope != BACKWARD_FUNCTION:
+        event = event.cpu_parent
+    return event
+
+
+def surrounding(event):
+    """The event and the events around it, innermost first."""
+    while event is not None:
+        yield event
+        event = event.cpu_parent
+
+
+def kernel_kinds(events):
+    """(aten event, its kind of KINDS, its outermost aten call's name) for every aten call on the host but the
+    metadata-only ones (METADATA_OPS: their own time is the host's dispatch, no kernel's)."""
+    from torch.autograd import DeviceType
+
+    forward_of = {}  # (sequence number, thread): the last forward aten call recorded with it, the node's maker or in it
+    for event in events:
+        if event.sequence_nr >= 0 and event.name.startswith("aten::") and backward_node(event) is None:
+            forward_of[(event.sequence_nr, event.thread)] = event
+    for event in events:
+        if event.device_type != DeviceType.CPU or not event.name.startswith("aten::") or event.name[6:] in METADATA_OPS:
+            continue
+        calls = [outer.name[6:] for outer in surrounding(event) if outer.name.startswith("aten::")]
+        outermost = [name for name in calls if name not in METADATA_OPS][-1]  # reshape's copy: a clone
+        yield event, kind_of(event, calls, outermost, forward_of), outermost
+
+
+def kind_of(event, calls: list, outermost: str, forward_of: dict) -> str:
+    """The kind of an aten call: `calls` its own name and those of the aten calls around it, innermost first,
+    `outermost` the outermost of them that is not metadata-only."""
+    node = backward_node(event)
+    origin = event if node is None else forward_of.get((node.sequence_nr, node.fwd_thread))
+    around = [outer.name for outer in surrounding(origin)]  # the forward's ranges, and its calls
+    named = calls + ([name[6:] for name in around if name.startswith("aten::")] if node is not None else [])
+    kind = next((kind for name in named for kind, names in NAMED_KINDS.items() if name in names), None)
+    if phase_of(event) in ("grads", "optimizer"):
+        return "optimizer"
+    if kind is not None:
+        return kind
+    if CRITERION_RANGE in around and MODEL_RANGE not in around:
+        return "softmax and loss"
+    if outermost in SOFTMAX:
+        return "attention"
+    if outermost in ELEMENTWISE or outermost.startswith("_foreach_"):
+        return "residual and other element-wise"
+    return "casts and copies" if outermost in COPIES else "other"
+
+
+def kernel_time(events, device: bool) -> dict:
+    """Microseconds by kind and by (kind, outermost aten call), the kernels' total and the matrix products' FLOPs.
+    device: each call's kernels' device time, and the kernels no aten call launched in "other"; else CPU time."""
+    from torch.autograd import DeviceType
+
+    kinds, calls, flops = Counter(), Counter(), 0
+    for event, kind, outermost in kernel_kinds(events):
+        spent = event.self_device_time_total if device else event.self_cpu_time_total
+        kinds[kind] += spent
+        calls[(kind, outermost)] += spent
+        if event.name[6:] in FLOP_COUNTED and not any(outer.flops for outer in surrounding(event.cpu_parent)):
+            flops += event.flops or 0
+    total = sum(kinds.values())
+    if device:  # every kernel and copy the device ran, against those an aten call launched
+        total = sum(
+            event.time_range.elapsed_us()
+            for event in events
+            if event.device_type != DeviceType.CPU and not event.is_user_annotation
+        )
+        kinds["other"] += max(0.0, total - sum(kinds.values()))
+    return dict(kinds=kinds, calls=calls, total=total, flops=flops)
+
+
+# Host time by Python frame, from cProfile: a function's own time goes to the area its file lies in; that of a C
+# function (torch's operators, Python's builtins) and of Python outside the plugin, fairseq and torch (omegaconf, the
+# standard library) to the area of the frames that called it, each call's share to its caller's.
+PLUGIN_AREAS = ("models/", "criterions/", "tasks/", "tools/", "optim/")
+FAIRSEQ_AREAS = ("trainer.py", "optim/", "logging/", "models/", "modules/", "criterions/", "tasks/", "utils.py")
+AREAS = (
+    *(f"plugin {area}" for area in (*PLUGIN_AREAS, "other")),
+    *(f"fairseq {area}" for area in (*FAIRSEQ_AREAS, "other")),
+    "torch",
+    "other",
+)
+
+
+def area(path: str) -> str:
+    """The area of AREAS a Python file lies in: the plugin's and fairseq's by folder (or file), then torch's."""
+    path = path.replace(os.sep, "/")
+    for package, who, areas in (("vaswani_plugin", "plugin", PLUGIN_AREAS), ("fairseq", "fairseq", FAIRSEQ_AREAS)):
+        if f"/{package}/" in path:
+            inside = path.rsplit(f"/{package}/", 1)[1]
+            top = inside.split("/")[0] + ("/" if "/" in inside else "")
+            return f"{who} {top if top in areas else 'other'}"
+    return "torch" if "/torch/" in path else "other"
+
+
+def frame_time(stats: dict, updates: int) -> tuple:
+    """From pstats.Stats(...).stats: ms per update by (area, 'python' or 'C'), and by plugin or fairseq function
+    ('vaswani_plugin/PATH:LINE NAME': (its own ms, with what it called))."""
+    owners = {}
+
+    def owner(function) -> dict:  # {area: share}: for whom a function's calls are made
+        if function not in owners:
+            where = "other" if function[0] == "~" else area(function[0])
+            owners[function] = {where: 1.0}  # also a cycle's answer, while the callers are asked
+            if where == "other" and function in stats:
+                callers = stats[function][4]
+                spent = charged(callers, 3) or charged(callers, 0)  # by time spent in calls from each, or by calls
+                if spent:
+                    owners[function] = {where: amount / sum(spent.values()) for where, amount in spent.items()}
+        return owners[function]
+
+    def charged(callers: dict, which: int) -> Counter:  # {area: edge[which] summed over the callers' owners}
+        result = Counter()
+        for caller, edge in callers.items():
+            for where, share in owner(caller).items():
+                result[where] += share * edge[which]
+        return +result
+
+    areas, functions = Counter(), {}
+    for function, (_, _, own, cumulative, callers) in stats.items():
+        path, line, name = function
+        column = "C" if path == "~" else "python"
+        where = "other" if path == "~" else area(path)
+        for charged_area, seconds in (charged(callers, 2) if where == "other" and callers else {where: own}).items():
+            areas[(charged_area, column)] += 1000 * seconds / updates
+        if where.startswith(("plugin ", "fairseq ")):
+            package = "vaswani_plugin" if where.startswith("plugin ") else "fairseq"
+            name = f"{package}/{path.replace(os.sep, '/').rsplit(f'/{package}/', 1)[1]}:{line} {name}"
+            functions[name] = (1000 * own / updates, 1000 * cumulative / updates)
+    return areas, functions
+
+
+def interleaved(runs: dict, rounds: int, window) -> tuple:
+    """window(run) for each run in turn, `rounds` times, every other round in reverse (a steady drift of the machine
+    then weighs alike on neighbours): the order the runs ran in and each run's windows' results, round by round."""
+    order, results, keys = [], {key: [] for key in runs}, list(runs)
+    for index in range(rounds):
+        for key in keys if index % 2 == 0 else keys[::-1]:
+            order.append(key)
+            results[key].append(window(runs[key]))
+    return order, results
+
+
+def round_ratios(ours: list, theirs: list, which: int = 0) -> tuple:
+    """ours[round][which] / theirs[round][which], round by round: (their median, lowest, highest, the ratios)."""
+    ratios = [mine[which] / other[which] for mine, other in zip(ours, theirs)]
+    return statistics.median(ratios), min(ratios), max(ratios), ratios
 
 
 def write_dictionary(path: Path, symbols: int):
@@ -364,126 +640,205 @@ def arguments(spec, data_dir, implementation, optimizer):
     return [str(word) for word in words]
 
 
-def measure(spec, data_dir, precision, implementation, optimizer) -> dict:
-    """Per update, for one configuration: host ms, data wait ms, kernel-like calls per column and sync calls; on a
-    GPU also target tokens/s, MFU, the device's busy share, peak memory and where an update's wall time goes."""
-    import torch
-    from fairseq import options, tasks
-    from fairseq.data import iterators
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-    from fairseq.trainer import Trainer
-    from torch.profiler import ProfilerActivity, profile
+class Run:
+    """One configuration built by fairseq's parser, task and Trainer from the same flags, trained on the synthetic
+    batches update by update."""
 
-    key = (implementation, optimizer)
-    if key not in CONFIGS:  # hydra's compose takes 1.5 s: once per model and optimizer, the precision set after
-        parser = options.get_training_parser()
-        CONFIGS[key] = convert_namespace_to_omegaconf(
-            options.parse_args_and_arch(parser, arguments(spec, data_dir, implementation, optimizer))
-        )
-    cfg = copy.deepcopy(CONFIGS[key])
-    cfg.common.fp16, cfg.common.amp = precision == "fp16", precision == "amp"
-    if precision == "bf16":  # the plugin's task alone
-        cfg.task.bf16_autocast = "on"
-    torch.manual_seed(1)
-    task = tasks.setup_task(cfg.task)
-    task.datasets["train"] = synthetic_dataset(task, spec.sentences, seed=1)
-    model, criterion = task.build_model(cfg.model), task.build_criterion(cfg.criterion)
-    parameters = sum(p.numel() for p in model.parameters())
-    trainer = Trainer(cfg, task, model, criterion)
-    epoch_itr = trainer.get_train_iterator(epoch=1, load_dataset=False)
-    cuda = spec.device == "cuda"
-    state = dict(batches=iterators.GroupedIterator(epoch_itr.next_epoch_itr(shuffle=True), 1), tokens=0, epochs=0)
-    waits, steps = [], []
-    seen = [0, 0]  # the largest padded source and target since the peak was reset
+    def __init__(self, spec, data_dir, precision, implementation, optimizer):
+        import torch
+        from fairseq import options, tasks
+        from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+        from fairseq.trainer import Trainer
 
-    def synchronize():
-        if cuda:
+        key = (implementation, optimizer)
+        if key not in CONFIGS:  # hydra's compose takes 1.5 s: once per model and optimizer, the precision set after
+            parser = options.get_training_parser()
+            CONFIGS[key] = convert_namespace_to_omegaconf(
+                options.parse_args_and_arch(parser, arguments(spec, data_dir, implementation, optimizer))
+            )
+        cfg = copy.deepcopy(CONFIGS[key])
+        cfg.common.fp16, cfg.common.amp = precision == "fp16", precision == "amp"
+        if precision == "bf16":  # the plugin's task alone
+            cfg.task.bf16_autocast = "on"
+        torch.manual_seed(1)
+        self.task = tasks.setup_task(cfg.task)
+        self.task.datasets["train"] = synthetic_dataset(self.task, spec.sentences, seed=1)
+        model, criterion = self.task.build_model(cfg.model), self.task.build_criterion(cfg.criterion)
+        self.parameters = sum(p.numel() for p in model.parameters())
+        self.trainer = Trainer(cfg, self.task, model, criterion)
+        self.epoch_itr = self.trainer.get_train_iterator(epoch=1, load_dataset=False)
+        self.batches = self.epoch_batches()
+        self.cuda = spec.device == "cuda"
+        self.tokens = self.epochs = 0  # target tokens trained, epochs begun since the first
+        self.seen = [0, 0]  # the largest padded source and target since it was last reset
+        self.timed, self.wall = [], 0.0  # the timed updates' (wait, wall, CPU) seconds; their windows' wall seconds
+        self.timed_tokens = self.timed_epochs = 0
+
+    def epoch_batches(self):
+        from fairseq.data import iterators
+
+        return iterators.GroupedIterator(self.epoch_itr.next_epoch_itr(shuffle=True), 1)
+
+    def synchronize(self):
+        if self.cuda:
+            import torch
+
             torch.cuda.synchronize()
 
-    def next_samples():
+    def next_samples(self):
         try:
-            return next(state["batches"])
+            return next(self.batches)
         except StopIteration:  # the corpus ran out: another epoch (counted: a timed window should hold none)
-            state["epochs"] += 1
-            state["batches"] = iterators.GroupedIterator(epoch_itr.next_epoch_itr(shuffle=True), 1)
-            return next(state["batches"])
+            self.epochs += 1
+            self.batches = self.epoch_batches()
+            return next(self.batches)
 
-    def update():
+    def update(self, frames=None) -> tuple:
+        """One update (train_step under the cProfile `frames` if given): seconds waited for its batch, wall and
+        process CPU seconds of train_step."""
         start = time.perf_counter()
-        samples = next_samples()
-        middle = time.perf_counter()
-        trainer.train_step(samples)
-        waits.append(middle - start)
-        steps.append(time.perf_counter() - middle)
+        samples = self.next_samples()
+        middle, cpu = time.perf_counter(), time.process_time()
+        if frames is not None:
+            frames.enable()
+        self.trainer.train_step(samples)
+        if frames is not None:
+            frames.disable()
+        times = (middle - start, time.perf_counter() - middle, time.process_time() - cpu)
         for sample in samples:
             if sample:
-                state["tokens"] += sample["ntokens"]
-                seen[:] = (
-                    max(seen[0], sample["net_input"]["src_tokens"].numel()),
-                    max(seen[1], sample["net_input"]["prev_output_tokens"].numel()),
+                self.tokens += sample["ntokens"]
+                self.seen[:] = (
+                    max(self.seen[0], sample["net_input"]["src_tokens"].numel()),
+                    max(self.seen[1], sample["net_input"]["prev_output_tokens"].numel()),
                 )
+        return times
 
-    for _ in range(spec.warmup):
-        update()
-    synchronize()
-    if cuda:
-        seen[:] = 0, 0
-    waits.clear(), steps.clear()
-    state.update(tokens=0, epochs=0)
-    with PeakMemory(torch.cuda if cuda else None) as memory:  # fairseq resets the counter after each step
+    def window(self, updates: int, seconds: float) -> tuple:
+        """`updates` timed updates (or those of `seconds`) from a synchronized start: process CPU ms and wall ms per
+        update."""
+        self.synchronize()
+        tokens, epochs, times = self.tokens, self.epochs, []
         begin = time.perf_counter()
-        while (time.perf_counter() - begin < spec.seconds) if spec.seconds else len(steps) < spec.updates:
-            update()
-        synchronize()
+        while (time.perf_counter() - begin < seconds) if seconds else len(times) < updates:
+            times.append(self.update())
+        self.synchronize()
         wall = time.perf_counter() - begin
-    result = dict(
-        updates=len(steps),
-        epochs_ended=state["epochs"],
-        host_ms=1000 * statistics.median(steps),
-        wait_ms=1000 * statistics.mean(waits),
-        wall_ms=1000 * wall / len(steps),
-        tokens_per_s=state["tokens"] / wall,
-        parameters=parameters,
-        mfu=None,
-        peak_mb=None,
-        device_ms=None,
-    )
-    if cuda:
-        from vaswani_plugin.tools.training_cost import peak_for
+        self.timed += times
+        self.wall += wall
+        self.timed_tokens += self.tokens - tokens
+        self.timed_epochs += self.epochs - epochs
+        return 1000 * sum(cpu for _, _, cpu in times) / len(times), 1000 * wall / len(times)
 
-        peak = peak_for(torch.cuda.get_device_name(0), precision in ("fp16", "amp", "bf16"))
-        result["peak_mb"] = memory.megabytes
-        result["mfu"] = (
-            None
-            if peak is None
-            else MFU_FLOPS_PER_PARAMETER_TOKEN * parameters * result["tokens_per_s"] / (peak * 1e12)
+    def timing(self) -> dict:
+        """The timed windows' figures per update."""
+        return dict(
+            updates=len(self.timed),
+            epochs_ended=self.timed_epochs,
+            host_ms=1000 * statistics.median(step for _, step, _ in self.timed),
+            wait_ms=1000 * statistics.mean(wait for wait, _, _ in self.timed),
+            wall_ms=1000 * self.wall / len(self.timed),
+            tokens_per_s=self.timed_tokens / self.wall,
+            parameters=self.parameters,
         )
-    syncs = HostSyncs()
+
+
+def profiled(spec, run, precision, implementation, excluded=frozenset()) -> dict:
+    """Per update, spec.profiled updates under torch.profiler: kernel-like calls per column, kernel time by kind,
+    the matrix products' FLOPs, sync calls, the host's ms in fairseq's ranges, the device's busy ms and on a CPU the
+    peak memory (the storages in `excluded` left out: other configurations'); then as many under cProfile: the
+    host's ms by Python frame."""
+    import cProfile
+    import pstats
+
+    from torch.profiler import ProfilerActivity, profile
+
+    syncs, cuda = HostSyncs(), run.cuda
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     if not cuda:  # the profiler records no free of a block allocated before it started: the gradients go first,
-        trainer.zero_grad()  # as train_step's first act would free them
-        seen[:], live = (0, 0), live_bytes()
-    with profile(activities=activities, profile_memory=not cuda) as profiled, syncs:
-        for _ in range(spec.profiled):
-            update()
-        synchronize()
-    if not cuda:
-        result["peak_mb"] = (live + allocated_peak(profiled)) / 2**20
-    result["model_mb"] = model_megabytes(spec, task, precision, implementation, seen)
-    calls = kernel_calls(profiled)
-    ranges = Counter()
-    for event in profiled.events():
+        run.trainer.zero_grad()  # as train_step's first act would free them
+        run.seen[:], live = (0, 0), live_bytes(excluded)
+    with profile(activities=activities, profile_memory=not cuda, with_flops=True) as torch_profile, syncs:
+        with ranges(run.trainer.model, run.trainer.criterion):
+            times = [run.update() for _ in range(spec.profiled)]
+            run.synchronize()
+    seen = tuple(run.seen)  # of the updates profiled, whose peak was measured on a CPU
+    frames = cProfile.Profile()
+    for _ in range(spec.profiled):
+        run.update(frames)
+    run.synchronize()
+    events = torch_profile.events()
+    calls = kernel_calls(torch_profile)
+    host_ranges = Counter()
+    for event in events:
         if event.name in PHASES:
-            ranges[PHASES[event.name]] += event.cpu_time_total / 1000 / spec.profiled
-    if cuda:  # the device's own time per update, against the unprofiled update's wall time
-        result["device_ms"] = device_busy_us(profiled.events()) / 1000 / spec.profiled
+            host_ranges[PHASES[event.name]] += event.cpu_time_total / 1000 / spec.profiled
+    kernels = kernel_time(events, cuda)
+    areas, functions = frame_time(pstats.Stats(frames).stats, spec.profiled)
     return dict(
-        result,
         calls={column: calls[column] / spec.profiled for column in COLUMNS},
         operators={key: count / spec.profiled for key, count in calls.items() if isinstance(key, tuple)},
         syncs={site: count / spec.profiled for site, count in syncs.calls.items()},
-        host_ranges={column: ranges[column] for column in ("fwd+bwd", "grads", "optimizer")},
+        host_ranges={column: host_ranges[column] for column in ("fwd+bwd", "grads", "optimizer")},
+        # the device's own time per update, against the unprofiled updates' wall time
+        device_ms=device_busy_us(events) / 1000 / spec.profiled if cuda else None,
+        peak_mb=None if cuda else (live + allocated_peak(torch_profile)) / 2**20,
+        model_mb=model_megabytes(spec, run.task, precision, implementation, seen),
+        kinds={kind: spent / 1000 / spec.profiled for kind, spent in kernels["kinds"].items()},
+        kind_calls={key: spent / 1000 / spec.profiled for key, spent in kernels["calls"].items()},
+        kernel_ms=kernels["total"] / 1000 / spec.profiled,
+        # the profiled updates' wall and process CPU ms: a CPU's profile counts wall time, which other load inflates
+        profiled_ms=tuple(1000 * sum(spent[which] for spent in times) / spec.profiled for which in (1, 2)),
+        tflops=kernels["flops"] / products / 1e6 if (products := kernels["kinds"]["matrix products"]) else None,
+        areas=areas,
+        functions=functions,
     )
+
+
+def measure(spec, data_dir) -> dict:
+    """Each configuration's figures per update. On a GPU one after the other, each warmed up, timed and profiled
+    alone (its memory its own); on a CPU all are built, warmed up and profiled first, then timed in interleaved
+    rounds (process CPU time too), so that a drift of the machine's speed weighs alike on each."""
+    import gc
+
+    import torch
+
+    results = {}
+    if spec.device == "cuda":
+        from vaswani_plugin.tools.training_cost import peak_for
+
+        for precision, implementation, optimizer in configurations(spec):
+            run = Run(spec, data_dir, precision, implementation, optimizer)
+            for _ in range(spec.warmup):
+                run.update()
+            run.seen[:] = 0, 0
+            with PeakMemory(torch.cuda) as memory:  # fairseq resets the counter after each step
+                run.window(spec.updates, spec.seconds)
+            result = dict(run.timing(), **profiled(spec, run, precision, implementation), rounds=None)
+            peak = peak_for(torch.cuda.get_device_name(0), precision in ("fp16", "amp", "bf16"))
+            result["peak_mb"] = memory.megabytes
+            result["mfu"] = (
+                None
+                if peak is None
+                else MFU_FLOPS_PER_PARAMETER_TOKEN * run.parameters * result["tokens_per_s"] / (peak * 1e12)
+            )
+            results[(precision, implementation, optimizer)] = result
+            del run
+            gc.collect()  # its tensors freed before the next configuration's peak
+        return results
+    runs = {}
+    for configuration in configurations(spec):
+        gc.collect()  # what is left is the configurations built before: idle, their tensors' addresses held
+        excluded = set(float_storages())
+        runs[configuration] = run = Run(spec, data_dir, *configuration)
+        for _ in range(spec.warmup):
+            run.update()
+        results[configuration] = profiled(spec, run, *configuration[:2], excluded)
+    updates = -(-spec.updates // spec.rounds)
+    _, rounds = interleaved(runs, spec.rounds, lambda run: run.window(updates, spec.seconds / spec.rounds))
+    for configuration, run in runs.items():
+        results[configuration].update(run.timing(), rounds=rounds[configuration], mfu=None)
+    return results
 
 
 class PeakMemory:
@@ -534,10 +889,8 @@ def device_busy_us(events) -> float:
     return busy
 
 
-def live_bytes() -> int:
-    """Bytes of the floating-point CPU tensors Python holds (gc's objects; each storage once): at an update's
-    boundary the weights, gradients, optimizer state and caches, as no autograd graph is alive. The data set and
-    its batches (integers), which a GPU's count leaves out too, are left out."""
+def float_storages() -> dict:
+    """The floating-point CPU tensors Python holds (gc's objects): their storages' addresses and bytes, each once."""
     import gc
 
     import torch
@@ -547,7 +900,14 @@ def live_bytes() -> int:
         if isinstance(thing, torch.Tensor) and thing.device.type == "cpu" and thing.is_floating_point():
             storage = thing.untyped_storage()
             storages[storage.data_ptr()] = storage.nbytes()
-    return sum(storages.values())
+    return storages
+
+
+def live_bytes(excluded=frozenset()) -> int:
+    """Bytes of the floating-point CPU tensors Python holds but those at the addresses `excluded`: at an update's
+    boundary the weights, gradients, optimizer state and caches, as no autograd graph is alive. The data set and
+    its batches (integers), which a GPU's count leaves out too, are left out."""
+    return sum(size for address, size in float_storages().items() if address not in excluded)
 
 
 def allocated_peak(profiled) -> int:
@@ -656,6 +1016,7 @@ def report(results, spec):
         forward_backward = ours["calls"]["fwd+bwd"] / reference["calls"]["fwd+bwd"]
         print(
             f"ratio {precision} vaswani_transformer+{spec.recipes_optimizer} / transformer+adam: "
+            f"{cpu_headline(ours['rounds'], reference['rounds'])}"
             f"kernel-like calls {total:.2f}, in forward and backward {forward_backward:.2f}, "
             f"host ms {ours['host_ms'] / reference['host_ms']:.2f}; the plugin's own syncs "
             f"{sync_total(ours, 'plugin'):.0f}"
@@ -678,6 +1039,90 @@ def report(results, spec):
     for (precision, implementation, optimizer), result in results.items():
         for (name, site), count in sorted(result["syncs"].items(), key=lambda item: item[0][1]):
             print(f"  {precision} {implementation} {optimizer}: {count:g} x {name} in {site}")
+    report_kinds(results, spec)
+    report_frames(results, spec)
+    report_rounds(results, spec)
+
+
+def cpu_headline(ours, theirs) -> str:
+    """The headline ratio on a CPU: the median over the interleaved rounds of process CPU ms ('' without rounds)."""
+    if not ours:
+        return ""
+    median, low, high, ratios = round_ratios(ours, theirs)
+    return f"process CPU ms {median:.2f} (median of {len(ratios)} interleaved rounds, {low:.2f}-{high:.2f}), "
+
+
+def report_kinds(results, spec):
+    where = (
+        "the device time of the kernels each aten call launched; those none launched in other"
+        if spec.device == "cuda"
+        else "each aten call's own CPU time"
+    )
+    print(f"kernel time by kind, ms per update of the {spec.profiled} profiled ({where}):")
+    for (precision, implementation, optimizer), result in results.items():
+        total, (wall, cpu) = result["kernel_ms"], result["profiled_ms"]
+        print(
+            f"  {precision} {implementation} {optimizer}: {total:.2f} ms, the matrix products at "
+            f"{figure(result['tflops'], '.3f')} TFLOP/s; the updates profiled: {wall:.1f} ms wall, {cpu:.1f} ms "
+            "process CPU"
+        )
+        for kind in KINDS:
+            spent = result["kinds"].get(kind, 0.0)
+            line = f"    {kind:<32} {spent:9.2f} {percent(spent / total if total else None):>6}"
+            held = sorted(((ms, name) for (which, name), ms in result["kind_calls"].items() if which == kind))[::-1]
+            if kind == "other" and held:  # what it holds, largest first
+                line += "  (" + ", ".join(f"{name} {ms:.2f}" for ms, name in held[:3]) + ")"
+            print(line)
+
+
+def report_frames(results, spec):
+    print(
+        f"host ms per update by Python frame, {spec.profiled} more update(s) under cProfile (Trainer.train_step, "
+        "its overhead in them): each area's Python, and the C calls made from it (torch's operators: on a CPU their "
+        "arithmetic); other packages' Python (omegaconf, the standard library) counted to the areas calling it"
+    )
+    for (precision, implementation, optimizer), result in results.items():
+        areas = result["areas"]
+        print(f"  {precision} {implementation} {optimizer}: {sum(areas.values()):.2f} ms")
+        for name in AREAS:
+            python, native = areas.get((name, "python"), 0.0), areas.get((name, "C"), 0.0)
+            if python or native:
+                print(f"    {name:<22} {python:8.2f} {native:8.2f}")
+        for package, count in (("vaswani_plugin/", 10), ("fairseq/", 5)):
+            functions = result["functions"].items()
+            own = sorted(((mine, whole, name) for name, (mine, whole) in functions if name.startswith(package)))[::-1]
+            if own:
+                print(f"    {package[:-1]}'s functions by own ms (with what they call):")
+                for mine, whole, name in own[:count]:
+                    print(f"      {mine:7.2f} {whole:8.2f}  {name}")
+
+
+def report_rounds(results, spec):
+    if not any(result["rounds"] for result in results.values()):
+        return
+    print(
+        f"interleaved: {spec.rounds} rounds, the configurations in turn, every other round in reverse; process CPU "
+        "ms per update by round, and wall ms:"
+    )
+    for (precision, implementation, optimizer), result in results.items():
+        cpu, wall = zip(*result["rounds"])
+        print(
+            f"  {precision} {implementation} {optimizer}: {' '.join(f'{ms:.1f}' for ms in cpu)} "
+            f"(median {statistics.median(cpu):.1f}); wall {' '.join(f'{ms:.1f}' for ms in wall)} "
+            f"(median {statistics.median(wall):.1f})"
+        )
+    for precision in spec.precisions:
+        reference = results.get((precision, *REFERENCE))
+        for optimizer in spec.optimizers:
+            ours = results.get((precision, "vaswani_transformer", optimizer))
+            if reference is None or ours is None:
+                continue
+            cpu, wall = (round_ratios(ours["rounds"], reference["rounds"], which) for which in (0, 1))
+            print(
+                f"  ratio {precision} vaswani_transformer+{optimizer} / transformer+adam by round, process CPU ms "
+                f"{' '.join(f'{ratio:.2f}' for ratio in cpu[3])}: median {cpu[0]:.2f} ({cpu[1]:.2f}-{cpu[2]:.2f}); "
+                f"wall ms median {wall[0]:.2f} ({wall[1]:.2f}-{wall[2]:.2f})"
+            )
 
 
 def main(argv=None):
@@ -707,8 +1152,16 @@ def main(argv=None):
     )
     parser.add_argument("--sentences", type=int, default=2000, help="synthetic training sentence pairs")
     parser.add_argument("--warmup", type=int, default=5, help="updates before timing")
-    parser.add_argument("--updates", type=int, default=20, help="timed updates (the median is printed)")
+    parser.add_argument(
+        "--updates", type=int, default=20, help="timed updates (the median is printed); on a CPU split over --rounds"
+    )
     parser.add_argument("--seconds", type=float, default=0, help="time the updates of this many seconds instead")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="on a CPU: time the configurations in this many interleaved rounds (the ratios: their medians)",
+    )
     parser.add_argument("--profiled", type=int, default=3, help="updates under torch.profiler, for the counts")
     parser.add_argument("--num-workers", type=int, default=1, help="fairseq's --num-workers (its default 1)")
     parser.add_argument("--threads", type=int, default=1, help="torch's intra-op threads")
@@ -743,7 +1196,8 @@ def main(argv=None):
     parser.add_argument(
         "--smoke",
         action="store_true",
-        help="1+1 layers at d_model 32, 2 updates after 1, 1 profiled; the plugin with the recipes' optimizer only",
+        help="1+1 layers at d_model 32, 2 updates after 1 in 2 rounds, 1 profiled; the plugin with the recipes' "
+        "optimizer only",
     )
     spec = parser.parse_args(argv)
     if spec.smoke:
@@ -756,7 +1210,7 @@ def main(argv=None):
             2,
             1,
         )
-        spec.max_tokens, spec.num_workers, spec.optimizers = 256, 0, [spec.recipes_optimizer]
+        spec.max_tokens, spec.num_workers, spec.optimizers, spec.rounds = 256, 0, [spec.recipes_optimizer], 2
     if spec.size:
         size = PAPER_SIZES[spec.size]
         spec.layers, spec.dim, spec.ffn, spec.heads = size["layers"], size["d_model"], size["d_ff"], size["heads"]
@@ -767,6 +1221,8 @@ def main(argv=None):
         torch.backends.cuda.enable_cudnn_sdp(False)
     if spec.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch sees no CUDA device")
+    if spec.rounds < 1 or spec.updates < 1:
+        parser.error("--rounds and --updates: at least 1")
     if spec.max_tokens == 0 and (spec.device != "cuda" or len(spec.precisions) != 1):
         parser.error("--max-tokens 0 (the one-GPU default) needs --device cuda and one precision")
     if spec.device == "cpu" and {"fp16", "amp"} & set(spec.precisions):
@@ -790,6 +1246,12 @@ def main(argv=None):
         else ""
     )
     timed = f"{spec.seconds:g} s of updates" if spec.seconds else f"{spec.updates} updates"
+    if spec.device == "cpu":
+        timed = (
+            f"{spec.rounds} interleaved rounds of {spec.seconds / spec.rounds:g} s of updates"
+            if spec.seconds
+            else f"{spec.rounds} interleaved rounds of {-(-spec.updates // spec.rounds)} updates"
+        )
     folder = tempfile.TemporaryDirectory()
     data_dir = Path(folder.name)
     for side in ("src", "tgt"):
@@ -803,10 +1265,8 @@ def main(argv=None):
         f"{REPO / 'vaswani_plugin'}",
         flush=True,
     )
-    results = {}
     with folder:
-        for configuration in configurations(spec):
-            results[configuration] = measure(spec, data_dir, *configuration)
+        results = measure(spec, data_dir)
     report(results, spec)
     print(f"the plugin measured: {sys.modules['vaswani_plugin'].__file__}")
 

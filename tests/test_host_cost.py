@@ -1,12 +1,18 @@
 """benchmarks/host_cost.py: its smoke run (fairseq's Trainer in float32, fp16 and amp, fairseq's transformer and the
-plugin), and its two counters on cases whose answer is known; the figures themselves are in docs/results.md."""
+plugin), and its counters, kernel kinds, frame areas and interleaved rounds on cases whose answer is known; the
+figures themselves are in docs/results.md."""
 
+import cProfile
+import importlib.util
+import pstats
 import re
+import statistics
 import subprocess
 import sys
 
 import torch
 from cli_helpers import REPO, benchmark
+from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity, profile
 
 host_cost = benchmark("host_cost")
@@ -64,6 +70,79 @@ def test_smoke_run_measures_every_configuration():
     assert all(1.0 <= float(ratio) <= 1.3 for ratio in memory.values()), memory
     # Every sync is named by the frame that made it: fairseq's transformer syncs in its own model files.
     assert re.search(r"float32 transformer adam: \d x __bool__ in fairseq fairseq/models/transformer/", result.stdout)
+    check_kinds(result.stdout)
+    check_frames(result.stdout)
+    check_rounds(result.stdout)
+
+
+def blocks(text, title):
+    """The section of the output starting with `title`: {configuration line: its indented rows}."""
+    section = text.split("\n" + title, 1)[1].split("\n", 1)[1]
+    found, rows = {}, None
+    for line in section.splitlines():
+        if line.startswith("    "):
+            rows.append(line.strip())
+        elif line.startswith("  "):
+            rows = found[line.strip()] = []
+        else:
+            break
+    return found
+
+
+def check_kinds(stdout):
+    """Each configuration's kinds: all of them, their ms summing to its total and their shares to 100 %."""
+    kinds = blocks(stdout, "kernel time by kind")
+    assert len(kinds) == 6
+    for head, rows in kinds.items():
+        total, rate = re.match(r".*: ([\d.]+) ms, the matrix products at ([\d.]+) TFLOP/s; ", head).groups()
+        table = {row[:32].strip(): row[32:].split() for row in rows}
+        assert list(table) == list(host_cost.KINDS)
+        assert abs(sum(float(ms) for ms, *_ in table.values()) - float(total)) <= 0.005 * len(table) + 1e-9
+        assert abs(sum(float(share.rstrip("%")) for _, share, *_ in table.values()) - 100) <= 0.05 * len(table)
+        assert float(rate) > 0 and float(table["matrix products"][0]) > 0
+        if "vaswani_transformer" in head:  # the plugin's loss, written out in its criterion
+            assert float(table["softmax and loss"][0]) > 0
+
+
+def check_frames(stdout):
+    """The plugin's areas in the plugin's configurations alone; the areas summing to the configuration's total."""
+    frames = blocks(stdout, "host ms per update by Python frame")
+    assert len(frames) == 6
+    for head, rows in frames.items():
+        total = float(re.match(r".*: ([\d.]+) ms$", head).group(1))
+        areas = {}
+        for row in rows:
+            match = re.match(r"^((?:plugin|fairseq) \S+|torch|other) +([\d.]+) +([\d.]+)$", row)
+            if match:
+                areas[match.group(1)] = float(match.group(2)) + float(match.group(3))
+        assert set(areas) <= set(host_cost.AREAS) and "fairseq trainer.py" in areas
+        assert abs(sum(areas.values()) - total) <= 0.01 * len(areas)
+        plugin = [name for name in areas if name.startswith("plugin ")]
+        if "vaswani_transformer" in head:
+            assert {"plugin criterions/", "plugin tasks/", "plugin models/"} <= set(plugin)
+            assert "vaswani_plugin's functions by own ms (with what they call):" in rows
+        else:
+            assert plugin == []
+
+
+def check_rounds(stdout):
+    """Two rounds a configuration; each ratio's median that of its rounds' ratios, and the headline's."""
+    rounds = stdout.split("\ninterleaved: ", 1)[1]
+    for precision in ("float32", "fp16", "amp"):
+        cpu = [
+            float(re.match(r"([\d.]+) ([\d.]+) \(median", line.split(": ", 1)[1]).group(1 + index))
+            for line in rounds.splitlines()
+            if re.match(rf"  {precision} (transformer adam|vaswani_transformer vaswani_adam): ", line)
+            for index in range(2)
+        ]
+        theirs, ours = cpu[:2], cpu[2:]
+        (line,) = re.findall(rf"^  ratio {precision} .* by round, process CPU ms (.*)$", rounds, re.M)
+        by_round, median = re.match(r"([\d. ]+): median ([\d.]+) ", line).groups()
+        by_round = [float(ratio) for ratio in by_round.split()]
+        assert all(abs(ratio - mine / other) < 0.01 for ratio, mine, other in zip(by_round, ours, theirs))
+        assert abs(float(median) - statistics.median(by_round)) <= 0.005 + 1e-9
+        (headline,) = [line for line in stdout.splitlines() if line.startswith(f"ratio {precision} ")]
+        assert f"process CPU ms {median} (median of 2 interleaved rounds" in headline
 
 
 def test_kernel_like_calls_leave_out_views_and_count_a_multi_tensor_call_once():
@@ -105,3 +184,99 @@ def test_device_busy_is_the_union_of_kernels_and_copies_without_annotations():
     ]  # the host op that launched them
     covered = {t for start, end in kernels for t in range(start, end)}
     assert host_cost.device_busy_us(events) == len(covered) == 23
+
+
+def test_kernel_time_by_kind_counts_every_call_once_and_the_products_flops():
+    """A tiny step whose calls' kinds are known: a product, dropout and attention's softmax in the model, a
+    log_softmax, a gather and another softmax in the loss outside it, an optimizer's update and a cast."""
+    m, k, n = 6, 5, 4
+    x, w = torch.randn(m, k, requires_grad=True), torch.randn(n, k, requires_grad=True)
+    target = torch.tensor([0, 1, 2, 3, 0, 1])
+    with profile(activities=[ProfilerActivity.CPU], with_flops=True) as profiled:
+        with record_function("forward"), record_function(host_cost.CRITERION_RANGE):
+            with record_function(host_cost.MODEL_RANGE):
+                h = torch.nn.functional.dropout(torch.nn.functional.linear(x, w), 0.5, training=True)
+                h = torch.softmax(h, -1) + h
+            loss = torch.softmax(h, -1).sum() - torch.log_softmax(h, -1).gather(-1, target[:, None]).sum()
+        with record_function("backward"):
+            loss.backward()
+        with record_function("optimizer"):
+            torch._foreach_add_([x.detach(), w.detach()], [x.grad, w.grad])
+        x.detach().double()
+    events = profiled.events()
+    kinds = {}
+    for event, kind, _ in host_cost.kernel_kinds(events):
+        kinds.setdefault(event.name[6:], set()).add(kind)
+    assert kinds["mm"] == {"matrix products"}  # forward, and both gradients
+    assert kinds["bernoulli_"] == {"normalisation with dropout"}
+    assert kinds["_log_softmax"] == kinds["_log_softmax_backward_data"] == kinds["gather"] == {"softmax and loss"}
+    assert kinds["_softmax"] == kinds["_softmax_backward_data"] == {"attention", "softmax and loss"}  # by range
+    assert kinds["_foreach_add_"] == {"optimizer"} and kinds["_to_copy"] == {"casts and copies"}
+    times = host_cost.kernel_time(events, device=False)
+    own = sum(
+        event.self_cpu_time_total
+        for event in events
+        if event.name.startswith("aten::") and event.name[6:] not in host_cost.METADATA_OPS
+    )
+    assert abs(sum(times["kinds"].values()) - own) < 1e-6 and abs(times["total"] - own) < 1e-6
+    assert times["flops"] == 3 * 2 * m * n * k  # x W^T, and the gradients of x and of W
+
+
+def test_frame_areas_count_the_plugin_apart_with_the_code_it_calls(tmp_path):
+    """A 'criterion' in a vaswani_plugin/criterions/ folder, called from a 'fairseq/trainer.py', calling a helper of
+    another package: the helper's Python and the C calls go to the plugin's criterions; nothing is lost."""
+    files = {
+        "vaswani_plugin/criterions/busy.py": (
+            "from helper import spin\n"
+            "def forward(n):\n"
+            "    return sum(i * i for i in range(n)) + spin(n) + len(sorted(range(n), key=lambda i: -i))\n"
+        ),
+        "elsewhere/helper.py": "def spin(n):\n    return max(i for i in range(n))\n",
+        "fairseq/trainer.py": "from busy import forward\ndef train_step(n):\n    return forward(n)\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    sys.path[:0] = [str(tmp_path / "elsewhere"), str(tmp_path / "vaswani_plugin" / "criterions")]
+    try:
+        spec = importlib.util.spec_from_file_location("fake_trainer", tmp_path / "fairseq" / "trainer.py")
+        trainer = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(trainer)
+        profiler = cProfile.Profile()
+        profiler.runcall(trainer.train_step, 20000)
+    finally:
+        del sys.path[:2]
+        for name in ("busy", "helper"):
+            sys.modules.pop(name, None)
+    stats = pstats.Stats(profiler).stats
+    areas, functions = host_cost.frame_time(stats, updates=2)
+    own = {function: 1000 * tt / 2 for function, (_, _, tt, _, _) in stats.items()}  # ms per 'update'
+    busy = (str(tmp_path / "vaswani_plugin" / "criterions" / "busy.py"), 2, "forward")
+    assert functions["vaswani_plugin/criterions/busy.py:2 forward"][0] == own[busy]
+    plugin = sum(ms for (path, _, _), ms in own.items() if path.endswith(("/busy.py", "/helper.py")))
+    assert abs(areas[("plugin criterions/", "python")] - plugin) < 1e-6  # the helper's Python with the plugin's
+    assert areas[("plugin criterions/", "C")] > 0 and areas[("fairseq trainer.py", "python")] > 0
+    assert abs(sum(areas.values()) - sum(own.values())) < 1e-6  # nothing lost, nothing counted twice
+
+
+def test_interleaved_rounds_alternate_and_their_ratios_median_resists_drift():
+    """Two configurations whose true ratio is 0.8 on a machine slowing down by 30 % over the run: the rounds'
+    median ratio stays near 0.8, where timing one configuration's rounds after the other's would not."""
+    clock = [0]
+
+    def window(run):  # a window's (CPU ms, wall ms): its true cost, the drift so far
+        clock[0] += 1
+        return run * (1 + 0.3 * clock[0] / 10), run
+
+    order, rounds = host_cost.interleaved({"plugin": 0.8, "fairseq": 1.0}, 5, window)
+    assert order == ["plugin", "fairseq", "fairseq", "plugin"] * 2 + ["plugin", "fairseq"]
+    median, low, high, ratios = host_cost.round_ratios(rounds["plugin"], rounds["fairseq"])
+    assert ratios == [mine[0] / theirs[0] for mine, theirs in zip(rounds["plugin"], rounds["fairseq"])]
+    assert median == statistics.median(ratios) and (low, high) == (min(ratios), max(ratios))
+    assert abs(median - 0.8) < 0.8 * 0.05
+    assert host_cost.round_ratios(rounds["plugin"], rounds["fairseq"], which=1)[0] == 0.8
+    # The median of the rounds' ratios (1, 0.5, 3), not the ratio of the medians (2 / 3).
+    assert host_cost.round_ratios([(1,), (2,), (9,)], [(1,), (4,), (3,)])[0] == 1
+    # The headline: process CPU time's median (of 0.5, 0.75, 1), not wall time's (1).
+    headline = host_cost.cpu_headline([(1, 9), (3, 9), (5, 9)], [(2, 9), (4, 9), (5, 9)])
+    assert headline.startswith("process CPU ms 0.75 (median of 3 interleaved rounds, 0.50-1.00)")
