@@ -637,6 +637,8 @@ def arguments(spec, data_dir, implementation, optimizer):
         "1",
     ]
     words += ["--cpu"] if spec.device == "cpu" else []
+    if implementation == "vaswani_transformer" and spec.compile_layers != "off":  # the task's torch.compile lever
+        words += ["--compile-layers", spec.compile_layers]
     return [str(word) for word in words]
 
 
@@ -1164,7 +1166,13 @@ def main(argv=None):
     )
     parser.add_argument("--profiled", type=int, default=3, help="updates under torch.profiler, for the counts")
     parser.add_argument("--num-workers", type=int, default=1, help="fairseq's --num-workers (its default 1)")
-    parser.add_argument("--threads", type=int, default=1, help="torch's intra-op threads")
+    parser.add_argument("--threads", type=int, default=1, help="torch's intra-op threads (0: torch's default)")
+    parser.add_argument(
+        "--compile-layers",
+        choices=["off", "dynamic", "reduce-overhead"],
+        default="off",
+        help="the plugin task's --compile-layers (torch.compile of its layers; reduce-overhead: CUDA graphs)",
+    )
     parser.add_argument(
         "--precisions",
         nargs="+",
@@ -1216,7 +1224,8 @@ def main(argv=None):
         spec.layers, spec.dim, spec.ffn, spec.heads = size["layers"], size["d_model"], size["d_ff"], size["heads"]
     import torch
 
-    torch.set_num_threads(spec.threads)
+    if spec.threads:
+        torch.set_num_threads(spec.threads)
     if spec.no_cudnn_sdpa:
         torch.backends.cuda.enable_cudnn_sdp(False)
     if spec.device == "cuda" and not torch.cuda.is_available():
@@ -1261,7 +1270,7 @@ def main(argv=None):
     print(
         f"host cost of an update: fairseq's Trainer, {spec.layers}+{spec.layers} layers, d_model {spec.dim}, "
         f"d_ff {spec.ffn or 4 * spec.dim}, {spec.max_tokens} tokens a batch, {timed} after {spec.warmup} (median), "
-        f"{spec.profiled} profiled; CPU {cpu}, {spec.threads} thread(s), torch {torch.__version__}; the plugin from "
+        f"{spec.profiled} profiled; CPU {cpu}, {torch.get_num_threads()} thread(s), torch {torch.__version__}; the plugin from "
         f"{REPO / 'vaswani_plugin'}",
         flush=True,
     )
