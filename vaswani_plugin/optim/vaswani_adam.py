@@ -125,8 +125,9 @@ class VaswaniAdam(FairseqOptimizer):
 
     def clip_grad_norm(self, max_norm, aggregate_norm_fn=None):
         """fairseq's clip_grad_norm_ (the total 2-norm in float32; scaled down to max_norm if above and
-        max_norm > 0), in foreach calls instead of a norm per tensor."""
-        grads = [p.grad.detach() for p in self.params if p.grad is not None]
+        max_norm > 0), in foreach calls instead of a norm per tensor. The gradients as they are: they require no
+        gradient, so fairseq's .detach() of each (a new tensor object each, 90 us an update for 144) adds nothing."""
+        grads = [p.grad for p in self.params if p.grad is not None]
         if not grads:
             return torch.tensor(0.0) if not self.params else self.params[0].new_tensor(0.0)
         norms = torch._foreach_norm(grads, 2, dtype=torch.float32)
