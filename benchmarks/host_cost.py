@@ -1270,8 +1270,8 @@ def main(argv=None):
     print(
         f"host cost of an update: fairseq's Trainer, {spec.layers}+{spec.layers} layers, d_model {spec.dim}, "
         f"d_ff {spec.ffn or 4 * spec.dim}, {spec.max_tokens} tokens a batch, {timed} after {spec.warmup} (median), "
-        f"{spec.profiled} profiled; CPU {cpu}, {torch.get_num_threads()} thread(s), torch {torch.__version__}; the plugin from "
-        f"{REPO / 'vaswani_plugin'}",
+        f"{spec.profiled} profiled; CPU {cpu}, {torch.get_num_threads()} thread(s), torch {torch.__version__}; the "
+        f"plugin from {REPO / 'vaswani_plugin'}",
         flush=True,
     )
     with folder:
