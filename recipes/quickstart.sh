@@ -10,9 +10,9 @@
 #   WORK_DIR         where everything goes                               (default ./work/quickstart)
 #   ARCH             the model (default vaswani_transformer; benchmarks/ runs fairseq's `transformer` here)
 #   MAX_EPOCH        stop earlier than the budget after this many epochs (default 30; a GPU gets there)
-#   PRECISION        auto (default): bfloat16 autocast on a CPU with AVX512-BF16 or AMX (~1.75x the steps), float32
-#                    elsewhere, mixed precision on a GPU; fp32: float32 (docs/recipes.md, "Precision"). The task
-#                    logs a `precision:` line
+#   PRECISION        auto (this recipe's default, on a CPU too): bfloat16 autocast on a CPU with AVX512-BF16 or AMX
+#                    (~1.75x the steps), float32 elsewhere, mixed precision on a GPU; fp32: float32 (docs/recipes.md,
+#                    "Precision"). The task logs a `precision:` line
 #   DEV_SCORE        0 (default): no validation; 1: the dev set's BLEU (val, DEV_SCORE_SENTENCES=400 of its 1,014
 #                    sentences) every DEV_SCORE_EVERY=500 updates and its loss at each checkpoint, which cost 7 % of
 #                    the budget's updates (docs/results.md, "Dev scores while training")
@@ -38,6 +38,7 @@ ARCH=${ARCH:-vaswani_transformer}
 MODEL_ARGS=("${PAPER_MODEL_QUICKSTART[@]}")  # vaswani_plugin/paper.py's "quickstart"
 TOKENS_PER_STEP=${TOKENS_PER_STEP:-2048} MAX_TOKENS_PER_GPU=${MAX_TOKENS_PER_GPU:-2048}
 BUDGET_MINUTES=${BUDGET_MINUTES:-20}
+[ -n "${PRECISION:-}${FP16:-}${BF16:-}" ] || PRECISION=auto  # on a CPU too: bfloat16 where it is native
 BUDGET_HOURS=$(budget_hours "$BUDGET_MINUTES")
 say "training $ARCH for $BUDGET_MINUTES minutes of wall-clock time (or ${MAX_EPOCH:-30} epochs)"
 

@@ -6,9 +6,9 @@ The command is §5's set-up (paper.py's training arguments: Adam's β and ε, eq
 recipe's MODEL ARGS, this run's devices (recipes/launch.py's, as recipes/common.sh exports them) and a batch of about
 TOKENS_PER_STEP tokens a step however many workers there are (§5.1; on GPUs without MAX_TOKENS_PER_GPU, as many as
 the smallest GPU's memory holds: run 0 decides, the others follow). The engine (recipes/stages.py) compares it with
-the stage's record and checkpoints: skip, run, resume or refuse. The precision is PRECISION's (auto unset: on GPUs
-mixed precision by their compute capability, run 0 deciding; on a CPU the task's choice by its flags; a run in
-progress goes on in its checkpoints'; vaswani_plugin/precision.py). fairseq-train's
+the stage's record and checkpoints: skip, run, resume or refuse. The precision is PRECISION's (unset: on GPUs auto,
+mixed precision by their compute capability, run 0 deciding; on a CPU float32; auto on a CPU: the task's choice by
+its flags; a run in progress goes on in its checkpoints'; vaswani_plugin/precision.py). fairseq-train's
 output goes to stdout and to SAVE_DIR/train.log (train.node1.log ... for the other runs of a job); it writes its own
 progress records, refreshes the report (REPORT, REPORT_EVERY) and ends a rank that waits STALL_MINUTES for the others.
 SIGUSR1 and SIGTERM are passed on to it: it stops after its next update (vaswani_plugin/tools/preemption.py), the
@@ -78,8 +78,8 @@ def precision(run: stages.Run, python: str, trained: Optional[str]) -> Tuple[str
         return PRECISION.decide(setting, "cpu" if on_cpu else "cuda")[0], ""
     if trained is not None:
         return trained, f"{said}: the precision its checkpoints trained in"
-    if on_cpu:
-        return "auto", ""
+    if on_cpu:  # unset, float32 as the recipes always trained on CPUs; auto (the quickstart's): the task's choice
+        return ("fp32" if said == "PRECISION unset" else "auto"), ""
     if run.dry_run:
         stages.say(
             "precision: PRECISION unset: chosen at run time by the GPUs' compute capability (bf16 from 8.0, fp16 on "

@@ -6,7 +6,7 @@
 # Variables (all optional but one of WSJ_DIR / SAMPLE_DIR):
 #   WSJ_DIR            the LDC treebank's WSJ folder (sections 00..24): 02-21 train, 22 valid, 23 test
 #   SAMPLE_DIR         NLTK's public WSJ sample instead: a small model trained on CPU for BUDGET_MINUTES (30)
-#                      with GUM's trees and unknown-word signatures by default (below)
+#                      with GUM's trees, unknown-word signatures and PRECISION=auto by default (below)
 #   EXTRA_TRAIN_TREES  more training tree files or folders of .ptb/.mrg files, space-separated, for training only
 #                      (semi-supervised; with SOURCE_VOCABULARY=32000), e.g. ../shared/data/gum_const/const (GUM,
 #                      14,597 trees); dev and test stay the treebank's; the log says which trees the model saw.
@@ -42,9 +42,10 @@ elif [ -n "${SAMPLE_DIR:-}" ]; then
     CPU=${CPU:-1}  # the sample is sized for a CPU
     # What lifts the sample from 67 to 80 F1 in 30 minutes (docs/parsing.md, "The public sample"): GUM's trees
     # (CC-BY) beside it as ../shared/data lays them out, the sample's trees twice against them, unknown words as
-    # signatures, bfloat16 where the CPU multiplies it natively (PRECISION's auto, every recipe's default).
+    # signatures, bfloat16 where the CPU multiplies it natively (PRECISION=auto, as the quickstart).
     EXTRA_TRAIN_TREES=${EXTRA_TRAIN_TREES-$(dirname "$SAMPLE_DIR")/gum_const/const}
     TREEBANK_COPIES=${TREEBANK_COPIES:-2} UNKNOWN_WORDS=${UNKNOWN_WORDS:-signatures}
+    [ -n "${PRECISION:-}${FP16:-}${BF16:-}" ] || PRECISION=auto  # on a CPU too: bfloat16 where it is native
 else
     die "set WSJ_DIR (the LDC Penn Treebank's parsed/mrg/wsj) or SAMPLE_DIR (e.g. ../shared/data/ptb_sample)"
 fi

@@ -583,13 +583,15 @@ def test_the_sbatch_and_torchrun_blocks_plan_and_fairseq_accepts_their_arguments
     # srun's task 11 of 16: node 1's fourth GPU.
     argv, err = plan(tmp_path / "sbatch", script, "srun", **slurm_step(tasks=16, nodes=2, rank=11, tmp_path=tmp_path))
     args = parsed_by_fairseq(argv)
-    assert (args.arch, args.fp16, args.distributed_world_size, args.distributed_rank, args.device_id) == (
+    # PRECISION unset: chosen at run time by the cards; the plan shows bf16's (the task's bfloat16 autocast).
+    assert (args.arch, args.bf16_autocast, args.fp16, args.distributed_world_size, args.distributed_rank) == (
         "vaswani_transformer_big",
-        True,
+        "on",
+        False,
         16,
         11,
-        3,
     )
+    assert args.device_id == 3
     assert (args.max_tokens, args.update_freq, args.max_update) == (1563, [1], 300000)
     assert args.save_dir == str(tmp_path / "sbatch" / "job" / "work" / "wmt14_en_de_big" / "checkpoints")
     assert "16 workers" in (REPO / "docs" / "recipes.md").read_text()  # what the text after the block says

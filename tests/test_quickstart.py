@@ -204,7 +204,7 @@ def test_benchmark_against_fairseq_transformer(lane, tmp_path):
     # fairseq's side is trained with fairseq's own criterion and the pair's seed.
     assert "'_name': 'label_smoothed_cross_entropy'" in log and "'seed': 1," in log
     # float32, as fairseq trains on CPU (FAIRSEQ_BF16=0)
-    assert "'bf16_autocast': '0'" in log and "| precision: float32 (--bf16-autocast off)" in log
+    assert "'bf16_autocast': 'off'" in log and "| precision: float32 (--bf16-autocast off)" in log
     assert "on core 1" in result.stderr  # the two runs of a seed side by side, pinned
 
     scores = {}

@@ -445,8 +445,11 @@ BF16, FP16, FP32 = "--bf16-autocast on", "--bf16-autocast off --fp16", "--bf16-a
         (H200, {"BF16": "1"}, BF16, None),
         (H200, {"BF16": "0"}, FP32, None),
         (V100, {"BF16": "auto"}, FP16, "compute capability 7.0"),
-        # A CPU: the task's own auto, by the CPU's flags (tests/test_bf16_autocast.py fakes other CPUs).
-        ("", {"CPU": "1"}, "--bf16-autocast auto", None),
+        # A CPU: float32 unless auto is asked for (the quickstart's default): then the task's own, by the CPU's flags
+        # (tests/test_bf16_autocast.py fakes other CPUs).
+        ("", {"CPU": "1"}, FP32, None),
+        ("", {"CPU": "1", "PRECISION": "auto"}, "--bf16-autocast auto", None),
+        ("", {"CPU": "1", "BF16": "auto"}, "--bf16-autocast auto", None),
         ("", {"CPU": "1", "BF16": "0"}, FP32, None),
         ("", {"CPU": "1", "PRECISION": "bf16"}, BF16, None),
     ],

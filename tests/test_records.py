@@ -113,7 +113,8 @@ def test_every_other_run_of_a_job_follows_run_0s_decision(tmp_path):
     (tmp_path / ".stages").mkdir()
     (tmp_path / ".stages" / "train.decision").write_text(
         "nodes 2 via 10.0.0.1:29500\trefuse --dropout is 0.3 now, 0.1 in the checkpoints\n"
-    )
+    )  # ... and before it, the precision (PRECISION unset: node 0's card chose)
+    (tmp_path / ".stages" / "precision.decision").write_text("nodes 2 via 10.0.0.1:29500\tbf16 NVIDIA H200, ...\n")
     train = 'stages train; detect_devices; train "$WORK_DIR/checkpoints" --arch a'
     followed = run_common(tmp_path, train, **nodes)
     assert followed.returncode == 1
@@ -123,7 +124,9 @@ def test_every_other_run_of_a_job_follows_run_0s_decision(tmp_path):
         .startswith("test: error: stage train: --dropout is 0.3 now, 0.1 in the checkpoints. Nothing was changed")
     )
     # Another launch's decision is not this one's: node 1 waits, then says so.
-    timed_out = run_common(tmp_path, train, **{**nodes, "MASTER_PORT": "29501", "DECISION_WAIT": "1"})
+    timed_out = run_common(
+        tmp_path, train, **{**nodes, "MASTER_PORT": "29501", "DECISION_WAIT": "1", "PRECISION": "bf16"}
+    )  # (a precision set: no decision of node 0's on it to wait for first)
     assert timed_out.returncode == 1 and "decided nothing on stage train" in timed_out.stderr
 
 
