@@ -899,9 +899,12 @@ def float_storages() -> dict:
 
     storages = {}
     for thing in gc.get_objects():
-        if isinstance(thing, torch.Tensor) and thing.device.type == "cpu" and thing.is_floating_point():
-            storage = thing.untyped_storage()
-            storages[storage.data_ptr()] = storage.nbytes()
+        try:  # torch.compile leaves dead weak proxies (ReferenceError) and FakeTensors without storage (RuntimeError)
+            if isinstance(thing, torch.Tensor) and thing.device.type == "cpu" and thing.is_floating_point():
+                storage = thing.untyped_storage()
+                storages[storage.data_ptr()] = storage.nbytes()
+        except (ReferenceError, RuntimeError):
+            continue
     return storages
 
 
