@@ -329,7 +329,7 @@ def devices_plan(python: str, shell_pid: str) -> dict:
     launch = launcher(shell_pid)
     devices = on_gpus(launch, visible) if visible else on_cpu(launch)
     setting, said = PRECISION.recipe_setting(os.environ)  # a bad value: one line before anything runs
-    PRECISION.decide(setting, "cpu" if devices.cpu else "cuda", [((0, 0), "")])  # ... and one for the wrong device
+    PRECISION.check_device(setting, "cpu" if devices.cpu else "cuda")  # ... and one for the wrong device
     if not devices.cpu:
         chosen = "at training, by the GPUs' compute capability" if setting == "auto" else said
         nodes = devices.workers // devices.num_gpus

@@ -71,11 +71,12 @@ def batch(run: stages.Run, python: str, model: List[str]) -> Tuple[int, int]:
 
 def precision(run: stages.Run, python: str, trained: Optional[str]) -> Tuple[str, str]:
     """(one of PRECISION.PRECISIONS, or auto on a CPU; why, where the recipe chose it) for this run: PRECISION's
-    (FP16's, BF16's) if set; else its checkpoints' (`trained`); else auto, on GPUs decided by run 0 for every run."""
+    (FP16's, BF16's) if set (launch.devices_plan refused what the devices cannot train in); else its checkpoints'
+    (`trained`); else auto, on GPUs decided by run 0 for every run."""
     setting, said = PRECISION.recipe_setting(os.environ)
     on_cpu = "--cpu" in words("DEVICE_ARGS")
     if setting != "auto":
-        return PRECISION.decide(setting, "cpu" if on_cpu else "cuda")[0], ""
+        return setting, ""
     if trained is not None:
         return trained, f"{said}: the precision its checkpoints trained in"
     if on_cpu:  # unset, float32 as the recipes always trained on CPUs; auto (the quickstart's): the task's choice
@@ -108,9 +109,10 @@ def command(run: stages.Run, python: str, save_dir: str, share: str, model: List
     trained = None
     if stages.has_checkpoints(save_dir):
         resume = importlib.import_module("vaswani_plugin.checkpoints.resume")
-        if resume.trained_optimizer(Path(save_dir)) == "adam":
+        trained_under = resume.trained_config(Path(save_dir))  # one read of the checkpoint for both
+        if trained_under is not None and trained_under["optimizer"]["_name"] == "adam":
             training = ["adam" if word == "vaswani_adam" else word for word in training]
-        trained = resume.trained_precision_of(Path(save_dir))
+        trained = None if trained_under is None else PRECISION.trained_precision(trained_under)
     chosen, why = precision(run, python, trained)
     plugin = str(Path(__file__).resolve().parent.parent / "vaswani_plugin")
     task = ["--user-dir", plugin, "--task", "vaswani_translation", *PRECISION.arguments(chosen)]

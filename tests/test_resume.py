@@ -29,8 +29,9 @@ from vaswani_plugin.checkpoints import average as average_checkpoints
 from vaswani_plugin.checkpoints import convert_fairseq
 from vaswani_plugin.checkpoints.average import average_checkpoints as averaged
 from vaswani_plugin.checkpoints.resume import main as resume_main
-from vaswani_plugin.checkpoints.resume import trained_precision_of
+from vaswani_plugin.checkpoints.resume import trained_config
 from vaswani_plugin.checkpoints.storage import unreadable_checkpoint_message
+from vaswani_plugin.precision import trained_precision
 from vaswani_plugin.scoring import bleu as score
 from vaswani_plugin.tools import attention_pictures, training_cost
 
@@ -428,8 +429,9 @@ def test_a_run_in_progress_goes_on_in_the_precision_its_checkpoints_trained_in(
     state = torch.load(save_dir / "checkpoint_last.pt", weights_only=True)
     state["cfg"]["common"]["fp16"] = True
     torch.save(state, tmp_path / "checkpoint_last.pt")
-    assert trained_precision_of(save_dir) == "fp32" and trained_precision_of(tmp_path) == "fp16"
-    assert trained_precision_of(tmp_path / "none") is None
+    assert trained_precision(trained_config(save_dir)) == "fp32"
+    assert trained_precision(trained_config(tmp_path)) == "fp16"
+    assert trained_config(tmp_path / "none") is None
     run = stages.Run(tmp_path / "work", rank=0, name="node 0", launch_id="job", workers=8)
     for name in ("PRECISION", "FP16", "BF16"):
         monkeypatch.delenv(name, raising=False)

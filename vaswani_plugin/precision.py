@@ -23,15 +23,16 @@ SETTINGS = {"auto": "auto", "on": "on", "1": "on", "true": "on", "off": "off", "
 # true and false: the option was a flag before, and a checkpoint's config may still hold True or False.
 NATIVE_BFLOAT16_FLAGS = ("avx512_bf16", "amx_bf16")  # Linux's names for AVX512-BF16 and AMX's bfloat16 tiles
 CONFLICT = "--bf16-autocast is a precision of its own: drop --fp16, --amp and --bf16"
-# The recipes' PRECISION: fairseq-train's arguments for each (the task's --bf16-autocast always given), and what each
-# is called in the recipes' lines. auto on a CPU is the task's own (--bf16-autocast auto, by the CPU's flags).
+# The recipes' PRECISION: fairseq-train's arguments for each (the task's --bf16-autocast always given). auto on a CPU
+# is the task's own (--bf16-autocast auto, by the CPU's flags).
 PRECISIONS = {
-    "fp32": (["--bf16-autocast", "off"], "float32"),
-    "tf32": (["--bf16-autocast", "off", "--tf32"], "float32 with TF32 products"),
-    "fp16": (["--bf16-autocast", "off", "--fp16"], "fairseq's --fp16"),
-    "amp": (["--bf16-autocast", "off", "--amp"], "fairseq's --amp"),
-    "bf16": (["--bf16-autocast", "on"], "bfloat16 autocast"),
+    "fp32": ["--bf16-autocast", "off"],
+    "tf32": ["--bf16-autocast", "off", "--tf32"],
+    "fp16": ["--bf16-autocast", "off", "--fp16"],
+    "amp": ["--bf16-autocast", "off", "--amp"],
+    "bf16": ["--bf16-autocast", "on"],
 }
+GPU_ONLY = ("tf32", "fp16", "amp")  # fairseq's half precisions need CUDA; TF32 is a GPU's
 LEGACY_BF16 = {"1": "bf16", "0": "fp32", "auto": "auto"}  # BF16=0 is float32 everywhere, as before PRECISION
 BFLOAT16_CAPABILITY, FLOAT16_CAPABILITY = (8, 0), (7, 0)  # Ampere's bfloat16 tensor cores; Volta's float16 ones
 
@@ -149,14 +150,19 @@ def gpu_default(capability: Tuple[int, int], name: str) -> Tuple[str, str]:
     return "fp32", f"{card}: no tensor cores for mixed precision, so float32"
 
 
+def check_device(setting: str, device_type: str) -> None:
+    """A one-line VaswaniConfigError for a recipes' `setting` that `device_type` ("cpu", "cuda") cannot train in."""
+    if device_type == "cpu" and setting in GPU_ONLY:
+        raise VaswaniConfigError(
+            f"PRECISION={setting} is for GPUs (fairseq's {setting} needs CUDA): on a CPU use auto, fp32 or bf16"
+        )
+
+
 def decide(setting: str, device_type: str, gpus: Optional[List[Tuple[Tuple[int, int], str]]] = None) -> Tuple[str, str]:
     """(one of PRECISIONS, or auto on a CPU: the task's choice by the CPU's flags; why) for the recipes' `setting`
     on `device_type` ("cpu", "cuda"); gpus: each visible GPU's (capability, name), the smallest capability deciding."""
+    check_device(setting, device_type)
     if setting != "auto":
-        if device_type == "cpu" and setting in ("tf32", "fp16", "amp"):
-            raise VaswaniConfigError(
-                f"PRECISION={setting} is for GPUs (fairseq's {setting} needs CUDA): on a CPU use auto, fp32 or bf16"
-            )
         return setting, f"PRECISION={setting}"
     if device_type == "cpu":
         return "auto", "auto on a CPU: the task's --bf16-autocast auto, by the CPU's flags"
@@ -167,7 +173,7 @@ def decide(setting: str, device_type: str, gpus: Optional[List[Tuple[Tuple[int, 
 
 def arguments(precision: str) -> List[str]:
     """fairseq-train's arguments for one of PRECISIONS, or auto (the task decides, on a CPU)."""
-    return ["--bf16-autocast", "auto"] if precision == "auto" else list(PRECISIONS[precision][0])
+    return ["--bf16-autocast", "auto"] if precision == "auto" else list(PRECISIONS[precision])
 
 
 def trained_precision(cfg: dict) -> str:

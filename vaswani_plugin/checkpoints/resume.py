@@ -25,11 +25,11 @@ from vaswani_plugin.checkpoints.storage import (
     UnreadableCheckpoint,
     load_checkpoint,
     newest_training_checkpoint,
+    stored_config,
     write_atomically,
 )
 from vaswani_plugin.cli import run_command
 from vaswani_plugin.errors import VaswaniConfigError
-from vaswani_plugin.precision import trained_precision
 from vaswani_plugin.tools.progress import MIRRORED_OPTIONS
 
 PROG = "vaswani_plugin.checkpoints.resume"
@@ -122,7 +122,6 @@ COMPARED_FIELDS = {
 # After a divergence (tools/stopping.py) a run may go on from its last intact checkpoint with a lower rate or a
 # longer warm-up: eq. 3's settings and Adam's rate. A precision is no such change (fairseq resumes no optimizer
 # state under another optimizer class: fp16's, amp's).
-PRECISION_GROUP_FIELDS = {("common", name) for name in PRECISION_FIELDS}
 RETUNABLE = {"lr_scheduler": None, "optimization": ("lr", "clip_norm")}  # None: every field of the group
 TOKENS_TOLERANCE = 0.02  # the recipes' rounding of TOKENS_PER_STEP over the workers stays well inside it
 
@@ -172,7 +171,7 @@ def configuration_change(old: dict, new: dict, retuning: bool = False, precision
     if retuning:
         fields = [(group, name) for group, name in fields if not retunable(group, name)]
     if not precision:
-        fields = [(group, name) for group, name in fields if (group, name) not in PRECISION_GROUP_FIELDS]
+        fields = [(group, name) for group, name in fields if not (group == "common" and name in PRECISION_FIELDS)]
     for group, name in fields:
         if name in (old.get(group) or {}) and name in (new.get(group) or {}) and old[group][name] != new[group][name]:
             # A group's _name is the choice of --arch (the model's), --criterion, --optimizer, ...
@@ -194,28 +193,18 @@ def resumed_state(save_dir: Path) -> Optional[dict]:
     return None if newest is None else load_checkpoint(newest[1])
 
 
-def stored_config(state: dict) -> dict:
-    """A checkpoint's fairseq configuration as a plain dict (a DictConfig when another fairseq version wrote it)."""
-    cfg = state["cfg"]
-    if not isinstance(cfg, dict):
-        from omegaconf import OmegaConf
-
-        cfg = OmegaConf.to_container(cfg, resolve=True)
-    return cfg
-
-
-def trained_precision_of(save_dir: Path) -> Optional[str]:
-    """The recipes' PRECISION SAVE_DIR's checkpoints trained in (vaswani_plugin.precision.trained_precision), that of
-    the checkpoint training resumes from; None without one."""
+def trained_config(save_dir: Path) -> Optional[dict]:
+    """The fairseq configuration (a plain dict) of the checkpoint SAVE_DIR's training resumes from; None without one.
+    The recipes read its optimizer and precision (vaswani_plugin.precision.trained_precision) from it."""
     state = resumed_state(save_dir)
-    return None if state is None else trained_precision(stored_config(state))
+    return None if state is None else stored_config(state)
 
 
 def trained_optimizer(save_dir: Path) -> Optional[str]:
     """The --optimizer SAVE_DIR's checkpoints were trained under (fairseq resumes none under another): that of the
     checkpoint training resumes from; None without one."""
-    state = resumed_state(save_dir)
-    return None if state is None else stored_config(state)["optimizer"]["_name"]
+    cfg = trained_config(save_dir)
+    return None if cfg is None else cfg["optimizer"]["_name"]
 
 
 def plan_decision(plan: str, repair: bool = False, retuning: bool = False) -> str:

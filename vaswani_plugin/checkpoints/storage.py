@@ -98,6 +98,16 @@ def load_checkpoint(path, load: Optional[Callable] = None):
     raise UnreadableCheckpoint(f"{path}: {problem}")
 
 
+def stored_config(state: dict) -> dict:
+    """A checkpoint's fairseq configuration as a plain dict (a DictConfig when another fairseq version wrote it)."""
+    cfg = state["cfg"]
+    if not isinstance(cfg, dict):
+        from omegaconf import OmegaConf
+
+        cfg = OmegaConf.to_container(cfg, resolve=True)
+    return cfg
+
+
 def unreadable_checkpoint_message(exc: BaseException) -> Optional[str]:
     """The one line for an exception raised while fairseq's checkpoint_utils.load_checkpoint_to_cpu read a file
     that is no intact torch checkpoint, naming the file; None otherwise (any other error keeps its traceback).

@@ -9,7 +9,7 @@ import argparse
 
 import torch
 
-from vaswani_plugin.checkpoints.storage import load_checkpoint
+from vaswani_plugin.checkpoints.storage import load_checkpoint, stored_config
 from vaswani_plugin.cli import run_command
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.precision import PRECISIONS, trained_precision
@@ -44,28 +44,20 @@ def peak_for(device_name: str, precision: str):
     return None
 
 
-def trained(checkpoint: str):
-    """(the training time fairseq-train stored in the checkpoint, all runs of a resumed training together; the
-    PRECISION it trained in)."""
-    state = load_checkpoint(checkpoint)
+def seconds_of(state: dict, checkpoint: str) -> float:
+    """The training time fairseq-train stored in a checkpoint's state (all runs of a resumed training together)."""
     try:
-        seconds = float(state["extra_state"]["previous_training_time"])
+        return float(state["extra_state"]["previous_training_time"])
     except (KeyError, TypeError):
         raise VaswaniConfigError(
             f"{checkpoint}: no training time in it (extra_state.previous_training_time); "
             "not a checkpoint written by fairseq-train"
         ) from None
-    cfg = state.get("cfg")
-    if cfg is not None and not isinstance(cfg, dict):
-        from omegaconf import OmegaConf
-
-        cfg = OmegaConf.to_container(cfg, resolve=True)
-    return seconds, trained_precision(cfg or {})
 
 
 def training_seconds(checkpoint: str) -> float:
     """The training time fairseq-train stored in the checkpoint (all runs of a resumed training together)."""
-    return trained(checkpoint)[0]
+    return seconds_of(load_checkpoint(checkpoint), checkpoint)
 
 
 def main(argv=None):
@@ -81,8 +73,10 @@ def main(argv=None):
 
 
 def cost_command(args) -> None:
-    seconds, precision = trained(args.checkpoint)
-    precision = args.precision or ("fp32" if precision == "auto" else precision)  # auto: a CPU's run
+    state = load_checkpoint(args.checkpoint)
+    seconds = seconds_of(state, args.checkpoint)
+    precision = args.precision or trained_precision(stored_config(state) if state.get("cfg") is not None else {})
+    precision = "fp32" if precision == "auto" else precision  # auto: a CPU's run
     peak, source = args.peak_tflops, "--peak-tflops"
     if peak is None and torch.cuda.is_available():
         name = torch.cuda.get_device_name(0)
