@@ -225,12 +225,12 @@ def plan_decision(plan: str, repair: bool = False, retuning: bool = False) -> st
     ended_epochs = extra.get("train_iterator", {}).get("epoch", 1) - 1
     trained = extra.get("previous_training_time", 0)
     # --leave-epochs moves the time limit while training, and the checkpoint keeps the limit it had: the one that
-    # stopped the training in its last.
+    # stopped the training in its last. Compared in hours, as kept: seconds / 3600 * 3600 can come back an ulp above.
     left = new["task"].get("leave_epochs") and old["task"].get("leave_epochs")
     finished = (
         (target["max_update"] and updates >= target["max_update"])
         or (target["stop_time_hours"] and trained >= target["stop_time_hours"] * 3600)
-        or (left and trained >= old["optimization"]["stop_time_hours"] * 3600)
+        or (left and trained / 3600 >= old["optimization"]["stop_time_hours"])
         or (target["max_epoch"] and ended_epochs >= target["max_epoch"])
     )
     change = configuration_change(old, new, retuning)
