@@ -54,7 +54,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
-from host_cost import PeakMemory  # noqa: E402  (torch.cuda.max_memory_allocated over every step)
+from host_cost_memory import PeakMemory  # noqa: E402  (torch.cuda.max_memory_allocated over every step)
 from speed import PAPER, SIZES  # noqa: E402  (vaswani_plugin/paper.py; d_model, d_ff, h, N of speed.py's sizes)
 
 PLUGIN = REPO / "vaswani_plugin"

@@ -1,12 +1,8 @@
 """fairseq-train with fairseq's own --fp16 / --memory-efficient-fp16 on a CPU, for tests: the two places where
-fairseq's float16 path assumes CUDA are patched in this process only (nothing of fairseq changes on disk).
+fairseq's float16 path assumes CUDA are patched in this process only (nothing of fairseq changes on disk), by
+benchmarks/common.py's float16_on_cpu, which says what they are (benchmarks/host_cost.py takes the same patches).
 
     python tests/fp16_on_cpu.py <fairseq-train arguments, with --cpu>
-
-- FP16Optimizer keys its flat float32 master weights by torch.cuda.current_device() and later copies the float16
-  gradients into them grouped by p.device.index, which is None on a CPU: current_device() answers None here, so
-  the keys match. (With any other key the copy finds no parameters and every update has all-zero gradients.)
-- On a gradient overflow the trainer sets grad_norm = torch.tensor(0.0).cuda(): .cuda() leaves a tensor on the CPU.
 
 FP16_ON_CPU_OVERFLOW_AT=N makes one gradient element of the N-th batch (N-th backward pass, from 1) infinite
 after the backward pass, as a float16 overflow would, so that fairseq's dynamic loss scaler reacts to it.
@@ -14,13 +10,15 @@ after the backward pass, as a float16 overflow would, so that fairseq's dynamic 
 
 import os
 import sys
+from pathlib import Path
 
-import torch
 from fairseq.optim.fp16_optimizer import _FP16OptimizerMixin, _MemoryEfficientFP16OptimizerMixin
 from fairseq_cli.train import cli_main  # first: it sets up fairseq-train's logging before fairseq is imported
 
-torch.cuda.current_device = lambda: None
-torch.Tensor.cuda = lambda tensor, *args, **kwargs: tensor
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from common import float16_on_cpu  # noqa: E402
+
+float16_on_cpu()
 
 
 def overflow_at(batch: int):

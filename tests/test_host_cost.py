@@ -1,6 +1,6 @@
-"""benchmarks/host_cost.py: its smoke run (fairseq's Trainer in float32, fp16 and amp, fairseq's transformer and the
-plugin), and its counters, kernel kinds, frame areas and interleaved rounds on cases whose answer is known; the
-figures themselves are in docs/results.md."""
+"""benchmarks/host_cost.py and its modules (benchmarks/host_cost_*.py): its smoke run (fairseq's Trainer in
+float32, fp16 and amp, fairseq's transformer and the plugin), and its counters, kernel kinds, frame areas and
+interleaved rounds on cases whose answer is known; the figures themselves are in docs/results.md."""
 
 import cProfile
 import importlib.util
@@ -11,11 +11,16 @@ import subprocess
 import sys
 
 import torch
-from cli_helpers import REPO, benchmark
+from cli_helpers import REPO
 from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity, profile
 
-host_cost = benchmark("host_cost")
+sys.path.insert(0, str(REPO / "benchmarks"))
+import host_cost_counts  # noqa: E402
+import host_cost_frames  # noqa: E402
+import host_cost_kinds  # noqa: E402
+import host_cost_measure  # noqa: E402
+import host_cost_report  # noqa: E402
 
 ROW = re.compile(r"^(float32|fp16|amp) +(transformer|vaswani_transformer) +(adam|vaswani_adam) +([\d. ]+)$")
 
@@ -96,7 +101,7 @@ def check_kinds(stdout):
     for head, rows in kinds.items():
         total, rate = re.match(r".*: ([\d.]+) ms, the matrix products at ([\d.]+) TFLOP/s; ", head).groups()
         table = {row[:32].strip(): row[32:].split() for row in rows}
-        assert list(table) == list(host_cost.KINDS)
+        assert list(table) == list(host_cost_kinds.KINDS)
         assert abs(sum(float(ms) for ms, *_ in table.values()) - float(total)) <= 0.005 * len(table) + 1e-9
         assert abs(sum(float(share.rstrip("%")) for _, share, *_ in table.values()) - 100) <= 0.05 * len(table)
         assert float(rate) > 0 and float(table["matrix products"][0]) > 0
@@ -115,7 +120,7 @@ def check_frames(stdout):
             match = re.match(r"^((?:plugin|fairseq) \S+|torch|other) +([\d.]+) +([\d.]+)$", row)
             if match:
                 areas[match.group(1)] = float(match.group(2)) + float(match.group(3))
-        assert set(areas) <= set(host_cost.AREAS) and "fairseq trainer.py" in areas
+        assert set(areas) <= set(host_cost_frames.AREAS) and "fairseq trainer.py" in areas
         assert abs(sum(areas.values()) - total) <= 0.01 * len(areas)
         plugin = [name for name in areas if name.startswith("plugin ")]
         if "vaswani_transformer" in head:
@@ -154,12 +159,12 @@ def test_kernel_like_calls_leave_out_views_and_count_a_multi_tensor_call_once():
         with torch.autograd.profiler.record_function("optimizer"):
             torch._foreach_mul_(tensors, 2.0)  # one call, whatever a CPU does inside
         product.sum()
-    counts = host_cost.kernel_calls(profiled)
+    counts = host_cost_counts.kernel_calls(profiled)
     assert (counts["fwd+bwd"], counts["optimizer"], counts["other"]) == (2, 1, 1)
 
 
 def test_host_syncs_are_named_by_their_callers_frame():
-    with host_cost.HostSyncs() as syncs:
+    with host_cost_counts.HostSyncs() as syncs:
         value = torch.ones(3)
         value.sum().item()
         bool(value.any())
@@ -183,7 +188,7 @@ def test_device_busy_is_the_union_of_kernels_and_copies_without_annotations():
         event(0, 60, device=DeviceType.CPU),
     ]  # the host op that launched them
     covered = {t for start, end in kernels for t in range(start, end)}
-    assert host_cost.device_busy_us(events) == len(covered) == 23
+    assert host_cost_counts.device_busy_us(events) == len(covered) == 23
 
 
 def test_kernel_time_by_kind_counts_every_call_once_and_the_products_flops():
@@ -193,8 +198,8 @@ def test_kernel_time_by_kind_counts_every_call_once_and_the_products_flops():
     x, w = torch.randn(m, k, requires_grad=True), torch.randn(n, k, requires_grad=True)
     target = torch.tensor([0, 1, 2, 3, 0, 1])
     with profile(activities=[ProfilerActivity.CPU], with_flops=True) as profiled:
-        with record_function("forward"), record_function(host_cost.CRITERION_RANGE):
-            with record_function(host_cost.MODEL_RANGE):
+        with record_function("forward"), record_function(host_cost_kinds.CRITERION_RANGE):
+            with record_function(host_cost_kinds.MODEL_RANGE):
                 h = torch.nn.functional.dropout(torch.nn.functional.linear(x, w), 0.5, training=True)
                 h = torch.softmax(h, -1) + h
             loss = torch.softmax(h, -1).sum() - torch.log_softmax(h, -1).gather(-1, target[:, None]).sum()
@@ -205,18 +210,18 @@ def test_kernel_time_by_kind_counts_every_call_once_and_the_products_flops():
         x.detach().double()
     events = profiled.events()
     kinds = {}
-    for event, kind, _ in host_cost.kernel_kinds(events):
+    for event, kind, _ in host_cost_kinds.kernel_kinds(events):
         kinds.setdefault(event.name[6:], set()).add(kind)
     assert kinds["mm"] == {"matrix products"}  # forward, and both gradients
     assert kinds["bernoulli_"] == {"normalisation with dropout"}
     assert kinds["_log_softmax"] == kinds["_log_softmax_backward_data"] == kinds["gather"] == {"softmax and loss"}
     assert kinds["_softmax"] == kinds["_softmax_backward_data"] == {"attention", "softmax and loss"}  # by range
     assert kinds["_foreach_add_"] == {"optimizer"} and kinds["_to_copy"] == {"casts and copies"}
-    times = host_cost.kernel_time(events, device=False)
+    times = host_cost_kinds.kernel_time(events, device=False)
     own = sum(
         event.self_cpu_time_total
         for event in events
-        if event.name.startswith("aten::") and event.name[6:] not in host_cost.METADATA_OPS
+        if event.name.startswith("aten::") and event.name[6:] not in host_cost_counts.METADATA_OPS
     )
     assert abs(sum(times["kinds"].values()) - own) < 1e-6 and abs(times["total"] - own) < 1e-6
     assert times["flops"] == 3 * 2 * m * n * k  # x W^T, and the gradients of x and of W
@@ -249,7 +254,7 @@ def test_frame_areas_count_the_plugin_apart_with_the_code_it_calls(tmp_path):
         for name in ("busy", "helper"):
             sys.modules.pop(name, None)
     stats = pstats.Stats(profiler).stats
-    areas, functions = host_cost.frame_time(stats, updates=2)
+    areas, functions = host_cost_frames.frame_time(stats, updates=2)
     own = {function: 1000 * tt / 2 for function, (_, _, tt, _, _) in stats.items()}  # ms per 'update'
     busy = (str(tmp_path / "vaswani_plugin" / "criterions" / "busy.py"), 2, "forward")
     assert functions["vaswani_plugin/criterions/busy.py:2 forward"][0] == own[busy]
@@ -268,15 +273,15 @@ def test_interleaved_rounds_alternate_and_their_ratios_median_resists_drift():
         clock[0] += 1
         return run * (1 + 0.3 * clock[0] / 10), run
 
-    order, rounds = host_cost.interleaved({"plugin": 0.8, "fairseq": 1.0}, 5, window)
+    order, rounds = host_cost_measure.interleaved({"plugin": 0.8, "fairseq": 1.0}, 5, window)
     assert order == ["plugin", "fairseq", "fairseq", "plugin"] * 2 + ["plugin", "fairseq"]
-    median, low, high, ratios = host_cost.round_ratios(rounds["plugin"], rounds["fairseq"])
+    median, low, high, ratios = host_cost_measure.round_ratios(rounds["plugin"], rounds["fairseq"])
     assert ratios == [mine[0] / theirs[0] for mine, theirs in zip(rounds["plugin"], rounds["fairseq"])]
     assert median == statistics.median(ratios) and (low, high) == (min(ratios), max(ratios))
     assert abs(median - 0.8) < 0.8 * 0.05
-    assert host_cost.round_ratios(rounds["plugin"], rounds["fairseq"], which=1)[0] == 0.8
+    assert host_cost_measure.round_ratios(rounds["plugin"], rounds["fairseq"], which=1)[0] == 0.8
     # The median of the rounds' ratios (1, 0.5, 3), not the ratio of the medians (2 / 3).
-    assert host_cost.round_ratios([(1,), (2,), (9,)], [(1,), (4,), (3,)])[0] == 1
+    assert host_cost_measure.round_ratios([(1,), (2,), (9,)], [(1,), (4,), (3,)])[0] == 1
     # The headline: process CPU time's median (of 0.5, 0.75, 1), not wall time's (1).
-    headline = host_cost.cpu_headline([(1, 9), (3, 9), (5, 9)], [(2, 9), (4, 9), (5, 9)])
+    headline = host_cost_report.cpu_headline([(1, 9), (3, 9), (5, 9)], [(2, 9), (4, 9), (5, 9)])
     assert headline.startswith("process CPU ms 0.75 (median of 3 interleaved rounds, 0.50-1.00)")
