@@ -25,6 +25,8 @@ def plugin_leaf(name: str):
 
 
 _errors = plugin_leaf("errors")
+# Writes that survive a crash (vaswani_plugin/durable.py), loaded before the leaves that import it (stage_records).
+durable = plugin_leaf("durable")
 # A mistake the user can fix (missing file, bad option, failed download): the plugin's one family of user errors
 # (vaswani_plugin/errors.py), under prepare/'s name for it.
 PrepareError = _errors.VaswaniConfigError

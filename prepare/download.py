@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from ._common import ArgumentParser, PrepareError, file_digest, log, run_cli
+from ._common import ArgumentParser, PrepareError, durable, file_digest, log, run_cli
 
 
 @dataclass(frozen=True)
@@ -233,7 +233,7 @@ def fetch(
                     f"{url}: {algorithm} {got} is not the expected {want}; "
                     "removed the file, run again to download it anew"
                 )
-    part.replace(dest)
+    durable.replace_durably(part, dest)  # once renamed, a crash cannot leave a short `dest` that reads as present
     log(f"  {name}: downloaded, {have:,} bytes")
     return "downloaded"
 

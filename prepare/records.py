@@ -10,10 +10,11 @@
 A record, WORK_DIR/.stages/STAGE.json, holds the stage's plan (the commands it runs, as DRY_RUN=1 prints them,
 WORK_DIR written as $WORK_DIR; compared word by word), the id of the record of the stage before it when it ran
 (`after`), its own id, when it started and finished, the versions of the plugin, fairseq and torch, and the identity
-of its inputs (--input: the data's dictionaries for training; and the update it started from). An input that is not
-what the stage read is `inputs-changed` and a line naming it. A stage whose plan, or whose previous stage's record,
-is not the one it ran after has `changed`; its outputs go aside and it runs again (recipes/stages.py); one that
-started with the same plan and never finished is `interrupted`. A version that changed is one warning line, never a
+of its inputs (--input: the data's dictionaries for training; and the update it started from), and the outputs it
+writes (recipes/stages.py's), fsynced before `finish` records that it finished. An input that is not what the stage
+read is `inputs-changed` and a line naming it. A stage whose plan, or whose previous stage's record, is not the one
+it ran after has `changed`; its outputs go aside and it runs again (recipes/stages.py); one that started with the
+same plan and never finished is `interrupted`. A version that changed is one warning line, never a
 reason to run again.
 
 `data` is the record of the data recipes train on, DATA_DIR/.stages/data.json: the preparation's settings
@@ -33,7 +34,7 @@ import uuid
 from pathlib import Path
 from typing import Dict, Iterable, Optional
 
-from ._common import file_digest, plugin_leaf
+from ._common import durable, file_digest, plugin_leaf
 
 VERSIONED = ("vaswani-plugin", "ve-fairseq", "torch")
 
@@ -116,6 +117,7 @@ def start(
     plan: str,
     inputs: Iterable[Path] = (),
     started_from: Optional[int] = None,
+    outputs: Iterable[Path] = (),
 ) -> None:
     write(
         record_path(work_dir, stage),
@@ -129,15 +131,19 @@ def start(
             "versions": versions(),
             "inputs": identity(inputs),
             "started_from": started_from,
+            "outputs": [str(Path(output).resolve()) for output in outputs],
         },
     )
 
 
 def finish(work_dir: Path, stage: str) -> None:
+    """The stage's record says it finished, once the outputs its start named are on disk (a crash after this
+    loses none of what the record claims)."""
     path = record_path(work_dir, stage)
     record = read(path)
     if record is None:
         raise SystemExit(f"prepare.records: error: stage {stage} has no record to finish ({path})")
+    durable.sync(record.get("outputs") or [])
     record["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     write(path, record)
 

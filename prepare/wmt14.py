@@ -34,7 +34,7 @@ from typing import Dict, List
 from recipes.stages import Step, run_steps, stamp_path
 
 from . import binarize, bpe, clean, download, extract, spm, tokenize
-from ._common import ArgumentParser, available_cores, log, positive_int, run_cli
+from ._common import ArgumentParser, available_cores, durable, log, positive_int, run_cli
 
 LANGS = extract.LANGS
 # Rough disk needs of a full run (downloads excluded), for a warning only.
@@ -296,7 +296,7 @@ class Pipeline:
             "sentences": counts,
             "dict_size": binarized.get("dict_size"),
         }
-        (self.work / "prepare.json").write_text(json.dumps(paths, indent=1) + "\n")
+        durable.write_text(self.work / "prepare.json", json.dumps(paths, indent=1) + "\n")
         learn = self.results.get("learn", {})
         if self.pair == "en-de":
             vocab = (

@@ -276,7 +276,15 @@ def prepare(args) -> Path:
     results: Dict[str, dict] = {}
     run_steps(
         [
-            Step("linearise", "the trees as sequences, the gold trees", sources, [], [], linearise_all),
+            Step(
+                "linearise",
+                "the trees as sequences, the gold trees",
+                sources,
+                [],
+                [],
+                linearise_all,
+                writes=[work / "text", work / "gold"],
+            ),
             Step(
                 "model_text",
                 "the model's text",
@@ -293,6 +301,7 @@ def prepare(args) -> Path:
                     args.unknown_words == "signatures",
                     args.treebank_copies,
                 ),
+                writes=[model_text],
             ),
             Step(
                 "binarize",
@@ -301,6 +310,7 @@ def prepare(args) -> Path:
                 [],
                 [],
                 lambda: binarize_all(model_text, data_bin, list(files), args.workers, words, args.source_vocabulary),
+                writes=[data_bin],
             ),
         ],
         work / ".stamps",

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from prepare import records
-from prepare._common import log, plugin_leaf
+from prepare._common import durable, log, plugin_leaf
 
 ERRORS = plugin_leaf("errors")
 STOPPING = plugin_leaf("tools.stopping")  # how fairseq-train says it stopped before its target (a divergence)
@@ -208,9 +208,7 @@ def publish(run: Run, name: str, line: str) -> None:
         return
     path = decision_path(run, name)
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}")
-    temporary.write_text(f"{run.launch_id}\t{line}\n", encoding="utf-8")
-    os.replace(temporary, path)
+    durable.write_text(path, f"{run.launch_id}\t{line}\n", durable=False)  # this launch's: a crash ends it
 
 
 def follow(run: Run, name: str, poll: float = 1.0) -> str:
@@ -325,7 +323,9 @@ def begin(run: Run, stage: Stage) -> Decision:
 
 
 def record(run: Run, stage: Stage, started_from: Optional[int]) -> None:
-    records.start(run.work_dir, stage.name, stage.after, stage.plan, existing(stage.inputs), started_from)
+    records.start(
+        run.work_dir, stage.name, stage.after, stage.plan, existing(stage.inputs), started_from, stage.outputs
+    )
 
 
 def existing(paths) -> List[Path]:
@@ -400,7 +400,9 @@ def existing_raw(raw: List[Path]) -> List[Path]:
 # -- a preparation's steps (prepare/wmt14.py, prepare/multi30k.py, prepare/wsj_parsing.py) --------------------
 @dataclass
 class Step:
-    """A step of a preparation; its stamp (STAMPS/NAME.json) holds the settings it ran with and its result."""
+    """A step of a preparation; its stamp (STAMPS/NAME.json) holds the settings it ran with and its result, written
+    once its outputs and `writes` are on disk (durable.sync): after a crash, a step either has its stamp and its
+    files or runs again."""
 
     name: str
     title: str
@@ -408,6 +410,7 @@ class Step:
     inputs: List[Path]  # files of earlier steps' outputs that it reads
     outputs: List[Path]
     run: Callable[[], dict]  # its result, kept in its stamp
+    writes: List[Path] = field(default_factory=list)  # folders it writes besides `outputs` (those it does not check)
 
 
 def step_decisions(steps: List[Step], stamps: List[Optional[dict]]) -> List[Decision]:
@@ -461,6 +464,7 @@ def run_steps(steps: List[Step], stamps: Path, results: Dict[str, dict]) -> Dict
         log(f"{header}: {decision.detail}, running it again" if decision.action == "rerun" else header)
         started = time.monotonic()
         results[step.name] = step.run()
+        durable.sync([*step.outputs, *step.writes])  # on disk before the stamp says so, whatever wrote them
         records.write(stamp_path(stamps, step), {"params": step.params, "result": results[step.name]})
         log(f"  {step.name} finished in {time.monotonic() - started:.1f} s")
     return results

@@ -2,22 +2,24 @@
 
 Importing this package (``--user-dir``) runs register(): the architecture family ``vaswani_transformer``, the LR
 scheduler ``noam``, the optimizer ``vaswani_adam``, the criterion ``vaswani_label_smoothed_cross_entropy`` and the
-task ``vaswani_translation`` (GNMT length penalty) registered with fairseq, and fairseq's checkpoint classes
-allow-listed for torch's safe (``weights_only``) loading. ``python -m vaswani_plugin.COMMAND`` leaves that to the
-commands that use fairseq.
+task ``vaswani_translation`` (GNMT length penalty) registered with fairseq, fairseq's checkpoint classes
+allow-listed for torch's safe (``weights_only``) loading, and fairseq-train's checkpoints written durably (each
+fsynced before its rename, its folder after: vaswani_plugin/durable.py). ``python -m vaswani_plugin.COMMAND``
+leaves that to the commands that use fairseq.
 """
 
 import sys
 
 # The leaves prepare/ may have loaded by their paths first (prepare._common.plugin_leaf): bound here as the
 # package's attributes, which such a load leaves unset.
-from vaswani_plugin import errors, paper  # noqa: F401
+from vaswani_plugin import durable, errors, paper  # noqa: F401
 from vaswani_plugin.errors import VaswaniConfigError
 
 
 def register():
-    """Register the plugin's components with fairseq, allow-list fairseq's checkpoint classes and install the
-    one-line error hook of fairseq's commands; a second call does nothing new."""
+    """Register the plugin's components with fairseq, allow-list fairseq's checkpoint classes, make fairseq-train's
+    checkpoint writes durable and install the one-line error hook of fairseq's commands; a second call does nothing
+    new."""
     try:
         import fairseq  # noqa: F401
     except ImportError as error:
@@ -26,11 +28,12 @@ def register():
             f"({error}). Install it with `pip install 'vaswani_plugin[fairseq]'` "
             "(ve-fairseq 0.12.3, for Python 3.11 and 3.12)."
         ) from None
-    from vaswani_plugin.checkpoints.storage import allow_fairseq_checkpoint_classes
+    from vaswani_plugin.checkpoints.storage import allow_fairseq_checkpoint_classes, durable_fairseq_checkpoints
     from vaswani_plugin.cli import install_error_hook
 
     install_error_hook()
     allow_fairseq_checkpoint_classes()
+    durable_fairseq_checkpoints()
     from vaswani_plugin.criterions import vaswani_label_smoothed_cross_entropy  # noqa: F401
     from vaswani_plugin.lr_scheduler import noam  # noqa: F401
     from vaswani_plugin.models import vaswani_transformer  # noqa: F401  (registers the model and archs)

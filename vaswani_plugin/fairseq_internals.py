@@ -6,7 +6,7 @@ that need it (a command that only reads a checkpoint never imports fairseq); not
 """
 
 import traceback
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import torch
 
@@ -50,3 +50,40 @@ def checkpoint_being_read(exc: BaseException) -> Optional[Tuple[str, str]]:
             path = frame.f_locals["path"]
             return path, frame.f_locals.get("local_path", path)
     return None
+
+
+def replace_checkpoint_writes(save: Callable[[dict, str], None], copy: Callable[[str, str], None]) -> None:
+    """fairseq-train's checkpoint writes replaced by `save(state, path)` and `copy(source, target)` (the plugin's
+    durable ones: checkpoints/storage.py), for local paths; once a process, a second call does nothing.
+
+    ve-fairseq 0.12.3: Trainer.save_checkpoint calls checkpoint_utils.torch_persistent_save(state, path,
+    async_write), which writes PATH.tmp and renames it, and checkpoint_utils.save_checkpoint copies that file to the
+    other names due (checkpoint_last.pt, checkpoint_best.pt, ...) with the PathManager its module imported,
+    PathManager.copy(source, target, overwrite=True): in place, and nothing of either fsynced. Both are looked up in
+    checkpoint_utils' namespace when called, where they are replaced: torch_persistent_save, and PathManager by a
+    subclass whose copy is `copy` (the module's other uses of PathManager stay fairseq's). --write-checkpoints-
+    asynchronously and a path of iopath's handlers (a remote store) keep fairseq's own writes.
+    """
+    from fairseq import checkpoint_utils
+    from fairseq.file_io import PathManager
+
+    fairseq_save = checkpoint_utils.torch_persistent_save
+    if getattr(fairseq_save, "replaced_by_the_plugin", False):
+        return
+
+    def torch_persistent_save(obj, filename, async_write: bool = False):
+        if async_write or PathManager.path_requires_pathmanager(str(filename)):
+            return fairseq_save(obj, filename, async_write)
+        save(obj, filename)
+
+    class CheckpointPathManager(PathManager):
+        @staticmethod
+        def copy(src_path: str, dst_path: str, overwrite: bool = False) -> bool:
+            if not overwrite or PathManager.path_requires_pathmanager(str(dst_path)):
+                return PathManager.copy(src_path, dst_path, overwrite)
+            copy(src_path, dst_path)
+            return True
+
+    torch_persistent_save.replaced_by_the_plugin = True
+    checkpoint_utils.torch_persistent_save = torch_persistent_save
+    checkpoint_utils.PathManager = CheckpointPathManager

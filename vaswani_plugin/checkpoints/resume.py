@@ -1,5 +1,5 @@
 """Make SAVE_DIR/checkpoint_last.pt resumable again after a job was killed at any instant (a cut-off copy is kept
-aside and the newest intact checkpoint copied atomically in its place); and say whether a training command may go
+aside and the newest intact checkpoint copied durably in its place); and say whether a training command may go
 on from SAVE_DIR's checkpoints, by fairseq's parsed configuration against the one the newest stored.
 
     python -m vaswani_plugin.checkpoints.resume SAVE_DIR
@@ -15,7 +15,6 @@ import contextlib
 import os
 import shlex
 import shutil
-import stat
 import sys
 import time
 from pathlib import Path
@@ -23,29 +22,17 @@ from typing import Optional
 
 from vaswani_plugin.checkpoints.storage import (
     UnreadableCheckpoint,
+    copy_atomically,
     load_checkpoint,
     newest_training_checkpoint,
     stored_config,
-    write_atomically,
 )
 from vaswani_plugin.cli import run_command
+from vaswani_plugin.durable import temporaries
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.tools.progress import MIRRORED_OPTIONS
 
 PROG = "vaswani_plugin.checkpoints.resume"
-
-
-def copy_atomically(source: Path, target: Path) -> None:
-    """Copy `source` over `target` through a temporary file, flushed to disk, with the source's mode."""
-
-    def copy(file):
-        with open(source, "rb") as original:
-            shutil.copyfileobj(original, file)
-        file.flush()
-        os.fsync(file.fileno())
-        os.fchmod(file.fileno(), stat.S_IMODE(os.stat(source).st_mode))
-
-    write_atomically(target, copy)
 
 
 def keep(last: Path) -> Path:
@@ -64,7 +51,7 @@ def resume(save_dir) -> None:
     """See the module docstring."""
     save_dir = Path(save_dir)
     last = save_dir / "checkpoint_last.pt"
-    for stale in save_dir.glob(f".{last.name}.*.tmp"):  # copies of a run of this command that was killed
+    for stale in temporaries(last):  # copies of a run of this command that was killed
         stale.unlink()
     if not last.exists():
         return

@@ -1,4 +1,5 @@
-"""Safe checkpoint loading, atomic writes, and recognising a checkpoint file that is cut short or no checkpoint.
+"""Safe checkpoint loading, durable writes (fairseq-train's too), and recognising a checkpoint file that is cut short
+or no checkpoint.
 
 torch >= 2.6 loads with weights_only=True; exactly the classes fairseq checkpoints hold besides tensors are
 allow-listed (tests/test_checkpoint_loading.py): argparse.Namespace (cfg["model"] of argparse-style
@@ -9,17 +10,19 @@ cut-short or foreign file is a one-line UnreadableCheckpoint naming it, not torc
 import argparse
 import os
 import re
-import tempfile
+import shutil
+import stat
 import zipfile
 from pathlib import Path
-from typing import BinaryIO, Callable, Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import numpy
 import torch
 from torch.torch_version import TorchVersion
 
+from vaswani_plugin.durable import write_atomically
 from vaswani_plugin.errors import VaswaniConfigError
-from vaswani_plugin.fairseq_internals import checkpoint_being_read
+from vaswani_plugin.fairseq_internals import checkpoint_being_read, replace_checkpoint_writes
 
 # torch.save writes a zip archive; torch < 1.6 wrote a pickle stream that begins with torch's magic number
 # (pickle's LONG1 opcode, 10 bytes, little-endian).
@@ -129,23 +132,28 @@ def unreadable_checkpoint_message(exc: BaseException) -> Optional[str]:
 
 
 def save_atomically(state: dict, output) -> None:
-    """torch.save to a temporary file next to `output`, then rename: no half-written checkpoint on failure."""
+    """torch.save to a temporary file next to `output`, fsynced, then renamed (durable.write_atomically): the old
+    checkpoint or the new one, whole, whenever the writer is killed or its node lost."""
     Path(output).parent.mkdir(parents=True, exist_ok=True)
     write_atomically(output, lambda file: torch.save(state, file))
 
 
-def write_atomically(output, write: Callable[[BinaryIO], None]) -> None:
-    """write(file) into a temporary file next to `output` (.<name>.*.tmp), then rename it over `output`: a
-    reader never sees a half-written file, whenever the writer is killed."""
-    output = Path(output)
-    handle, temporary = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as file:
-            write(file)
-        os.replace(temporary, output)
-    except BaseException:
-        os.unlink(temporary)
-        raise
+def copy_atomically(source, target) -> None:
+    """Copy `source` over `target` as durable.write_atomically writes, with the source's mode."""
+
+    def copy(file):
+        with open(source, "rb") as original:
+            shutil.copyfileobj(original, file)
+        os.fchmod(file.fileno(), stat.S_IMODE(os.stat(source).st_mode))
+
+    write_atomically(target, copy)
+
+
+def durable_fairseq_checkpoints() -> None:
+    """fairseq-train's checkpoints written as the plugin writes its own: checkpoint_N.pt and the copies fairseq
+    makes of it (checkpoint_last.pt, checkpoint_best.pt) each through a temporary, fsynced, renamed, the folder
+    fsynced (fairseq_internals.replace_checkpoint_writes). Called by register()."""
+    replace_checkpoint_writes(save_atomically, copy_atomically)
 
 
 # -- which checkpoint of a folder training resumes from ------------------------------------------------------

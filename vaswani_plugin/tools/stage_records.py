@@ -1,11 +1,14 @@
 """The recipes' stage records, WORK_DIR/.stages/STAGE.json, read and written in one place: prepare/records.py (what
 a stage ran with), recipes/stages.py (whether it runs again) and tools/run_report.py (the report's commands) all go
-through it. A leaf: it imports nothing of the plugin, so that the recipes load it without fairseq."""
+through it. Written durably (vaswani_plugin/durable.py): a record that says a stage finished is on disk. A leaf: it
+imports only vaswani_plugin.durable, another, so that the recipes load it without fairseq (prepare._common loads
+durable first)."""
 
 import json
-import os
 from pathlib import Path
 from typing import List, Optional
+
+from vaswani_plugin.durable import write_text
 
 
 def record_path(work_dir: Path, stage: str) -> Path:
@@ -21,12 +24,11 @@ def read(path: Path) -> Optional[dict]:
 
 
 def write(path: Path, record: dict) -> None:
-    """Write `record` to `path` atomically: a reader sees the old record or the new one, never half of one."""
+    """Write `record` to `path` atomically and durably: a reader, or a re-run after a crash, sees the old record or
+    the new one, never half of one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    os.replace(temporary, path)
+    write_text(path, json.dumps(record, indent=1) + "\n")
 
 
 def stage_records(work_dir: Path) -> List[dict]:

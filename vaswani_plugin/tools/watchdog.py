@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
+from vaswani_plugin.durable import write_text
+
 ENV = "VASWANI_STALL_MINUTES"
 
 
@@ -52,12 +54,11 @@ class Watchdog:
         return self.folder / f"rank-{rank}.json"
 
     def beat(self) -> None:
+        """This process's heartbeat, written atomically (a reader never sees half of one) but not durably: it says
+        the process is alive now, which a crash ends anyway; no fsync every few seconds for it (durable.py)."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        path = self.heartbeat_path(self.rank)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}")
         record = {"host": socket.gethostname(), "pid": os.getpid(), "update": self.update, "time": self.clock()}
-        temporary.write_text(json.dumps(record), encoding="utf-8")
-        os.replace(temporary, path)
+        write_text(self.heartbeat_path(self.rank), json.dumps(record), durable=False)
 
     def heartbeats(self) -> Dict[int, Optional[dict]]:
         """The other ranks' last heartbeats (None: none readable)."""
