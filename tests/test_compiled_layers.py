@@ -1,7 +1,8 @@
 """--compile-layers of the vaswani_translation task (models/compiled_layers.py): training steps of a tiny model with
 its layers under torch.compile (inductor, dynamic=True) give eager's loss and gradients on two batch shapes, with
-the same state_dict keys; eval passes and beam search stay eager; the compile time is logged once; reduce-overhead
-is refused on a CPU. Dropout is off: compiled dropout draws other random numbers than eager's."""
+the same state_dict keys, and on a batch padded by --length-buckets; eval passes and beam search stay eager; the
+compile time is logged once; reduce-overhead is refused on a CPU. Dropout is off: compiled dropout draws other
+random numbers than eager's."""
 
 import copy
 import logging
@@ -72,6 +73,14 @@ def step(task, model, criterion, sample):
     return loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
 
 
+def assert_same_step(compiled, eager):
+    """Two steps' (loss, gradients) equal within TOLERANCE, the same parameters having gradients."""
+    torch.testing.assert_close(compiled[0], eager[0], **TOLERANCE)
+    assert compiled[1].keys() == eager[1].keys()
+    for name, gradient in compiled[1].items():
+        torch.testing.assert_close(gradient, eager[1][name], **TOLERANCE, msg=name)
+
+
 @pytest.fixture(autouse=True)
 def scalar_kernels():
     """inductor's C++ kernels without SIMD: half the compile time of the first step here (about 30 s against 65 on
@@ -102,11 +111,8 @@ def test_compiled_steps_have_eager_losses_gradients_and_keys():
         loss, gradients = step(task, model, criterion, sample)
         if index == 1:
             assert graphs() == before, "the second batch shape was compiled again"
-        eager_loss, eager_gradients = step(eager_task, eager, criterion, sample)
-        torch.testing.assert_close(loss, eager_loss, **TOLERANCE)
-        assert gradients.keys() == eager_gradients.keys() and len(gradients) == len(keys)
-        for name, gradient in gradients.items():
-            torch.testing.assert_close(gradient, eager_gradients[name], **TOLERANCE, msg=name)
+        assert_same_step((loss, gradients), step(eager_task, eager, criterion, sample))
+        assert len(gradients) == len(keys)
     assert list(model.state_dict()) == keys
     assert not any("_orig_mod" in name for name, _ in model.named_parameters())
     model.load_state_dict(eager.state_dict())
@@ -161,6 +167,16 @@ def test_reduce_overhead_on_a_cpu_and_a_bad_value_are_one_line_errors(setting, m
         step(task, model, criterion, BATCHES[0])
     assert "\n" not in str(error.value)
     assert model.encoder.layers[0].forward.__func__ is type(model.encoder.layers[0]).forward
+
+
+def test_length_buckets_compiled_give_the_unpadded_eager_step():
+    """--length-buckets 4 under --compile-layers dynamic: the first batch, padded from 4 rows x 7 (source) and 6
+    (target) to 8 x 12 and 12 (tasks/length_buckets.py), gives the unpadded eager step's loss and gradients."""
+    task, model, criterion = training_setup("--compile-layers", "dynamic", "--length-buckets", "4", "--max-tokens=40")
+    eager_task, eager, _ = training_setup()
+    eager.load_state_dict(model.state_dict())
+    assert task.length_buckets().shape(4, 7, 6) == (8, 12, 12)
+    assert_same_step(step(task, model, criterion, BATCHES[0]), step(eager_task, eager, criterion, BATCHES[0]))
 
 
 def test_a_model_without_the_plugins_layers_is_a_one_line_error():

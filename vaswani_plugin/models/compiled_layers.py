@@ -3,8 +3,8 @@
 Only `forward` is replaced, on each layer instance: parameter names gain no `_orig_mod.`, so checkpoints load alike
 in eager and compiled runs. Layers in eval mode (validation, beam search's incremental state) run eager. dynamo
 compiles one graph for all the layers of a class and, with dynamic=True, for every batch shape. reduce-overhead's
-CUDA graphs are recorded anew for each batch shape (--max-tokens batches vary in both dimensions): no length
-buckets here.
+CUDA graphs are recorded anew for each batch shape (--max-tokens batches vary in both dimensions): the task's
+--length-buckets (tasks/length_buckets.py) pads the batches to a few.
 """
 
 import functools

@@ -30,6 +30,7 @@ from vaswani_plugin.precision import bf16_autocast_enabled, bf16_autocast_settin
 from vaswani_plugin.tasks.dev_scores import DevScoring
 from vaswani_plugin.tasks.dictionary import VaswaniDictionary
 from vaswani_plugin.tasks.leave_epochs import LeaveEpochs
+from vaswani_plugin.tasks.length_buckets import LengthBuckets
 from vaswani_plugin.tasks.resumable_iterator import resumable
 from vaswani_plugin.tools import progress_meter
 
@@ -83,6 +84,14 @@ class VaswaniTranslationConfig(TranslationConfig, progress_meter.ProgressOptions
         metadata={
             "help": "off (default), dynamic or reduce-overhead: train with each encoder and decoder layer under "
             "torch.compile (dynamic=True, inductor; reduce-overhead: CUDA graphs, a GPU only); eval passes eager"
+        },
+    )
+    length_buckets: int = field(
+        default=0,
+        metadata={
+            "help": "pad each training batch's source and target lengths up to one of N sizes (geometric up to the "
+            "longest) and its rows to what --max-tokens allows there: a few shapes for --compile-layers' CUDA "
+            "graphs; the loss, gradients and counts stay the batch's (0: off; tasks/length_buckets.py)"
         },
     )
     dev_score: str = field(
@@ -183,6 +192,10 @@ class VaswaniTranslationTask(TranslationTask):
         root = cfg._get_root() if hasattr(cfg, "_get_root") else None  # fairseq-train's whole configuration
         self.leave_epochs = LeaveEpochs(cfg.leave_epochs, cfg.leave_epochs_of, root)
         self.updates_done = None  # set by training steps: None outside fairseq-train
+        if cfg.length_buckets < 0 or cfg.length_buckets == 1:
+            raise VaswaniConfigError(f"--length-buckets {cfg.length_buckets}: give 0 (off) or 2 sizes or more")
+        self.root = root
+        self.buckets = None  # --length-buckets' sizes, from the training's --max-tokens when it first needs them
 
     @classmethod
     def load_dictionary(cls, filename):
@@ -209,6 +222,8 @@ class VaswaniTranslationTask(TranslationTask):
             self.dev_scoring.before_training_step(update_num)
         self.leave_epochs.count(self, model)
         compile_layers(model, self.cfg.compile_layers)
+        if self.cfg.length_buckets:
+            sample, criterion = self.length_buckets().padded(sample, criterion, self.src_dict, self.tgt_dict)
         if self.decide_bf16_autocast(model, optimizer):
             device = next(model.parameters()).device.type
 
@@ -222,6 +237,12 @@ class VaswaniTranslationTask(TranslationTask):
             step = super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
         self.leave_epochs.output(step[2])
         return step
+
+    def length_buckets(self) -> LengthBuckets:
+        """--length-buckets of this training, made once."""
+        if self.buckets is None:
+            self.buckets = LengthBuckets(self.cfg.length_buckets, self.cfg, self.root)
+        return self.buckets
 
     def valid_step(self, sample, model, criterion):
         """fairseq's, plus the dev score's statistics when one is due (--dev-score)."""
@@ -303,10 +324,16 @@ class VaswaniTranslationTask(TranslationTask):
         the epoch it first iterates, then reuses those batches for every later epoch (FairseqTask's
         can_reuse_epoch_itr): a run resumed in epoch 2 or later would otherwise batch them anew, and the epoch it
         goes on with would read some examples twice and others not at all. Here they are batched as for epoch 1,
-        as the run being resumed did (under fairseq's default seed; --update-ordered-indices-seed is not)."""
-        reused = self.can_reuse_epoch_itr(dataset) and dataset not in self.dataset_to_epoch_iter
+        as the run being resumed did (under fairseq's default seed; --update-ordered-indices-seed is not).
+        --length-buckets: the training split's new iterator logs the shapes its batches take (length_buckets.py)."""
+        new = dataset not in self.dataset_to_epoch_iter
+        reused = self.can_reuse_epoch_itr(dataset) and new
         reused = reused and not kwargs.get("disable_iterator_cache") and not kwargs.get("update_epoch_batch_itr")
         iterator = super().get_batch_iterator(dataset, *args, epoch=1 if reused else epoch, **kwargs)
+        sizes = getattr(dataset, "src_sizes", None), getattr(dataset, "tgt_sizes", None)
+        training = new and dataset is self.datasets.get(self.cfg.train_subset) and all(s is not None for s in sizes)
+        if self.cfg.length_buckets and training and iterator.frozen_batches:
+            logger.info(self.length_buckets().described(iterator.frozen_batches, *sizes))
         if reused and epoch > 1:
             iterator.epoch = epoch
             dataset.set_epoch(epoch)
