@@ -9,7 +9,8 @@
 # while training, or neither: the quickstart's DEV_SCORE, the same for both.
 #   bash benchmarks/quickstart_vs_fairseq.sh
 # Variables:
-#   BUDGET_MINUTES  training time of each run (default 20)
+#   BUDGET_MINUTES  training time of each run (default 20; none with MAX_UPDATE alone)
+#   MAX_UPDATE      training updates of each run instead: the same pair of runs on any machine
 #   SEEDS           one pair of runs per seed (default "1 2 3")
 #   PARALLEL        1 (default): the two runs of a seed at the same time, each pinned to its own core with one
 #                   thread (taskset), so that both see the same machine; 0: one after the other, all cores each
@@ -24,7 +25,8 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 WORK_DIR=${WORK_DIR:-$PWD/work/quickstart_vs_fairseq}
 mkdir -p "$WORK_DIR" && WORK_DIR=$(cd "$WORK_DIR" && pwd)
 export DATA_DIR=${DATA_DIR:-$WORK_DIR/data}  # prepared once, used by every run
-export BUDGET_MINUTES=${BUDGET_MINUTES:-20}
+[ -n "${MAX_UPDATE:-}" ] || export BUDGET_MINUTES=${BUDGET_MINUTES:-20}
+LIMIT="${BUDGET_MINUTES:+${BUDGET_MINUTES} minutes}${MAX_UPDATE:+${BUDGET_MINUTES:+ or }${MAX_UPDATE} updates}"
 PYTHON=${PYTHON:-python3}
 SEEDS=${SEEDS:-1 2 3}
 PARALLEL=${PARALLEL:-1}
@@ -74,7 +76,7 @@ for seed in $SEEDS; do
         --output-dir "$WORK_DIR/seed$seed/curves" >&2 || { echo "quickstart_vs_fairseq: drawing seed $seed's curves failed" >&2; exit 1; }
 done
 
-"$PYTHON" - "$WORK_DIR" "$BUDGET_MINUTES" "$PARALLEL" $SEEDS <<'PY'
+"$PYTHON" - "$WORK_DIR" "$LIMIT" "$PARALLEL" $SEEDS <<'PY'
 import re, statistics, sys
 from pathlib import Path
 
@@ -96,7 +98,7 @@ def result(run):
 rows = {(seed, arch): result(work / f"seed{seed}" / arch) for seed in seeds for arch in archs}
 sentences = rows[seeds[0], "transformer"]["sentences"]
 how = "the two runs of a seed side by side, one core each" if parallel else "one run at a time"
-print(f"test2016 ({sentences} sentences), {budget} minutes of training per run, {how}")
+print(f"test2016 ({sentences} sentences), {budget} of training per run, {how}")
 print(f"{'seed':>4} {'arch':22} {'precision':14} {'updates':>8} {'sacreBLEU':>10} {'tok. BLEU':>10}")
 for (seed, arch), row in rows.items():
     print(f"{seed:>4} {arch:22} {row['precision']:14} {row['updates']:>8} {row['sacrebleu']:>10.2f} "

@@ -5,7 +5,8 @@
 # BLEU printed, a few translations shown and attention pictures drawn.
 #   bash recipes/quickstart.sh
 # Variables (all optional):
-#   BUDGET_MINUTES   training wall-clock time                           (default 20)
+#   BUDGET_MINUTES   training wall-clock time                           (default 20; none with MAX_UPDATE alone)
+#   MAX_UPDATE       train this many updates instead: the same run on any machine (BUDGET_MINUTES then only if set)
 #   RAW_DIR          offline: a folder with {train,val,test_2016_flickr}.{en,de}.gz (default: download them)
 #   WORK_DIR         where everything goes                               (default ./work/quickstart)
 #   ARCH             the model (default vaswani_transformer; benchmarks/ runs fairseq's `transformer` here)
@@ -37,10 +38,18 @@ prepare_data multi30k -- --bpe-merges "${BPE_MERGES:-10000}"
 ARCH=${ARCH:-vaswani_transformer}
 MODEL_ARGS=("${PAPER_MODEL_QUICKSTART[@]}")  # vaswani_plugin/paper.py's "quickstart"
 TOKENS_PER_STEP=${TOKENS_PER_STEP:-2048} MAX_TOKENS_PER_GPU=${MAX_TOKENS_PER_GPU:-2048}
-BUDGET_MINUTES=${BUDGET_MINUTES:-20}
 [ -n "${PRECISION:-}${FP16:-}${BF16:-}" ] || PRECISION=auto  # on a CPU too: bfloat16 where it is native
-BUDGET_HOURS=$(budget_hours "$BUDGET_MINUTES")
-say "training $ARCH for $BUDGET_MINUTES minutes of wall-clock time (or ${MAX_EPOCH:-30} epochs)"
+# The clock by default; MAX_UPDATE: a count of updates, which no machine's speed changes (the clock too if set).
+LIMITS=()
+if [ -n "${MAX_UPDATE:-}" ]; then
+    [[ $MAX_UPDATE =~ ^[1-9][0-9]*$ ]] || die "MAX_UPDATE=$MAX_UPDATE is not a positive number of updates"
+    LIMITS=(--max-update "$MAX_UPDATE")
+    say "training $ARCH for $MAX_UPDATE updates${BUDGET_MINUTES:+ or $BUDGET_MINUTES minutes} (or ${MAX_EPOCH:-30} epochs)"
+else
+    BUDGET_MINUTES=${BUDGET_MINUTES:-20}
+    say "training $ARCH for $BUDGET_MINUTES minutes of wall-clock time (or ${MAX_EPOCH:-30} epochs)"
+fi
+[ -z "${BUDGET_MINUTES:-}" ] || LIMITS=(--stop-time-hours "$(budget_hours "$BUDGET_MINUTES")" "${LIMITS[@]}")
 
 # §6.1 averages the last 5 checkpoints written at 10-minute intervals of a 12-hour run; here a checkpoint
 # every 50 steps (~25 s on 2 cores) and the last 5 of them. No validation by default: fairseq validates at every
@@ -51,7 +60,7 @@ mapfile -t DEV_ARGS < <(dev_bleu subword_nmt)
 [ "$DEV_SCORE" = 1 ] || DEV_ARGS=(--disable-validation)
 CHECKPOINTS="$WORK_DIR/checkpoints"
 train "$CHECKPOINTS" --arch "$ARCH" "${MODEL_ARGS[@]}" --warmup-updates 300 --factor 0.7 \
-    --stop-time-hours "$BUDGET_HOURS" --max-epoch "${MAX_EPOCH:-30}" \
+    "${LIMITS[@]}" --max-epoch "${MAX_EPOCH:-30}" \
     --save-interval-updates "${SAVE_INTERVAL_UPDATES:-50}" --keep-interval-updates "${AVERAGE_LAST:-5}" \
     "${DEV_ARGS[@]}" --log-interval 10
 

@@ -6,15 +6,17 @@
 # Variables (all optional but one of WSJ_DIR / SAMPLE_DIR):
 #   WSJ_DIR            the LDC treebank's WSJ folder (sections 00..24): 02-21 train, 22 valid, 23 test
 #   SAMPLE_DIR         NLTK's public WSJ sample instead: a small model trained on CPU for BUDGET_MINUTES (30)
-#                      with GUM's trees, unknown-word signatures and PRECISION=auto by default (below)
+#                      with GUM's trees, unknown-word signatures and PRECISION=auto by default (below); with
+#                      MAX_UPDATE for that many updates instead, the same run on any machine (the clock too if set)
 #   EXTRA_TRAIN_TREES  more training tree files or folders of .ptb/.mrg files, space-separated, for training only
 #                      (semi-supervised; with SOURCE_VOCABULARY=32000), e.g. ../shared/data/gum_const/const (GUM,
 #                      14,597 trees); dev and test stay the treebank's; the log says which trees the model saw.
 #                      SAMPLE_DIR's default: $SAMPLE_DIR/../gum_const/const (an error if missing); none: none
 #   FINETUNE_EPOCHS    SAMPLE_DIR with extra trees: the budget's end on the sample's own trees alone (stage train),
 #                      after the rest on all of them (stage pretrain, WORK_DIR/pretrain), which stops when the time
-#                      left is what this many epochs of the sample take at its pace (default 10; 0: all trees
-#                      throughout); docs/parsing.md, "Fine-tuning on the sample's own trees"
+#                      left is what this many epochs of the sample take at its pace, or with MAX_UPDATE when the
+#                      updates left are theirs (default 10; 0: all trees throughout); docs/parsing.md, "Fine-tuning
+#                      on the sample's own trees"
 #   FINETUNE_MINUTES   instead of FINETUNE_EPOCHS: the budget's last minutes on the sample's own trees
 #   SOURCE_VOCABULARY  source words kept (§6.3: 16000; 32000 semi-supervised)
 #   UNKNOWN_WORDS      words outside the vocabulary: unk (§6.3, the WSJ_DIR default: one <unk>) or signatures (the
@@ -55,20 +57,29 @@ DECODE_STAGES=(constrained_valid constrained_test)
 [ "${UNCONSTRAINED:-0}" != 1 ] ||
     DECODE_STAGES=(constrained_valid unconstrained_valid constrained_test unconstrained_test)
 [ "${EXTRA_TRAIN_TREES:-}" != none ] || EXTRA_TRAIN_TREES=
+# The sample's limits: the clock (CLOCK minutes) by default; MAX_UPDATE: a count, the clock only if set too.
+CLOCK=${BUDGET_MINUTES:-30} COUNT=()
+if [ -n "${MAX_UPDATE:-}" ]; then
+    [[ $MAX_UPDATE =~ ^[1-9][0-9]*$ ]] || die "MAX_UPDATE=$MAX_UPDATE is not a positive number of updates"
+    CLOCK=${BUDGET_MINUTES:-} COUNT=(--max-update "$MAX_UPDATE")
+fi
 # The sample with extra trees: pre-trained on all of them, then fine-tuned on its own for about FINETUNE_EPOCHS
-# epochs (the pre-training leaves their time: the plugin task's --leave-epochs) or for FINETUNE_MINUTES.
-PRETRAIN=()
+# epochs (the pre-training leaves their time, or their updates: the plugin task's --leave-epochs) or for
+# FINETUNE_MINUTES.
+PRETRAIN=()  # the pre-training's stage: "on", then its minutes (none: no clock) and the epochs it leaves (none)
 if [ -n "${SAMPLE_DIR:-}" ] && [ -n "${EXTRA_TRAIN_TREES:-}" ]; then
-    budget_hours "${BUDGET_MINUTES:-30}" > /dev/null
+    [ -z "$CLOCK" ] || budget_hours "$CLOCK" > /dev/null
     [ -z "${FINETUNE_MINUTES:-}" ] || [ -z "${FINETUNE_EPOCHS:-}" ] || die "set FINETUNE_EPOCHS or FINETUNE_MINUTES, \
 not both"
-    read -r -a PRETRAIN < <("$PYTHON" -c 'import sys; b, m, e = float(sys.argv[1]), sys.argv[2], float(sys.argv[3])
-f = float(m or 0); assert b > 0 and 0 <= f < b and e >= 0
-print(f"{b - f:g}" if f else f"{b:g} {e:g}" if e and not m else "")' \
-        "${BUDGET_MINUTES:-30}" "${FINETUNE_MINUTES:-}" "${FINETUNE_EPOCHS:-10}" 2> /dev/null ||
+    [ -z "${FINETUNE_MINUTES:-}" ] || [ -n "$CLOCK" ] || die "FINETUNE_MINUTES is a share of BUDGET_MINUTES: set \
+it too, or FINETUNE_EPOCHS with MAX_UPDATE alone"
+    read -r -a PRETRAIN < <("$PYTHON" -c 'import sys; b, m, e = float(sys.argv[1] or 0), sys.argv[2], float(sys.argv[3])
+f = float(m or 0); assert e >= 0 and 0 <= f and (f < b or not m); clock = lambda t: f"{t:g}" if t else "-"
+print(f"on {clock(b - f)} -" if f else f"on {clock(b)} {e:g}" if e and not m else "")' \
+        "$CLOCK" "${FINETUNE_MINUTES:-}" "${FINETUNE_EPOCHS:-10}" 2> /dev/null ||
         echo error) || true
     [ "${PRETRAIN[0]:-}" != error ] || [ -z "${FINETUNE_MINUTES:-}" ] || die "FINETUNE_MINUTES=$FINETUNE_MINUTES \
-must be 0 or more and less than BUDGET_MINUTES=${BUDGET_MINUTES:-30}"
+must be 0 or more and less than BUDGET_MINUTES=$CLOCK"
     [ "${PRETRAIN[0]:-}" != error ] || die "FINETUNE_EPOCHS=$FINETUNE_EPOCHS must be 0 or more"
 fi
 stages prepare ${PRETRAIN[0]:+pretrain} train average "${DECODE_STAGES[@]}"  # what STOP_AFTER may name
@@ -112,8 +123,9 @@ else
     # cores, 2026-11-26; the sample alone: 68.17, 66.97); see docs/parsing.md, "The public sample".
     MODEL_ARGS=(--arch vaswani_transformer_parsing "${PAPER_MODEL_PARSING_SAMPLE[@]}" "${TUNED[@]}"
                 --warmup-updates 300 --factor "${LR_FACTOR:-0.35}"
-                --max-epoch "${MAX_EPOCH:-200}" --save-interval-updates "${SAVE_INTERVAL_UPDATES:-50}")
-    BUDGET=(--stop-time-hours "$(budget_hours "${BUDGET_MINUTES:-30}")" --keep-interval-updates "${AVERAGE_LAST:-5}")
+                --max-epoch "${MAX_EPOCH:-200}" --save-interval-updates "${SAVE_INTERVAL_UPDATES:-50}" "${COUNT[@]}")
+    BUDGET=(--keep-interval-updates "${AVERAGE_LAST:-5}")
+    [ -z "$CLOCK" ] || BUDGET=(--stop-time-hours "$(budget_hours "$CLOCK")" "${BUDGET[@]}")
     TOKENS_PER_STEP=${TOKENS_PER_STEP:-2048} MAX_TOKENS_PER_GPU=${MAX_TOKENS_PER_GPU:-2048}
     DEV_SCORE=${DEV_SCORE:-0} DEV_SCORE_EVERY=${DEV_SCORE_EVERY:-1000} DEV_SCORE_SENTENCES=${DEV_SCORE_SENTENCES:-100}
 fi
@@ -127,9 +139,11 @@ mapfile -t DEV_ARGS < <(dev_score f1 "$DATA_DIR" --parse-constrained --search "$
 # over (--reset-dataloader: the mixed corpus's place means nothing here).
 FINETUNE=() PRETRAINED="$WORK_DIR/pretrain"
 if [ -n "${PRETRAIN[0]:-}" ]; then
-    LEAVE=(${PRETRAIN[1]:+--leave-epochs "${PRETRAIN[1]}" --leave-epochs-of train_treebank})
-    train --stage pretrain --share "$SHARE" "$PRETRAINED" "${MODEL_ARGS[@]}" --stop-time-hours \
-        "$(budget_hours "${PRETRAIN[0]}")" "${LEAVE[@]}" --keep-interval-updates 1 "${DEV_ARGS[@]}" --log-interval 10
+    LIMIT=() LEAVE=()
+    [ "${PRETRAIN[1]}" = - ] || LIMIT=(--stop-time-hours "$(budget_hours "${PRETRAIN[1]}")")
+    [ "${PRETRAIN[2]}" = - ] || LEAVE=(--leave-epochs "${PRETRAIN[2]}" --leave-epochs-of train_treebank)
+    train --stage pretrain --share "$SHARE" "$PRETRAINED" "${MODEL_ARGS[@]}" "${LIMIT[@]}" "${LEAVE[@]}" \
+        --keep-interval-updates 1 "${DEV_ARGS[@]}" --log-interval 10
     FINETUNE=(--train-subset train_treebank --continue-once "$PRETRAINED/checkpoint_last.pt" --reset-dataloader)
 fi
 train --share "$SHARE" "$CHECKPOINTS" "${MODEL_ARGS[@]}" "${BUDGET[@]}" "${FINETUNE[@]}" "${DEV_ARGS[@]}" \

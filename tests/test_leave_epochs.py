@@ -1,7 +1,7 @@
 """tasks/leave_epochs.py: --leave-epochs N --leave-epochs-of SPLIT moves fairseq's time limit to the budget less N
-epochs of the split at the pace measured from the ranks' summed clocks; the parsing recipe's pre-training runs it
-end to end (test_wsj_parsing.py: the split's updates per epoch against the fine-tuning's own epochs), a finished
-one is not resumed (test_resume.py)."""
+epochs of the split at the pace measured from the ranks' summed clocks; its update limit, counted, the parsing
+recipe's pre-training runs end to end (test_wsj_parsing.py: the split's updates per epoch against the fine-tuning's
+own epochs); a finished one is not resumed (test_resume.py)."""
 
 import re
 import socket
@@ -18,7 +18,7 @@ from vaswani_plugin.tools import progress_meter
 
 
 def root(hours: float) -> SimpleNamespace:
-    return SimpleNamespace(optimization=SimpleNamespace(stop_time_hours=hours))
+    return SimpleNamespace(optimization=SimpleNamespace(stop_time_hours=hours, max_update=0))
 
 
 def summed(*ranks: float) -> list:
@@ -80,7 +80,7 @@ def test_a_rank_puts_its_seconds_in_the_step_and_the_rule_is_off_outside_trainin
     [
         (-1, "train_treebank", 1.0, "--leave-epochs -1: give 0 (off) or more"),
         (10, "", 1.0, "--leave-epochs 10 needs --leave-epochs-of, the split it leaves time for"),
-        (10, "train_treebank", 0.0, "--leave-epochs 10 leaves part of --stop-time-hours: set it"),
+        (10, "train_treebank", 0.0, "--leave-epochs 10 leaves part of --max-update or --stop-time-hours: set one"),
     ],
 )
 def test_settings_the_rule_cannot_follow_are_one_line_errors(epochs, split, hours, message):
@@ -94,7 +94,7 @@ def test_two_ranks_over_gloo_stop_after_the_same_update_at_the_moved_limit(rever
     epochs of the valid split to leave: the limit is past when it first moves (after update SKIPPED + MEASURED + 1,
     on any machine's pace), rank 0's log says the moved limit, below the budget, stopped training after that update,
     and both exit (a rank stopping alone would leave the other waiting in its next all-reduce until the timeout);
-    --max-update is the backstop of a rule that never moved the limit."""
+    --max-epoch is the backstop of a rule that never moved the limit (a --max-update would move too)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -102,7 +102,7 @@ def test_two_ranks_over_gloo_stop_after_the_same_update_at_the_moved_limit(rever
     command = [
         sys.executable, "-m", "fairseq_cli.train", str(reversal_data / "joined"), "--user-dir", plugin_dir(),
         "--task", "vaswani_translation", "--arch", "vaswani_transformer", *TINY_MODEL, *PAPER_TRAINING,
-        "--max-tokens", "300", "--stop-time-hours", str(budget), "--max-update", str(backstop),
+        "--max-tokens", "300", "--stop-time-hours", str(budget), "--max-epoch", str(backstop),
         "--leave-epochs", "1000000", "--leave-epochs-of", "valid",
         "--disable-validation", "--no-save", "--log-format", "simple", "--distributed-world-size", "2",
         "--distributed-init-method", f"tcp://127.0.0.1:{port}", "--distributed-no-spawn", "--device-id", "0",

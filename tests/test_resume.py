@@ -386,23 +386,29 @@ def test_a_training_plan_resumes_only_what_its_checkpoints_allow(
 def test_a_training_that_left_epochs_is_finished_at_the_limit_its_checkpoint_kept(
     training_plan, reversal_training, tmp_path, capsys
 ):
-    """--leave-epochs moves fairseq's time limit while training (tasks/leave_epochs.py), and the checkpoint keeps it:
-    its command run again finds the training finished where the limit was reached, and resumes where it was not
-    (a checkpoint saved before the end) or where the command no longer leaves epochs."""
+    """--leave-epochs moves fairseq's time limit while training, or its update limit (tasks/leave_epochs.py), and the
+    checkpoint keeps it: its command run again finds the training finished where the limit was reached, and resumes
+    where it was not (a checkpoint saved before the end) or where the command no longer leaves epochs."""
     save_dir, _ = reversal_training
     state = torch.load(save_dir / "checkpoint_last.pt", weights_only=True)
-    trained = state["extra_state"]["previous_training_time"]
-    leaving = f"{training_plan} --max-update 0 --stop-time-hours 1 --save-dir {tmp_path} --task vaswani_translation"
+    trained, updates = state["extra_state"]["previous_training_time"], state["optimizer_history"][-1]["num_updates"]
+    command = f"{training_plan} --save-dir {tmp_path} --task vaswani_translation"
+    timed, counted = f"{command} --max-update 0 --stop-time-hours 1", f"{command} --max-update 40 --stop-time-hours 0"
+    leave = " --leave-epochs 10 --leave-epochs-of valid"
     state["cfg"]["task"]["_name"] = "vaswani_translation"  # the README's training: fairseq's translation task
-    for limit, command, decision in [
-        (trained, f"{leaving} --leave-epochs 10 --leave-epochs-of valid", "finished"),
-        (trained + 1, f"{leaving} --leave-epochs 10 --leave-epochs-of valid", "resume 6"),
-        (trained, leaving, "resume 6"),
+    for limits, command, decision in [
+        ((trained, 0), timed + leave, "finished"),
+        ((trained + 1, 0), timed + leave, f"resume {updates}"),
+        ((trained, 0), timed, f"resume {updates}"),
+        ((0, updates), counted + leave, "finished"),
+        ((0, updates + 1), counted + leave, f"resume {updates}"),
+        ((0, updates), counted, f"resume {updates}"),
     ]:
         state["cfg"]["task"]["leave_epochs"], state["cfg"]["task"]["leave_epochs_of"] = 10, "valid"
-        state["cfg"]["optimization"]["stop_time_hours"] = limit / 3600
+        state["cfg"]["optimization"]["stop_time_hours"] = limits[0] / 3600
+        state["cfg"]["optimization"]["max_update"] = limits[1]
         torch.save(state, tmp_path / "checkpoint_last.pt")
-        assert plan_decision(command, capsys) == decision, (limit, command)
+        assert plan_decision(command, capsys) == decision, (limits, command)
 
 
 def test_a_folder_names_the_optimizer_its_checkpoints_trained_under(reversal_training, tmp_path, capsys):

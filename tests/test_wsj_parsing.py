@@ -30,6 +30,7 @@ FIVE_FILES = [number for numbers in FILES.values() for number in numbers]
 GUM_FILES = ["GUM_bio_byron.ptb", "GUM_news_iodine.ptb"]  # 66 trees: the semi-supervised setting's extra trees
 # An untrained model's outputs, cut short: at most input + 4 tokens (a tree over n words needs n + 1 with </s>).
 SHORT_OUTPUTS = "--max-len-a 1 --max-len-b 4"
+SAMPLE_UPDATES, FINETUNE_EPOCHS = 40, 3  # the sample run's: its last 3 epochs' updates on the sample's own trees
 
 
 def copy_sample_files(folder, numbers):
@@ -174,16 +175,18 @@ def check_parsed_and_scored(work, log):
 @lane_job
 def wsj_sample_run(tmp_path_factory, lane):
     """The recipe on five files of the sample (SAMPLE_DIR) and two of GUM's (EXTRA_TRAIN_TREES, a folder), with
-    seconds of training."""
+    MAX_UPDATE updates of training (counted: the same run on any machine), the last FINETUNE_EPOCHS epochs' worth on
+    the sample alone."""
     root = tmp_path_factory.mktemp("wsj-sample")
     copy_sample_files(root / "ptb", FIVE_FILES)
     (root / "gum").mkdir()
     for name in GUM_FILES:
         shutil.copy(SHARED_DATA / "gum_const" / "const" / name, root / "gum")
-    # No interval checkpoint in 6 s (the recipe then decodes checkpoint_last.pt; the LDC run below averages).
+    # No interval checkpoint (the recipe then decodes checkpoint_last.pt; the LDC run below averages).
     env = dict(
         WORK_DIR=str(root / "work"),
-        BUDGET_MINUTES="0.1",
+        MAX_UPDATE=str(SAMPLE_UPDATES),
+        FINETUNE_EPOCHS=str(FINETUNE_EPOCHS),
         REPORT="0",
         SAVE_INTERVAL_UPDATES="1000",
         AVERAGE_LAST="2",
@@ -206,30 +209,38 @@ def test_recipe_end_to_end_on_a_few_sample_files(lane):
     assert "tree leaves: words\n" in result.stderr
     check_parsed_and_scored(work, result.stderr)
     assert "'beam': 21" in result.stderr and "'gnmt_alpha': 0.3" in result.stderr
-    # Pre-trained on every tree until the time left was what 10 epochs of the sample's own trees take at its pace
-    # (--leave-epochs), then fine-tuned on them from there: the step (eq. 3) and the training time go on.
+    # Pre-trained on every tree until the updates left were those of FINETUNE_EPOCHS epochs of the sample's own trees
+    # (--leave-epochs, counted from --max-update), then fine-tuned on them from there: the step (eq. 3) and the
+    # training time go on, with no clock.
     pretrain = (work / "pretrain" / "train.log").read_text()
-    assert "'train_subset': 'train'" in pretrain and "'stop_time_hours': 0.001666" in pretrain
-    assert "'train_subset': 'train_treebank'" in log and "'stop_time_hours': 0.001666" in log
-    epoch, pace = re.search(
-        r"--leave-epochs 10: 10 epochs of train_treebank \((\d+) updates each\) take about "
-        r"0 min \d\d s at this run's ([\d.]+) updates/s",
-        pretrain,
-    ).groups()
-    limit = re.search(r"Stopping training due to cumulative_training_time: \S+ > stop_time_hours: (\S+) hour", pretrain)
-    left = (0.1 / 60 - float(limit[1])) * 3600
-    assert 10 * int(epoch) / float(pace) / 3 < left < 3 * 10 * int(epoch) / float(pace)  # the pace measured again
+    for text, split in ((pretrain, "train"), (log, "train_treebank")):
+        assert f"'train_subset': '{split}'" in text and "'stop_time_hours': 0.0," in text
+        assert f"'max_update': {SAMPLE_UPDATES}," in text
+    epoch = int(
+        re.search(
+            rf"--leave-epochs {FINETUNE_EPOCHS}: {FINETUNE_EPOCHS} epochs of train_treebank \((\d+) updates each\)",
+            pretrain,
+        )[1]
+    )
+    stop = SAMPLE_UPDATES - FINETUNE_EPOCHS * epoch
+    assert (
+        0 < stop
+        and f"are {FINETUNE_EPOCHS * epoch} of --max-update {SAMPLE_UPDATES}: training stops after update {stop}\n"
+        in pretrain
+    )
+    assert f"Stopping training due to num_updates: {stop} >= max_update: {stop}" in pretrain
     assert f"Loaded checkpoint {work / 'pretrain' / 'checkpoint_last.pt'} (epoch " in log
     pretrained, finetuned = (
         torch.load(path, weights_only=True)
         for path in (work / "pretrain" / "checkpoint_last.pt", work / "checkpoints" / "checkpoint_last.pt")
     )
     steps = [state["optimizer_history"][-1]["num_updates"] for state in (pretrained, finetuned)]
-    assert 0 < steps[0] < steps[1]
-    # The split's epoch as the rule counted it: as long as the fine-tuning's own first epochs.
+    assert steps == [stop, SAMPLE_UPDATES]
+    # The split's epoch as the rule counted it: as long as each of the fine-tuning's own epochs.
     ends = [steps[0]] + [int(n) for n in re.findall(r"\| epoch \d+ \|.*\| num_updates (\d+) \|", log)]
-    assert len(ends) >= 3 and ends[1] - ends[0] == ends[2] - ends[1] == int(epoch)
-    assert finetuned["extra_state"]["previous_training_time"] >= 6
+    assert ends == list(range(stop, SAMPLE_UPDATES + 1, epoch))
+    times = [state["extra_state"]["previous_training_time"] for state in (pretrained, finetuned)]
+    assert 0 < times[0] < times[1]
     # ... and the fine-tuning's time left is counted from the pre-training's, as fairseq counts it.
     (resumed,) = [r for r in read_records(work / "checkpoints" / "progress.jsonl") if r["kind"] == "resumed"]
     assert resumed["training_seconds"] == round(pretrained["extra_state"]["previous_training_time"], 3)

@@ -95,7 +95,7 @@ ALLOWED = {
         "dev_score_reference",
         "dev_score_args",
         "dev_score_post_process",
-        "leave_epochs",  # a share of the time budget, as --stop-time-hours
+        "leave_epochs",  # a share of the time or update limit, as --stop-time-hours and --max-update
         "leave_epochs_of",
         *MIRRORED_OPTIONS,  # fairseq's own options, mirrored for the progress: compared where they live
     },
@@ -211,13 +211,16 @@ def plan_decision(plan: str, repair: bool = False, retuning: bool = False) -> st
     target = new["optimization"]
     ended_epochs = extra.get("train_iterator", {}).get("epoch", 1) - 1
     trained = extra.get("previous_training_time", 0)
-    # --leave-epochs moves the time limit while training, and the checkpoint keeps the limit it had: the one that
-    # stopped the training in its last. Compared in hours, as kept: seconds / 3600 * 3600 can come back an ulp above.
+    # --leave-epochs moves the time or update limit while training, and the checkpoint keeps the limits it had: those
+    # that stopped the training in its last (a limit raised since goes to what comes after: the fine-tuning). Hours
+    # compared as kept: seconds / 3600 * 3600 can come back an ulp above.
     left = new["task"].get("leave_epochs") and old["task"].get("leave_epochs")
+    moved = old["optimization"]
     finished = (
         (target["max_update"] and updates >= target["max_update"])
         or (target["stop_time_hours"] and trained >= target["stop_time_hours"] * 3600)
-        or (left and trained / 3600 >= old["optimization"]["stop_time_hours"])
+        or (left and moved["stop_time_hours"] and trained / 3600 >= moved["stop_time_hours"])
+        or (left and target["max_update"] and moved["max_update"] and updates >= moved["max_update"])
         or (target["max_epoch"] and ended_epochs >= target["max_epoch"])
     )
     change = configuration_change(old, new, retuning)

@@ -1,12 +1,15 @@
-"""--leave-epochs N --leave-epochs-of SPLIT: a training that stops before its --stop-time-hours, leaving the time that
-N epochs of another split take at this run's own pace (the parsing recipe's pre-training leaves its fine-tuning
-about 10 epochs of the sample's trees, on any machine: docs/parsing.md, "Fine-tuning on the sample's own trees").
+"""--leave-epochs N --leave-epochs-of SPLIT: a training that stops before its limit, leaving another split N epochs
+(the parsing recipe's pre-training leaves its fine-tuning about 10 epochs of the sample's trees: docs/parsing.md,
+"Fine-tuning on the sample's own trees"). N epochs are N x the split's updates per epoch, fairseq's batches of it
+as a training on it batches them.
 
-fairseq's own time limit stops it: after each update the limit becomes the budget less N x the split's updates per
-epoch (fairseq's batches of it, as a training on it batches them) x the seconds an update has taken since the run's
-SKIPPED-th update. Each rank puts its seconds since its first update in the step's logging output, which fairseq
-sums over the ranks with the rest: every rank sets the same limit, and fairseq compares it with its training time,
-agreed between the ranks too, so that all of them stop after the same update."""
+--max-update: the limit becomes --max-update less those updates, once, before the first update: a count, the same
+on any machine.
+--stop-time-hours: after each update the limit becomes the budget less those updates x the seconds an update has
+taken since the run's SKIPPED-th update. Each rank puts its seconds since its first update in the step's logging
+output, which fairseq sums over the ranks with the rest: every rank sets the same limit, and fairseq compares it with
+its training time, agreed between the ranks too, so that all of them stop after the same update.
+Both set: both limits move; fairseq stops at the first it reaches."""
 
 import logging
 import math
@@ -34,6 +37,7 @@ class LeaveEpochs:
         self.optimization = getattr(root, "optimization", None) if epochs > 0 else None
         self.root = root
         self.budget_hours = 0.0 if self.optimization is None else self.optimization.stop_time_hours
+        self.max_update = 0 if self.optimization is None else self.optimization.max_update
         self.started: Optional[float] = None  # this rank's first update, by its clock
         self.first: Optional[int] = None  # the run's first update
         self.reference: Optional[Tuple[int, float]] = None  # (update, the ranks' mean seconds) after SKIPPED
@@ -46,8 +50,10 @@ class LeaveEpochs:
                 raise VaswaniConfigError(
                     f"--leave-epochs {epochs:g} needs --leave-epochs-of, the split it leaves time for"
                 )
-            if not self.budget_hours > 0:
-                raise VaswaniConfigError(f"--leave-epochs {epochs:g} leaves part of --stop-time-hours: set it")
+            if not (self.budget_hours > 0 or self.max_update > 0):
+                raise VaswaniConfigError(
+                    f"--leave-epochs {epochs:g} leaves part of --max-update or --stop-time-hours: set one"
+                )
 
     @property
     def enabled(self) -> bool:
@@ -78,10 +84,19 @@ class LeaveEpochs:
             disable_iterator_cache=True,
         )
         self.epoch_updates = math.ceil(len(batches) / optimization.update_freq[0])
+        if self.max_update > 0:
+            reserve = math.ceil(self.epochs * self.epoch_updates)
+            optimization.max_update = max(self.max_update - reserve, 1)  # 0 would be fairseq's "no limit"
+            progress_meter.limit_moved("max_update", optimization.max_update)
+            logger.info(
+                f"--leave-epochs {self.epochs:g}: {self.epochs:g} epochs of {self.split} ({self.epoch_updates:,} "
+                f"updates each) are {reserve:,} of --max-update {self.max_update:,}: training stops after update "
+                f"{optimization.max_update:,}"
+            )
 
     def output(self, logging_output: dict) -> None:
-        """A training step's logging output gets this rank's seconds since its first update."""
-        if self.enabled:
+        """A training step's logging output gets this rank's seconds since its first update (a time limit only)."""
+        if self.enabled and self.budget_hours > 0:
             now = time.monotonic()
             self.started = now if self.started is None else self.started
             logging_output[SECONDS], logging_output[OUTPUTS] = now - self.started, 1
@@ -89,7 +104,8 @@ class LeaveEpochs:
     def reduce(self, logging_outputs: List[dict], update: int) -> None:
         """After update `update` (its outputs summed over the ranks): fairseq's time limit moved as measured."""
         # Each sum read once (after fairseq's all-reduce they are tensors on the device: one copy to the host each).
-        outputs = float(sum(log.get(OUTPUTS, 0) for log in logging_outputs)) if self.enabled else 0.0
+        timed = self.enabled and self.budget_hours > 0
+        outputs = float(sum(log.get(OUTPUTS, 0) for log in logging_outputs)) if timed else 0.0
         if not outputs:  # a validation's, or off
             return
         seconds = float(sum(log.get(SECONDS, 0) for log in logging_outputs)) / outputs
@@ -107,7 +123,7 @@ class LeaveEpochs:
         reserve = self.epochs * self.epoch_updates * pace
         hours = max(self.budget_hours - reserve / 3600, 1e-12)
         self.optimization.stop_time_hours = hours
-        progress_meter.stop_time_moved(hours)
+        progress_meter.limit_moved("stop_time_hours", hours)
         if not self.said:
             self.said = True
             logger.info(

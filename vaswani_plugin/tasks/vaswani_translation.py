@@ -131,8 +131,9 @@ class VaswaniTranslationConfig(TranslationConfig, progress_meter.ProgressOptions
     leave_epochs: float = field(
         default=0,
         metadata={
-            "help": "stop before --stop-time-hours, leaving the time that N epochs of --leave-epochs-of take at this "
-            "run's measured pace (0: off; the parsing recipe's pre-training leaves its fine-tuning 10)"
+            "help": "stop before --max-update by N epochs of --leave-epochs-of's updates, or before "
+            "--stop-time-hours by the time they take at this run's measured pace (0: off; the parsing recipe's "
+            "pre-training leaves its fine-tuning 10)"
         },
     )
     leave_epochs_of: str = field(default="", metadata={"help": "the split whose epochs --leave-epochs leaves time for"})

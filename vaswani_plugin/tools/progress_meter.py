@@ -228,12 +228,13 @@ def stop_for_signal():
     stopping.write_marker(Path(_run.settings.save_dir), {"reason": "signal", "signal": how, "update": update})
 
 
-def stop_time_moved(hours: float):
-    """fairseq's time limit, moved by the task (--leave-epochs): the ETA counts to it."""
+def limit_moved(name: str, value):
+    """fairseq's time or update limit (`stop_time_hours`, `max_update`), moved by the task (--leave-epochs): the ETA
+    counts to it."""
     if _run is not None:
-        _run.settings.stop_time_hours = hours
+        setattr(_run.settings, name, value)
         if _run.progress is not None:
-            _run.progress.target.stop_time_hours = hours
+            setattr(_run.progress.target, name, value)
 
 
 def _evaluate(meters) -> float:
