@@ -5,6 +5,7 @@ test_resume.py (test_a_training_plan_...) and test_recipes.py (the base recipe r
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -79,13 +80,15 @@ def test_a_changed_raw_file_is_refused_once_checkpoints_exist(tmp_path):
 
 def test_another_run_on_the_same_work_dir_stops_in_one_line(tmp_path):
     holder = subprocess.Popen(
-        ["bash", "-c", f"source {REPO}/recipes/common.sh; detect_devices; sleep 5"],
+        # It holds the lock until killed below: no sleep the second run must beat.
+        ["bash", "-c", f"source {REPO}/recipes/common.sh; detect_devices; sleep 600"],
         env={**run_env(tmp_path)},
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 120  # a safety timeout, for a hang only
         while "since" not in ((tmp_path / ".lock").read_text() if (tmp_path / ".lock").exists() else ""):
             assert time.monotonic() < deadline
             time.sleep(0.05)
@@ -97,7 +100,7 @@ def test_another_run_on_the_same_work_dir_stops_in_one_line(tmp_path):
             .startswith(f"test: error: {tmp_path} is in use by another run (nodes 1 via ")
         )
     finally:
-        holder.kill()
+        os.killpg(holder.pid, signal.SIGKILL)  # bash and its sleep
         holder.wait()
 
 
