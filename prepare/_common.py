@@ -2,31 +2,14 @@
 
 import argparse
 import hashlib
-import importlib.util
 import os
 import sys
 from collections import deque
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, List, Optional, Sequence, TextIO
 
+from vaswani_plugin import errors as _errors
 
-def plugin_leaf(name: str):
-    """vaswani_plugin.NAME, a module that imports nothing (paper, errors, models.memory), without the package's
-    import of fairseq (seconds, at every command's start); registered under its own name, so that importing the
-    package later in the same process finds this very module (its classes stay the same classes)."""
-    full_name = f"vaswani_plugin.{name}"
-    if full_name not in sys.modules:
-        path = Path(__file__).resolve().parent.parent / "vaswani_plugin" / f"{name.replace('.', '/')}.py"
-        spec = importlib.util.spec_from_file_location(full_name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[full_name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[full_name]
-
-
-_errors = plugin_leaf("errors")
-# Writes that survive a crash (vaswani_plugin/durable.py), loaded before the leaves that import it (stage_records).
-durable = plugin_leaf("durable")
 # A mistake the user can fix (missing file, bad option, failed download): the plugin's one family of user errors
 # (vaswani_plugin/errors.py), under prepare/'s name for it.
 PrepareError = _errors.VaswaniConfigError

@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from ._common import ArgumentParser, PrepareError, durable, file_digest, log, run_cli
+from vaswani_plugin import durable
+
+from ._common import ArgumentParser, PrepareError, file_digest, log, run_cli
 
 
 @dataclass(frozen=True)

@@ -34,13 +34,15 @@ import uuid
 from pathlib import Path
 from typing import Dict, Iterable, Optional
 
-from ._common import durable, file_digest, plugin_leaf
+from vaswani_plugin import durable
+from vaswani_plugin.tools import stage_records as _store
+
+from ._common import file_digest
 
 VERSIONED = ("vaswani-plugin", "ve-fairseq", "torch")
 
 
 # -- one record file: vaswani_plugin/tools/stage_records.py, the store's one home -------------------------------
-_store = plugin_leaf("tools.stage_records")
 read, write, record_path = _store.read, _store.write, _store.record_path
 
 

@@ -22,14 +22,14 @@ import sys
 import time
 from pathlib import Path
 
+from vaswani_plugin import paper as PAPER  # §6.3's beam, α and length limit
 from vaswani_plugin.scoring.trees import delinearise, is_one_tree, repair
 
 from . import binarize
-from ._common import ArgumentParser, PrepareError, log, open_read, open_write, plugin_leaf, run_cli
+from ._common import ArgumentParser, PrepareError, log, open_read, open_write, run_cli
 from .ptb_tokenize import ptb_tokenize
 from .word_signatures import PREFIX, replace_unknown
 
-PAPER = plugin_leaf("paper")  # §6.3's beam, α and length limit
 HYPOTHESIS = re.compile(r"H-(\d+)\t(\S+)\t(.*)")
 BATCHES = re.compile(r"progress_bar.*?(\d+) / (\d+)")
 

@@ -24,7 +24,10 @@ import time
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-from prepare._common import plugin_leaf  # the repository's modules, as the recipes run them
+from vaswani_plugin import errors as ERRORS
+from vaswani_plugin import paper
+from vaswani_plugin import precision as PRECISION  # the recipes' PRECISION and what auto chooses
+from vaswani_plugin.models import memory as MEMORY
 
 CPU_TRAINING_ENV = {  # glibc keeps allocations over 32 MB in the heap: 1.25x tokens/s (docs/results.md)
     "MALLOC_MMAP_THRESHOLD_": "4294967296",
@@ -52,10 +55,7 @@ def gpu_threads(devices) -> dict:
 
 # A setting the user can fix: the recipe stops with `RECIPE: error: MESSAGE` (the plugin's one family of user errors
 # and its reporter, vaswani_plugin/errors.py).
-ERRORS = plugin_leaf("errors")
 LaunchError = ERRORS.VaswaniConfigError
-MEMORY = plugin_leaf("models.memory")
-PRECISION = plugin_leaf("precision")  # the recipes' PRECISION and what auto chooses
 # MAX_TOKENS_PER_GPU when unset on a CPU, or for a recipe that names no model (the GPUs' memory model chooses
 # otherwise: vaswani_plugin/tools/gpu_batch.py).
 FIXED_TOKENS_PER_GPU = 4096
@@ -486,7 +486,6 @@ def main(argv=None) -> None:
 
 def plan(args) -> str:
     """What the command prints: assignments for bash's eval, or the paper's arguments."""
-    paper = plugin_leaf("paper")
     if args.plan == "devices":
         return shell(devices_plan(args.python, args.shell_pid), declare="declare -grx ")
     if args.shell:

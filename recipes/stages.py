@@ -34,10 +34,11 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from prepare import records
-from prepare._common import durable, log, plugin_leaf
+from prepare._common import log
+from vaswani_plugin import durable
+from vaswani_plugin import errors as ERRORS
+from vaswani_plugin.tools import stopping as STOPPING  # how fairseq-train says it stopped short (a divergence)
 
-ERRORS = plugin_leaf("errors")
-STOPPING = plugin_leaf("tools.stopping")  # how fairseq-train says it stopped before its target (a divergence)
 StageError = ERRORS.VaswaniConfigError  # the recipe stops with `RECIPE: error: LINE`
 
 

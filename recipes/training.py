@@ -28,11 +28,11 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from prepare._common import plugin_leaf
 from recipes import launch, stages
+from vaswani_plugin import paper
+from vaswani_plugin import precision as PRECISION
+from vaswani_plugin.tools import preemption as PREEMPTION
 
-PREEMPTION = plugin_leaf("tools.preemption")
-PRECISION = plugin_leaf("precision")
 RECEIVED: List[int] = []  # PREEMPTION.SIGNALS received, passed on to fairseq-train
 TRAINING: List[subprocess.Popen] = []  # fairseq-train, once started
 SHARING = {"all": "--share-all-embeddings", "decoder": "--share-decoder-input-output-embed"}
@@ -56,7 +56,6 @@ def words(name: str) -> List[str]:
 def batch(run: stages.Run, python: str, model: List[str]) -> Tuple[int, int]:
     """(MAX_TOKENS, UPDATE_FREQ) of launch.batch_plan for `model` (fairseq-train's arguments but the data and batch),
     run 0's for every run of the job."""
-    paper = plugin_leaf("paper")
 
     def decide_here() -> str:
         plan = launch.batch_plan(python, run.workers, data_bin(), paper.TOKENS_PER_STEP, model)
@@ -102,7 +101,7 @@ def precision(run: stages.Run, python: str, trained: Optional[str]) -> Tuple[str
 
 def command(run: stages.Run, python: str, save_dir: str, share: str, model: List[str]) -> Tuple[List[str], str]:
     """(fairseq-train's command, the interpreter first; why the recipe chose its precision, or "")."""
-    training = plugin_leaf("paper").arguments("training")
+    training = paper.arguments("training")
     # A run whose checkpoints trained under fairseq's adam (the recipes' optimizer before vaswani_adam) goes on with
     # it: fairseq resumes no checkpoint under another optimizer. PRECISION unset: it goes on in its precision too.
     # In this process: the engine's decision imports the same module (fairseq's checkpoints) next.

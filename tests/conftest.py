@@ -23,8 +23,10 @@ import cli_helpers  # noqa: E402  (SHARED_DATA read at collection, so that a tes
 import doc_blocks  # noqa: E402
 from cli_helpers import TEST_SENTENCES, TINY_MODEL, run, write_reversal_corpus  # noqa: E402
 
-import vaswani_plugin  # noqa: E402,F401  (registers the plugin's components)
+import vaswani_plugin  # noqa: E402
 from vaswani_plugin.models.vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerModel  # noqa: E402
+
+vaswani_plugin.register()  # the plugin's components, as --user-dir registers them
 
 TINY_SIZES = dict(
     encoder_embed_dim=32,

@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -23,7 +22,6 @@ from vaswani_plugin.checkpoints import resume, storage
 from vaswani_plugin.tools import stage_records
 from vaswani_plugin.tools.watchdog import Watchdog
 
-REPO = Path(__file__).resolve().parent.parent
 OLD, NEW = b"old " * 50_000, b"new " * 250_000  # 1 MB: written in pieces
 
 
@@ -78,9 +76,8 @@ def test_an_error_at_a_boundary_leaves_the_old_file_or_the_new_one_whole(boundar
 # -- a kill at a boundary: a process of its own, os._exit at the boundary ----------------------------------------
 KILLED = textwrap.dedent("""
     import os, sys
-    sys.path.insert(0, sys.argv[1])
-    from prepare._common import durable  # the leaf by its path, as prepare/ and recipes/ load it: no fairseq
-    path, boundary = sys.argv[2], sys.argv[3]
+    from vaswani_plugin import durable  # as prepare/ and recipes/ import it: no fairseq
+    path, boundary = sys.argv[1], sys.argv[2]
     new, replace = b"new " * 250_000, os.replace
 
     def write(file):
@@ -104,7 +101,7 @@ KILLED = textwrap.dedent("""
 def test_a_kill_at_a_boundary_leaves_the_old_file_or_the_new_one_and_the_rerun_writes_again(boundary, tmp_path):
     path = tmp_path / "record.json"
     path.write_bytes(OLD)
-    killed = subprocess.run([sys.executable, "-c", KILLED, str(REPO), str(path), boundary], capture_output=True)
+    killed = subprocess.run([sys.executable, "-c", KILLED, str(path), boundary], capture_output=True)
     assert killed.returncode == 9, killed.stderr.decode()[-2000:]
     assert path.read_bytes() == (NEW if boundary == "before the folder's fsync" else OLD)
     left = durable.temporaries(path)
@@ -116,7 +113,7 @@ def test_a_kill_at_a_boundary_leaves_the_old_file_or_the_new_one_and_the_rerun_w
 def test_resume_removes_checkpoint_lasts_leftover_temporaries(tmp_path):
     last = tmp_path / "checkpoint_last.pt"
     torch.save({"model": {}}, last)
-    killed = subprocess.run([sys.executable, "-c", KILLED, str(REPO), str(last), "while writing"], capture_output=True)
+    killed = subprocess.run([sys.executable, "-c", KILLED, str(last), "while writing"], capture_output=True)
     assert killed.returncode == 9 and len(durable.temporaries(last)) == 1
     resume.resume(tmp_path)
     assert durable.temporaries(last) == [] and storage.load_checkpoint(last) == {"model": {}}

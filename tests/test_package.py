@@ -10,7 +10,9 @@ import textwrap
 import zipfile
 from pathlib import Path
 
+import doc_blocks
 import numpy
+import pytest
 from cli_helpers import REPO
 
 PACKAGE = REPO / "vaswani_plugin"
@@ -271,11 +273,12 @@ def test_the_wheel_installed_alone_draws_pictures_from_raw_text(reversal_data, r
 
 
 def test_commands_that_need_no_fairseq_start_without_it():
-    """`python -m vaswani_plugin.COMMAND` imports the package while sys.argv[0] is "-m" (Python's documentation of
-    -m; set so here with sys.orig_argv, to import the commands in one process): scoring, averaging, the
-    resumption plan's reading of checkpoints, the training cost, the curves and the report (with the progress
-    records they read) import no fairseq (3 s); `import vaswani_plugin` registers (every other test)."""
+    """The package's import has no fairseq (3 s) and reads no command line: scoring, averaging, the resumption
+    plan's reading of checkpoints, the training cost, the curves and the report (with the progress records they
+    read) import no fairseq, and prepare/'s and recipes/'s commands, which the recipes start about ten times, no
+    torch either; and so does `python -m` of one of them, as the recipes and docs print it."""
     commands = [
+        "vaswani_plugin",
         "vaswani_plugin.checkpoints.average",
         "vaswani_plugin.checkpoints.resume",
         "vaswani_plugin.tools.training_cost",
@@ -284,22 +287,86 @@ def test_commands_that_need_no_fairseq_start_without_it():
         "vaswani_plugin.tools.training_curves",
         "vaswani_plugin.tools.run_report",
     ]
+    without_torch = ["prepare.records", "recipes.launch", "recipes.stages", "recipes.training"]
     code = (
-        f"import sys; sys.argv, sys.orig_argv = ['-m'], ['python', '-m', '{commands[0]}']; "
+        f"import sys, {', '.join(without_torch)}; "
+        "print(sorted(name for name in sys.modules if name.split('.')[0] in ('fairseq', 'torch'))); "
         f"import {', '.join(commands)}; "
         "print(sorted(name for name in sys.modules if name.split('.')[0] == 'fairseq'))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO).stdout
-    assert out.strip() == "[]", out
+    assert out.splitlines() == ["[]", "[]"], out
+    for command in ("vaswani_plugin.scoring.bleu", "recipes.launch"):
+        timed = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", command, "--help"], capture_output=True, text=True, cwd=REPO
+        )
+        assert timed.returncode == 0, timed.stderr[-3000:]
+        imported = {line.rpartition("|")[2].strip() for line in timed.stderr.splitlines() if "|" in line}
+        assert "vaswani_plugin" in imported and "fairseq" not in imported, command
 
 
-def test_only_python_m_of_one_of_its_commands_leaves_the_package_unregistered():
-    from vaswani_plugin import locating_a_command
+# Each component, as fairseq's registries name it, in a fresh process. --user-dir imports the package (one that
+# is imported already, fairseq leaves alone, and its tasks/ and models/ too).
+COMPONENTS = """
+import sys
+if sys.argv[1] == "register":
+    import vaswani_plugin
+print("fairseq" in sys.modules)
+from fairseq.criterions import CRITERION_REGISTRY
+from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
+from fairseq.optim import OPTIMIZER_REGISTRY
+from fairseq.optim.lr_scheduler import LR_SCHEDULER_REGISTRY
+from fairseq.tasks import TASK_REGISTRY
 
-    python = "/usr/bin/python3"
-    assert locating_a_command(["-m"], [python, "-m", "vaswani_plugin.scoring.bleu", "--help"])
-    assert locating_a_command(["-m"], [python, "-X", "importtime", "-mvaswani_plugin"])
-    assert not locating_a_command(["-m"], [python, "-m", "mytools.train"])  # a user's package that imports ours
-    assert not locating_a_command(["/x/vaswani_plugin/scoring/bleu.py"], [python, "-m", "vaswani_plugin.scoring.bleu"])
-    assert not locating_a_command(["-c"], [python, "-c", "import vaswani_plugin"])
-    assert not locating_a_command(["-m"], [python, "-m", "vaswani_plugin_extras.x"])
+def registered():
+    return sorted(
+        name
+        for registry in (MODEL_REGISTRY, ARCH_MODEL_REGISTRY, TASK_REGISTRY, CRITERION_REGISTRY, OPTIMIZER_REGISTRY,
+                         LR_SCHEDULER_REGISTRY)
+        for name, component in registry.items()
+        if component.__module__.startswith("vaswani_plugin")
+    )
+
+def set_up():
+    from fairseq import checkpoint_utils
+    return [getattr(sys.excepthook, "_vaswani_plugin", False),
+            getattr(checkpoint_utils.torch_persistent_save, "replaced_by_the_plugin", False)]
+
+print(registered(), set_up())
+if sys.argv[1] == "register":
+    exec(sys.argv[3])  # docs/reference.md's block: the import, then register()
+    vaswani_plugin.register()  # a second call does nothing new
+else:  # what fairseq-train, fairseq-generate and fairseq-interactive do with --user-dir
+    from argparse import Namespace
+    from fairseq.utils import import_user_module
+    import_user_module(Namespace(user_dir=sys.argv[2]))
+print(registered(), set_up())
+"""
+REGISTERED = [
+    "noam",
+    "vaswani_adam",
+    "vaswani_label_smoothed_cross_entropy",
+    "vaswani_transformer",
+    "vaswani_transformer",
+    "vaswani_transformer_big",
+    "vaswani_transformer_big_en_fr",
+    "vaswani_transformer_parsing",
+    "vaswani_translation",
+]
+
+
+@pytest.mark.parametrize("how", ["register", "--user-dir"])
+def test_the_package_registers_through_register_or_user_dir_only(how, tmp_path):
+    """`import vaswani_plugin` registers nothing and imports no fairseq, whatever the command line (another package
+    that imports it registers nothing: its users call register()); register(), or fairseq's --user-dir import of
+    the package's tasks/ and models/, registers the five components and sets fairseq up (cli.set_up_fairseq)."""
+    block = doc_blocks.block("docs/reference.md", "test:register")
+    done = subprocess.run(
+        [sys.executable, "-c", COMPONENTS, how, PACKAGE, block],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == ["False", "[] [False, False]", f"{REGISTERED} [True, True]"]

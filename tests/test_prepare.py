@@ -18,21 +18,17 @@ from argparse import Namespace
 from pathlib import Path
 
 import pytest
+from cli_helpers import SHARED_DATA
 from fairseq.data import Dictionary, data_utils
+from wmt_mirror import WMT14, build_mirror
+
+from prepare import PrepareError, clean, download, extract, tokenize
+from prepare._common import run_cli
+from prepare.multi30k import extract_multi30k
+from prepare.wmt14 import Pipeline, parse_args
+from recipes.stages import step_decisions
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # prepare/ is used from the repository root, not installed
-    sys.path.insert(0, str(REPO))
-
-from cli_helpers import SHARED_DATA  # noqa: E402
-from wmt_mirror import WMT14, build_mirror  # noqa: E402
-
-from prepare import PrepareError, clean, download, extract, tokenize  # noqa: E402
-from prepare._common import run_cli  # noqa: E402
-from prepare.multi30k import extract_multi30k  # noqa: E402
-from prepare.wmt14 import Pipeline, parse_args  # noqa: E402
-from recipes.stages import step_decisions  # noqa: E402
-
 SGM = WMT14 / "sgm"
 MULTI30K = SHARED_DATA / "multi30k"  # the real {train,val,test_2016_flickr}.{en,de}.gz, never copied here
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"

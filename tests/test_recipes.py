@@ -64,8 +64,6 @@ def ran_the_documented_preparation(stderr, line):
     (logged,) = re.findall(r"stage prepare: (python -m prepare\.\S+ .*)$", stderr, re.M)
     logged = logged.split()
     assert logged[:3] == documented[:3], (logged, documented)  # python -m prepare.X
-    if str(REPO) not in sys.path:  # prepare/ is the repository's, not an installed package
-        sys.path.insert(0, str(REPO))
     module = importlib.import_module(documented[2])
     ours, theirs = vars(module.parse_args(documented[3:])), vars(module.parse_args(logged[3:]))
     given = {word[2:].replace("-", "_") for word in documented[3:] if word.startswith("--")} - {"work_dir"}

@@ -1,5 +1,5 @@
 """A user's mistake in one line (vaswani_plugin.errors): the package's commands through run_command, fairseq's own
-commands through install_error_hook."""
+commands through install_error_hook; and the rest of what fairseq's commands get of the plugin (set_up_fairseq)."""
 
 import argparse
 import sys
@@ -44,3 +44,15 @@ def install_error_hook():
 
     hook._vaswani_plugin = True
     sys.excepthook = hook
+
+
+def set_up_fairseq():
+    """What fairseq's commands get of the plugin besides its components, once a process (a second call does nothing
+    new): the error hook above, fairseq's checkpoint classes allow-listed for torch's safe (weights_only) loading and
+    fairseq-train's checkpoints written durably (checkpoints/storage.py). Called by the task's module at its import
+    (fairseq's --user-dir imports it) and by vaswani_plugin.register()."""
+    from vaswani_plugin.checkpoints.storage import allow_fairseq_checkpoint_classes, durable_fairseq_checkpoints
+
+    install_error_hook()
+    allow_fairseq_checkpoint_classes()
+    durable_fairseq_checkpoints()

@@ -8,7 +8,7 @@ leaves out both fsyncs: for what a crash need not keep (a watchdog's heartbeat, 
 
 Files another program wrote (fairseq-preprocess' data-bin) are made durable with `sync` before a record claims them
 (recipes/stages.py's run_steps, prepare/records.py's finish). A leaf: the standard library only, so that prepare/
-and recipes/ load it without fairseq (prepare._common.plugin_leaf).
+and recipes/ import it without fairseq or torch.
 """
 
 import errno

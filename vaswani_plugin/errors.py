@@ -1,7 +1,7 @@
 """The one family of user errors, the plugin's and prepare/'s, and the one reporter of their commands.
 
-A leaf (the standard library only): prepare/ loads it by its path (prepare._common.plugin_leaf), without the
-package's fairseq import, as the same module that `import vaswani_plugin.errors` finds later.
+A leaf (the standard library only): prepare/ and recipes/ import it without fairseq (the package's import has
+none).
 """
 
 import os

@@ -1,8 +1,8 @@
 """The paper's settings (§5.1-§6.3, Table 3), written once; the quickstart's small model beside them.
 
-A leaf that imports nothing: the plugin, benchmarks and tests import it; repository scripts load it by its path
-(prepare._common.plugin_leaf), which skips the package's fairseq import, and the recipes read it as bash variables
-(recipes/launch.py: `python -m recipes.launch paper --shell`). tests/test_paper.py pins each value to the paper.
+A leaf that imports nothing: the plugin, prepare/, recipes/, benchmarks and tests import it (the package's import
+has no fairseq), and the recipes read it as bash variables (recipes/launch.py: `python -m recipes.launch paper
+--shell`). tests/test_paper.py pins each value to the paper.
 """
 
 TOKENS_PER_STEP = 25000  # §5.1: about 25,000 source and 25,000 target tokens a batch

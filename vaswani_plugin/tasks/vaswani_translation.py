@@ -1,7 +1,11 @@
 """Task `vaswani_translation`: fairseq's `translation` with §6.1's decoding (--search, --gnmt-alpha: build_generator
 chooses among vaswani_plugin.generation's generators), parsing's tree constraint (§6.3, --parse-constrained),
 training under bfloat16 autocast (--bf16-autocast auto|on|off, decided by vaswani_plugin.precision) and the dev
-set's BLEU or F1 at validations (--dev-score, tasks/dev_scores.py)."""
+set's BLEU or F1 at validations (--dev-score, tasks/dev_scores.py).
+
+fairseq's --user-dir imports this module (every module of tasks/ and models/: fairseq.utils.import_user_module), and
+with it the plugin's criterion, optimizer and scheduler; importing it sets fairseq up (cli.set_up_fairseq): the same
+as vaswani_plugin.register()."""
 
 import logging
 import os
@@ -15,6 +19,8 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from vaswani_plugin import paper
+from vaswani_plugin.cli import set_up_fairseq
+from vaswani_plugin.criterions import vaswani_label_smoothed_cross_entropy  # noqa: F401  (registers the criterion)
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.fairseq_internals import fairseq_precision
 from vaswani_plugin.generation.beam_search import BeamSearchGenerator
@@ -25,7 +31,10 @@ from vaswani_plugin.generation.generators import (
     PlainSequenceGeneratorWithAlignment,
 )
 from vaswani_plugin.generation.tree_constraint import constrain_to_trees
+from vaswani_plugin.lr_scheduler import noam  # noqa: F401  (registers the scheduler)
+from vaswani_plugin.models import vaswani_transformer  # noqa: F401  (registers the model and architectures)
 from vaswani_plugin.models.compiled_layers import compile_layers
+from vaswani_plugin.optim import vaswani_adam  # noqa: F401  (registers the optimizer)
 from vaswani_plugin.precision import bf16_autocast_enabled, bf16_autocast_setting, precision_line
 from vaswani_plugin.tasks.dev_scores import DevScoring
 from vaswani_plugin.tasks.dictionary import VaswaniDictionary
@@ -34,6 +43,7 @@ from vaswani_plugin.tasks.length_buckets import LengthBuckets
 from vaswani_plugin.tasks.resumable_iterator import resumable
 from vaswani_plugin.tools import progress_meter
 
+set_up_fairseq()  # the error hook, the checkpoint allow-list, durable checkpoint writes
 logger = logging.getLogger(__name__)
 
 SEARCH_RULES = ("fairseq", "paper")

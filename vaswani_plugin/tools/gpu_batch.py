@@ -13,6 +13,7 @@ import sys
 
 import torch
 
+import vaswani_plugin
 from vaswani_plugin.cli import run_command
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.models.memory import GPU_MEMORY_SHARE, Sizes, largest_batch
@@ -92,6 +93,7 @@ def main(argv=None):
 
 def command_batch(training) -> int:
     """The tokens for fairseq-train's arguments `training`, said on stderr."""
+    vaswani_plugin.register()  # their --user-dir: this package, already imported, is not imported again
     from fairseq import options, tasks
 
     parsed = options.parse_args_and_arch(options.get_training_parser(), list(training))

@@ -1,8 +1,7 @@
 """The recipes' stage records, WORK_DIR/.stages/STAGE.json, read and written in one place: prepare/records.py (what
 a stage ran with), recipes/stages.py (whether it runs again) and tools/run_report.py (the report's commands) all go
 through it. Written durably (vaswani_plugin/durable.py): a record that says a stage finished is on disk. A leaf: it
-imports only vaswani_plugin.durable, another, so that the recipes load it without fairseq (prepare._common loads
-durable first)."""
+imports only vaswani_plugin.durable, another, so that the recipes import it without fairseq or torch."""
 
 import json
 from pathlib import Path
