@@ -1,24 +1,37 @@
 """What the benchmarks share: the repository on the import path, the paper's settings as fairseq's arguments, the
-machine's description, and fairseq's float16 optimizers on a CPU.
+model sizes they measure, the machine's description and the shared Multi30k.
 
 The benchmarks are scripts (`python benchmarks/NAME.py`): Python puts this folder first on the import path, so they
 import each other by name, and this module puts the repository's root before it, once, for prepare/ (not installed)
-and the working tree's vaswani_plugin/, whose leaves (paper.py, models/memory.py) load without fairseq's import.
+and the working tree's vaswani_plugin/ (the package the benchmarks measure, before any installed copy).
 """
 
 import platform
 import re
+import subprocess
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
-from prepare._common import plugin_leaf  # noqa: E402
+from vaswani_plugin import paper as PAPER  # noqa: E402  (the paper's settings, vaswani_plugin/paper.py)
 
-PAPER = plugin_leaf("paper")  # the paper's settings (vaswani_plugin/paper.py), without the package's fairseq import
 PLUGIN = REPO / "vaswani_plugin"  # fairseq's --user-dir
 DROPOUT = PAPER.number(PAPER.MODELS["base"]["dropout"])  # §5.4's P_drop of the base model, every size's here
+
+
+def paper_size(name: str) -> tuple:
+    """d_model, d_ff, h, N of paper.MODELS[name]."""
+    return tuple(PAPER.MODELS[name][key] for key in ("d_model", "d_ff", "heads", "layers"))
+
+
+SIZES = {  # d_model, d_ff, h, N; small = the quickstart's, base and big = Table 3's.
+    "tiny": (32, 64, 4, 2),
+    "small": paper_size("quickstart"),
+    "base": paper_size("base"),
+    "big": paper_size("big"),
+}
 
 
 def size_arguments(dim, ffn, heads, layers) -> list:
@@ -49,6 +62,10 @@ def paper_training(optimizer=None, criterion=None, scheduler=None) -> list:
     return words
 
 
+_TRAINING = PAPER.arguments("training")
+RECIPES_OPTIMIZER = _TRAINING[_TRAINING.index("--optimizer") + 1]  # the plugin's, as the recipes train it
+
+
 def cpu_model() -> str:
     """The CPU's model name, as /proc/cpuinfo gives it (else the platform's word for it, or 'unknown')."""
     cpuinfo = Path("/proc/cpuinfo")
@@ -56,18 +73,19 @@ def cpu_model() -> str:
     return models[0].strip() if models else platform.processor() or "unknown"
 
 
-def float16_on_cpu():
-    """fairseq's own --fp16 and --amp (FP16Optimizer, AMPOptimizer) on a CPU: the two places where fairseq's
-    float16 path assumes CUDA, patched in this process only (nothing of fairseq changes on disk).
+def git_describe() -> str:
+    """The commit of the working tree, or why there is none (the device tool copies the tree without .git)."""
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "no git here"
+    return f"git {done.stdout.strip()}" if done.returncode == 0 else "not a git checkout"
 
-    - FP16Optimizer keys its flat float32 master weights by torch.cuda.current_device() and later copies the
-      float16 gradients into them grouped by p.device.index, which is None on a CPU: current_device() answers None
-      here, so the keys match. (With any other key the copy finds no parameters and every update has all-zero
-      gradients.)
-    - On a gradient overflow the trainer sets grad_norm = torch.tensor(0.0).cuda(): .cuda() leaves a tensor on the
-      CPU.
-    """
-    import torch
 
-    torch.cuda.current_device = lambda: None
-    torch.Tensor.cuda = lambda tensor, *args, **kwargs: tensor
+def shared_multi30k():
+    """Multi30k's six raw files where the tests and the GPU kit find them: ../shared/data/multi30k beside the
+    repository, else shared/data/multi30k in it; None if neither is there."""
+    places = (REPO.parent / "shared/data/multi30k", REPO / "shared/data/multi30k")
+    return next((path for path in places if path.is_dir()), None)

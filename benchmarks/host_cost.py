@@ -11,7 +11,7 @@ busy share and idle time, peak memory beside the plugin's memory model (host_cos
 (host_cost_kinds.py) and host ms by Python frame (host_cost_frames.py), as host_cost_report.py prints them. On a CPU,
 where arithmetic is negligible at this size, the configurations are timed in --rounds interleaved rounds, the ratio
 plugin / fairseq their median; on a GPU each alone. fp16 and amp take fairseq's float16 optimizers on a CPU through
-common.float16_on_cpu (amp's GradScaler is disabled without CUDA: float32 arithmetic on its optimizer path); bf16 is
+float16_on_cpu.py (amp's GradScaler is disabled without CUDA: float32 arithmetic on its optimizer path); bf16 is
 the plugin's --bf16-autocast on. The figures: docs/results.md, "The host's cost of an update".
 """
 
@@ -20,7 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import PAPER, PLUGIN, cpu_model, float16_on_cpu
+from common import PAPER, PLUGIN, cpu_model
+from float16_on_cpu import float16_on_cpu
 from host_cost_measure import IMPLEMENTATIONS, measure, write_dictionary
 from host_cost_memory import one_gpu_default
 from host_cost_report import report

@@ -302,6 +302,9 @@ def measure(spec, data_dir) -> dict:
 
     import torch
 
+    import vaswani_plugin
+
+    vaswani_plugin.register()  # as --user-dir would: this process imported the package before fairseq read that
     results = {}
     if spec.device == "cuda":
         from vaswani_plugin.tools.training_cost import peak_for

@@ -2,9 +2,9 @@
 torch.profiler's allocations, and the plugin's memory model (vaswani_plugin/models/memory.py) beside them; the
 recipes' one-GPU batch, which that model chooses."""
 
-from common import PAPER, plugin_leaf
+from common import PAPER
 
-MEMORY = plugin_leaf("models.memory")  # the memory model the recipes choose a GPU's batch by
+from vaswani_plugin.models import memory as MEMORY  # the memory model the recipes choose a GPU's batch by
 
 
 class PeakMemory:

@@ -41,24 +41,7 @@ import time
 from argparse import Namespace
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-from prepare._common import plugin_leaf  # noqa: E402
-
-PAPER = plugin_leaf("paper")  # the paper's settings (vaswani_plugin/paper.py), without the package's fairseq import
-
-
-def paper_size(name: str) -> tuple:
-    """d_model, d_ff, h, N of paper.MODELS[name]."""
-    return tuple(PAPER.MODELS[name][key] for key in ("d_model", "d_ff", "heads", "layers"))
-
-
-SIZES = {  # d_model, d_ff, h, N; small = the quickstart's, base and big = Table 3's.
-    "tiny": (32, 64, 4, 2),
-    "small": paper_size("quickstart"),
-    "base": paper_size("base"),
-    "big": paper_size("big"),
-}
+from common import PAPER, REPO, SIZES  # SIZES: d_model, d_ff, h, N; small = the quickstart's, base and big = Table 3's
 
 
 def fairseq_args(size: str) -> Namespace:
@@ -128,7 +111,7 @@ def build_model(spec, dictionary):
 
     task = Namespace(source_dictionary=dictionary, target_dictionary=dictionary)
     if spec["checkpoint"]:
-        state = torch.load(spec["checkpoint"], map_location="cpu", weights_only=True)  # after vaswani_plugin's import
+        state = torch.load(spec["checkpoint"], map_location="cpu", weights_only=True)  # after vaswani_plugin.register()
         args = state["cfg"]["model"]
     else:
         torch.manual_seed(1)
@@ -429,6 +412,9 @@ def main(argv=None):
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
+        import vaswani_plugin
+
+        vaswani_plugin.register()  # fairseq's checkpoint classes allow-listed for torch's safe loading, among others
         spec = json.loads(args.worker)
         print(
             json.dumps(

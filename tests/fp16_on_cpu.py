@@ -1,6 +1,6 @@
 """fairseq-train with fairseq's own --fp16 / --memory-efficient-fp16 on a CPU, for tests: the two places where
 fairseq's float16 path assumes CUDA are patched in this process only (nothing of fairseq changes on disk), by
-benchmarks/common.py's float16_on_cpu, which says what they are (benchmarks/host_cost.py takes the same patches).
+benchmarks/float16_on_cpu.py, which says what they are (benchmarks/host_cost.py takes the same patches).
 
     python tests/fp16_on_cpu.py <fairseq-train arguments, with --cpu>
 
@@ -16,7 +16,7 @@ from fairseq.optim.fp16_optimizer import _FP16OptimizerMixin, _MemoryEfficientFP
 from fairseq_cli.train import cli_main  # first: it sets up fairseq-train's logging before fairseq is imported
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from common import float16_on_cpu  # noqa: E402
+from float16_on_cpu import float16_on_cpu  # noqa: E402
 
 float16_on_cpu()
 

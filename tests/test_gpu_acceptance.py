@@ -1,11 +1,11 @@
-"""benchmarks/gpu_acceptance.py without a GPU: its parsing and report on log lines written by fairseq's own json
-progress bar and host_cost.py's tables; the order of its stages (the default's speed first), the default precision by
-the card (faked), the ratio against fairseq's faster run, the levers' deadlines; the whole pipeline as its CPU
-stand-in (a tiny model, run through the GPU kit's command on the second lane, on the shared Multi30k:
-tests/gpu_kit_jobs.py) with its report checked against the logs and files it came from; the checkpoint stage (a)
-decodes, near-ties and real differences between two devices' hypotheses, peak memory over every step, the worker's
-recovery from a dead run and its stage deadline, the report and exit status without a GPU, and the one-line errors.
-With a GPU (the device tool) the tiny pipeline also runs in fp16 and amp."""
+"""benchmarks/gpu_acceptance.py and its modules (benchmarks/acceptance_*.py) without a GPU: its parsing and
+report on log lines written by fairseq's own json progress bar and host_cost.py's tables; the order of its stages
+(the default's speed first), the default precision by the card (faked), the ratio against fairseq's faster run, the
+levers' deadlines; the whole pipeline as its CPU stand-in (a tiny model, run through the GPU kit's command on the
+second lane, on the shared Multi30k: tests/gpu_kit_jobs.py) with its report checked against the logs and files it
+came from; the checkpoint stage (a) decodes, near-ties and real differences between two devices' hypotheses, peak
+memory over every step, the worker's recovery from a dead run and its stage deadline, the report and exit status
+without a GPU, and the one-line errors. With a GPU (the device tool) the tiny pipeline also runs in fp16 and amp."""
 
 import io
 import json
@@ -26,7 +26,15 @@ import torch
 from cli_helpers import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
+import acceptance_decoding  # noqa: E402
+import acceptance_levers  # noqa: E402
+import acceptance_logs  # noqa: E402
+import acceptance_plan  # noqa: E402
+import acceptance_report  # noqa: E402
+import acceptance_speed  # noqa: E402
+import acceptance_worker  # noqa: E402
 import gpu_acceptance  # noqa: E402
+import host_cost_memory  # noqa: E402
 
 SCRIPT = REPO / "benchmarks" / "gpu_acceptance.py"
 
@@ -80,7 +88,7 @@ OVERFLOW_NOTE = "NOTE: gradient overflow detected, ignoring gradient, setting lo
 def test_training_summary_from_fairseq_json_lines():
     text = fairseq_json_log(FP16_LOG, notes=[OVERFLOW_NOTE])
     assert text.count("| train_inner | {") == 4 and "| train | {" in text  # the end-of-epoch record is not a window
-    summary = gpu_acceptance.summarize_training(*gpu_acceptance.parse_train_log(text))
+    summary = acceptance_logs.summarize_training(*acceptance_logs.parse_train_log(text))
     assert summary["steps"] == 100
     assert (summary["first_loss"], summary["last_loss"]) == (13.1, 7.75)
     assert summary["finite"] and summary["falling"]
@@ -99,15 +107,15 @@ def test_training_summary_from_fairseq_json_lines():
 )
 def test_a_loss_that_is_not_finite_or_does_not_fall_fails_the_check(losses, finite, falling):
     text = fairseq_json_log(window_stats(losses, [1.0, 2.0, 3.0, 4.0]))
-    summary = gpu_acceptance.summarize_training(*gpu_acceptance.parse_train_log(text))
+    summary = acceptance_logs.summarize_training(*acceptance_logs.parse_train_log(text))
     assert (summary["finite"], summary["falling"]) == (finite, falling)
     assert all(
         math.isnan(a) and math.isnan(b) or a == b
         for a, b in zip((summary["first_loss"], summary["last_loss"]), (losses[0], losses[-1]))
     )
-    training = {("fp32", impl): summary for impl in gpu_acceptance.CRITERIA}
+    training = {("fp32", impl): summary for impl in acceptance_plan.CRITERIA}
     checks = dict(
-        zip(gpu_acceptance.CRITERIA, gpu_acceptance.training_checks(training, ["fp32"], gpu_acceptance.CRITERIA))
+        zip(acceptance_plan.CRITERIA, acceptance_logs.training_checks(training, ["fp32"], acceptance_plan.CRITERIA))
     )
     assert not checks["vaswani_transformer"][1]
     assert checks["transformer"][1] == finite  # the baseline: a finite loss is enough
@@ -117,16 +125,16 @@ def test_a_run_stopped_before_its_first_window_is_read_from_its_end_of_epoch_rec
     """fairseq's transformer on the H200 (stage b, fp16): 9 updates in its 10 s, no train_inner line."""
     text = fairseq_json_log(window_stats([13.43], [3652.6], scales=[32], every=9))
     text = "\n".join(line for line in text.splitlines() if "| train_inner |" not in line)
-    summary = gpu_acceptance.summarize_training(*gpu_acceptance.parse_train_log(text))
+    summary = acceptance_logs.summarize_training(*acceptance_logs.parse_train_log(text))
     # fairseq_json_log's end-of-epoch record: loss 1.0, wps 1e9, the last window's num_updates
     assert (summary["steps"], summary["first_loss"], summary["tokens_per_s"]) == (9, 1.0, 1e9)
     assert summary["whole_run"] and summary["windows"] == 1 and not summary["falling"]
-    training = {("fp16", impl): dict(summary, peak_memory_mb=2200.0) for impl in gpu_acceptance.CRITERIA}
+    training = {("fp16", impl): dict(summary, peak_memory_mb=2200.0) for impl in acceptance_plan.CRITERIA}
     assert (
         "| fp16 | 1000000000 (whole run, start-up included) | 1000000000 (whole run, start-up included) | 1.00 |"
-        in "\n".join(gpu_acceptance.comparison_section(training, ["fp16"]))
+        in "\n".join(acceptance_report.comparison_section(training, ["fp16"]))
     )
-    checks = gpu_acceptance.training_checks(training, ["fp16"], gpu_acceptance.CRITERIA)
+    checks = acceptance_logs.training_checks(training, ["fp16"], acceptance_plan.CRITERIA)
     assert checks == [
         (
             "fp16 vaswani_transformer: trained 9 steps, loss finite and falling (no log window: the run's "
@@ -139,19 +147,19 @@ def test_a_run_stopped_before_its_first_window_is_read_from_its_end_of_epoch_rec
             True,
         ),
     ]
-    assert gpu_acceptance.summarize_training(*gpu_acceptance.parse_train_log("no record")) == {
+    assert acceptance_logs.summarize_training(*acceptance_logs.parse_train_log("no record")) == {
         "error": "no train_inner line in the log"
     }
 
 
 def test_one_log_window_cannot_show_a_falling_loss():
     """The H100's first stage (b) run logged one window (20 updates in its 20 s): its first loss is its last."""
-    summary = gpu_acceptance.summarize_training(
-        *gpu_acceptance.parse_train_log(fairseq_json_log(window_stats([12.4], [7000.0])))
+    summary = acceptance_logs.summarize_training(
+        *acceptance_logs.parse_train_log(fairseq_json_log(window_stats([12.4], [7000.0])))
     )
     assert summary["windows"] == 1 and not summary["falling"]
-    training = {("fp16", impl): dict(summary, peak_memory_mb=2044.0) for impl in gpu_acceptance.PLUGIN_ONLY}
-    (check,) = gpu_acceptance.training_checks(training, ["fp16"], gpu_acceptance.PLUGIN_ONLY)
+    training = {("fp16", impl): dict(summary, peak_memory_mb=2044.0) for impl in acceptance_plan.PLUGIN_ONLY}
+    (check,) = acceptance_logs.training_checks(training, ["fp16"], acceptance_plan.PLUGIN_ONLY)
     assert check == (
         "fp16 vaswani_transformer: trained 25 steps, loss finite and falling (one log window: no later "
         "loss to compare)",
@@ -159,7 +167,7 @@ def test_one_log_window_cannot_show_a_falling_loss():
     )
     assert (
         "| 12.400 → 12.400 | NO (one log window: no later loss to compare) |"
-        in gpu_acceptance.training_rows(training, ["fp16"], gpu_acceptance.PLUGIN_ONLY)[0]
+        in acceptance_report.training_rows(training, ["fp16"], acceptance_plan.PLUGIN_ONLY)[0]
     )
 
 
@@ -178,7 +186,7 @@ def test_the_output_layers_float16_line_is_read_from_the_log(monkeypatch):
     finally:
         output_layer_loss.logger.removeHandler(handler)
     (line,) = text.getvalue().splitlines()
-    assert gpu_acceptance.PRODUCTS.findall(text.getvalue()) == [line.split(" | ", 3)[3]]
+    assert acceptance_logs.PRODUCTS.findall(text.getvalue()) == [line.split(" | ", 3)[3]]
     assert line.split(" | ", 3)[3].startswith("float16 products on cpu: torch.mm(out_dtype=torch.float32) refused")
 
 
@@ -189,13 +197,13 @@ def test_generate_timing_and_hypotheses():
     )
     ours = "S-0\ta b\nH-0\t-0.5\tx y\nP-0\t-0.1 -0.2\nH-1\t-0.7\tx\nH-2\t-0.1\tz z z\n"
     theirs = "H-1\t-0.6\tx\nH-0\t-0.4\tx y z\nH-3\t-0.1\tw\n"
-    timing, hypotheses, scores = gpu_acceptance.parse_generate(log, ours)
+    timing, hypotheses, scores = acceptance_logs.parse_generate(log, ours)
     assert timing == dict(sentences=1000, tokens=12345, seconds=2.5, sentences_per_s=400.0, tokens_per_s=4938.0)
     assert hypotheses == {0: "x y", 1: "x", 2: "z z z"} and scores == {0: -0.5, 1: -0.7, 2: -0.1}
-    reference = gpu_acceptance.parse_generate(log, theirs)[1]
+    reference = acceptance_logs.parse_generate(log, theirs)[1]
     # Brute force: 0 differs, 1 is the same, 2 and 3 each lack the other's.
-    assert gpu_acceptance.differing(hypotheses, reference) == [0, 2, 3]
-    assert gpu_acceptance.parse_generate("no timing", ours)[0] is None
+    assert acceptance_logs.differing(hypotheses, reference) == [0, 2, 3]
+    assert acceptance_logs.parse_generate("no timing", ours)[0] is None
 
 
 HOST_COST_OUTPUT = """host cost of an update: fairseq's Trainer, 6+6 layers, d_model 1024, d_ff 4096, \
@@ -222,12 +230,12 @@ def host_cost_run(name, tokens, tokens_per_s, busy, mfu="41.5%", precision="amp"
         tokens=tokens,
         command="python benchmarks/host_cost.py ...",
         output=output,
-        row=gpu_acceptance.parse_host_cost(output),
+        row=acceptance_speed.parse_host_cost(output),
     )
 
 
 def test_host_cost_rows_and_the_targets_they_hold():
-    row = gpu_acceptance.parse_host_cost(HOST_COST_OUTPUT)
+    row = acceptance_speed.parse_host_cost(HOST_COST_OUTPUT)
     assert row == dict(
         precision="amp",
         implementation="vaswani_transformer",
@@ -250,10 +258,10 @@ def test_host_cost_rows_and_the_targets_they_hold():
         syncs=6.0,
         products_tflops=412.5,
     )
-    assert gpu_acceptance.parse_host_cost("no table") is None
-    bf16 = gpu_acceptance.parse_host_cost(HOST_COST_OUTPUT.replace("amp       vaswani", "bf16      vaswani"))
+    assert acceptance_speed.parse_host_cost("no table") is None
+    bf16 = acceptance_speed.parse_host_cost(HOST_COST_OUTPUT.replace("amp       vaswani", "bf16      vaswani"))
     assert bf16["precision"] == "bf16" and bf16["tokens_per_s"] == 33000  # the recipes' default from 8.0
-    assert gpu_acceptance.parse_host_cost(HOST_COST_OUTPUT.split("kernel time")[0])["products_tflops"] is None
+    assert acceptance_speed.parse_host_cost(HOST_COST_OUTPUT.split("kernel time")[0])["products_tflops"] is None
 
 
 def test_the_targets_ratio_is_against_the_faster_of_fairseqs_fp16_and_amp():
@@ -269,7 +277,7 @@ def test_the_targets_ratio_is_against_the_faster_of_fairseqs_fp16_and_amp():
             host_cost_run("fairseq --amp", 25000, amp, "50.0%", implementation="transformer"),
         ]
 
-    assert gpu_acceptance.targets_held(plugin + fairseqs(20000, 25000)) == [
+    assert acceptance_speed.targets_held(plugin + fairseqs(20000, 25000)) == [
         ("MFU of the plugin at the one-GPU default >= 40 %", False, "0.26"),
         ("kernel time >= 85 % of wall time at 3,125 tokens a GPU", True, "0.86"),
         ("MFU of the plugin at 3,125 tokens a GPU >= 25 %", True, "0.41"),
@@ -281,17 +289,17 @@ def test_the_targets_ratio_is_against_the_faster_of_fairseqs_fp16_and_amp():
         ("the memory model >= the measured peak at the one-GPU default", True, "1.20"),
         ("the memory model >= the measured peak at 3,125 tokens a GPU", True, "1.20"),
     ]
-    ratio = gpu_acceptance.targets_held(plugin + fairseqs(22000, 11000))[3]
+    ratio = acceptance_speed.targets_held(plugin + fairseqs(22000, 11000))[3]
     assert ratio[1:] == (True, "1.50x of fairseq --fp16")  # fp16 the faster now
-    assert gpu_acceptance.targets_held(plugin + fairseqs(None, 22000))[3][1:] == (True, "1.50x of fairseq --amp")
-    assert gpu_acceptance.targets_held(plugin + [dict(name="f", error="x")] * 2)[3][1:] == (None, "-")
+    assert acceptance_speed.targets_held(plugin + fairseqs(None, 22000))[3][1:] == (True, "1.50x of fairseq --amp")
+    assert acceptance_speed.targets_held(plugin + [dict(name="f", error="x")] * 2)[3][1:] == (None, "-")
 
 
 def test_report_of_a_gpu_run_from_synthetic_logs():
     """What the CPU stand-in cannot show: fp16/amp rows with loss scales, MFU in %, a failed run, a failed check,
     GPU hypotheses that are not the CPU's; and the report as stage (a) leaves it, before stage (b) has run."""
-    fp16 = gpu_acceptance.summarize_training(
-        *gpu_acceptance.parse_train_log(fairseq_json_log(FP16_LOG, notes=[OVERFLOW_NOTE]))
+    fp16 = acceptance_logs.summarize_training(
+        *acceptance_logs.parse_train_log(fairseq_json_log(FP16_LOG, notes=[OVERFLOW_NOTE]))
     )
     precisions = ["fp16", "amp", "bf16-autocast"]
     plugin = {
@@ -305,7 +313,7 @@ def test_report_of_a_gpu_run_from_synthetic_logs():
         "float16 products on cuda:0: torch.mm(out_dtype=torch.float32), checked against float32"
     ]
     hypotheses = {"cpu": {i: "a b" for i in range(100)}, "fp32": {**{i: "a b" for i in range(100)}, 7: "a c", 9: "b"}}
-    found = gpu_acceptance.agreement(
+    found = acceptance_decoding.agreement(
         hypotheses["cpu"],
         hypotheses["fp32"],
         dict(drift=2e-5, tolerance=4e-5, rescored={"7": [-1.5, -1.50003], "9": [-1.5, -2.5]}),
@@ -320,7 +328,7 @@ def test_report_of_a_gpu_run_from_synthetic_logs():
         "fp16": dict(timing, sentences_per_s=500.0),
         "hypotheses": hypotheses,
     }
-    checks_a = gpu_acceptance.training_checks(training_a, precisions, gpu_acceptance.PLUGIN_ONLY)
+    checks_a = acceptance_logs.training_checks(training_a, precisions, acceptance_plan.PLUGIN_ONLY)
     checks_a.append(("beam 4 in float32: no real difference between the GPU's hypotheses and the CPU's", False))
     speed = [
         host_cost_run("the plugin at the one-GPU default", 4096, 33000, "92.0%", precision="bf16"),
@@ -335,7 +343,7 @@ def test_report_of_a_gpu_run_from_synthetic_logs():
         host_cost_run("fairseq --amp", 4096, 22000, "50.0%", implementation="transformer"),
     ]
     facts = dict(
-        mode=gpu_acceptance.BASE,
+        mode=acceptance_plan.BASE,
         precisions=precisions,
         device="cuda",
         machine={"GPU": "NVIDIA H100 80GB HBM3"},
@@ -347,9 +355,9 @@ def test_report_of_a_gpu_run_from_synthetic_logs():
         data_ready=1.25,
         default=("bf16", "bf16-autocast", "NVIDIA H100 80GB HBM3 (compute capability 9.0): bfloat16 tensor cores"),
         commands=[],
-        s=dict(speed=speed, checks=gpu_acceptance.speed_checks(speed), minutes=0.5, ended=2.0),
+        s=dict(speed=speed, checks=acceptance_speed.speed_checks(speed), minutes=0.5, ended=2.0),
     )
-    report = gpu_acceptance.render_report(facts)  # as stage (s) leaves it, before (a) has run
+    report = acceptance_report.render_report(facts)  # as stage (s) leaves it, before (a) has run
     assert (
         "The recipes' default precision here: NVIDIA H100 80GB HBM3 (compute capability 9.0): bfloat16 tensor "
         "cores." in report
@@ -383,7 +391,7 @@ def test_report_of_a_gpu_run_from_synthetic_logs():
         commands=[("fairseq-train /d --fp16", {"seconds": 30.0})],
         a=dict(training=training_a, decoding=decoding, checks=checks_a, minutes=1.5, ended=3.0),
     )
-    report = gpu_acceptance.render_report(facts)
+    report = acceptance_report.render_report(facts)
     tokens = statistics.median(w["wps"] for w in FP16_LOG[1:])
     assert (
         f"| fp16 | vaswani_transformer | 100 | 13.100 → 7.750 | yes | {tokens:.0f} | 1000 | 128 → 64, min 64 "
@@ -414,15 +422,15 @@ def test_report_of_a_gpu_run_from_synthetic_logs():
     )
 
     levers = [
-        dict(host_cost_run(gpu_acceptance.LEVERS[0][0], 3125, 24000, "80.0%"), against=1),
-        dict(host_cost_run(gpu_acceptance.LEVERS[1][0], 4096, 36300, "95.0%"), against=0),
-        dict(name=gpu_acceptance.LEVERS[2][0], tokens=3125, against=1, error="not run: not started by minute 8.4"),
-        dict(name=gpu_acceptance.LEVERS[3][0], tokens=3125, against=1, note="GPU only: not run"),
+        dict(host_cost_run(acceptance_plan.LEVERS[0][0], 3125, 24000, "80.0%"), against=1),
+        dict(host_cost_run(acceptance_plan.LEVERS[1][0], 4096, 36300, "95.0%"), against=0),
+        dict(name=acceptance_plan.LEVERS[2][0], tokens=3125, against=1, error="not run: not started by minute 8.4"),
+        dict(name=acceptance_plan.LEVERS[3][0], tokens=3125, against=1, note="GPU only: not run"),
     ]
-    checks_b = gpu_acceptance.speed_checks(levers, "lever")
+    checks_b = acceptance_speed.speed_checks(levers, "lever")
     assert [ok for _, ok in checks_b] == [True, True, False]  # the note is no check
     slower = [dict(w, wps=w["wps"] / 2) for w in FP16_LOG]
-    fairseq_fp16 = gpu_acceptance.summarize_training(*gpu_acceptance.parse_train_log(fairseq_json_log(slower)))
+    fairseq_fp16 = acceptance_logs.summarize_training(*acceptance_logs.parse_train_log(fairseq_json_log(slower)))
     training_b = {  # the fairseq-train rows, if time allows
         **plugin,
         ("fp16", "transformer"): dict(fairseq_fp16, peak_memory_mb=1600.0, gpu_busy=88.0),
@@ -430,20 +438,20 @@ def test_report_of_a_gpu_run_from_synthetic_logs():
         ("amp", "transformer"): {"error": "FloatingPointError: Minimum loss scale reached (0.0001)."},
         ("bf16-autocast", "transformer"): dict(fp16, loss_scales=[], peak_memory_mb=None),
     }
-    checks_b += gpu_acceptance.training_checks(training_b, ["fp16"], gpu_acceptance.CRITERIA)
-    checks_b += gpu_acceptance.training_checks(training_b, ["amp"], ["transformer"])
+    checks_b += acceptance_logs.training_checks(training_b, ["fp16"], acceptance_plan.CRITERIA)
+    checks_b += acceptance_logs.training_checks(training_b, ["amp"], ["transformer"])
     facts.update(wall_minutes=8.5, b=dict(levers=levers, training=training_b, checks=checks_b, minutes=5.5, ended=8.5))
-    report = gpu_acceptance.render_report(facts)
+    report = acceptance_report.render_report(facts)
     assert "Not written yet" not in report and "; stage (b) 5.5, ended at minute 8.5 of at most 9.5)" in report
     # Against the default at the same size: the one-GPU default's 33000 tokens/s; 3,125's did not run.
     assert (
-        f"| {gpu_acceptance.LEVERS[1][0]} | 4096 | 36300 | 1.10 | 41.5 % | 95.0 % | 412 | 21000 | 124.1 | 120.5 |"
+        f"| {acceptance_plan.LEVERS[1][0]} | 4096 | 36300 | 1.10 | 41.5 % | 95.0 % | 412 | 21000 | 124.1 | 120.5 |"
         in report
     )
-    assert f"| {gpu_acceptance.LEVERS[0][0]} | 3125 | 24000 | - | 41.5 % | 80.0 % |" in report
-    assert f"| {gpu_acceptance.LEVERS[2][0]} | 3125 | FAILED: not run: not started by minute 8.4 |" in report
-    assert f"| {gpu_acceptance.LEVERS[3][0]} | 3125 | GPU only: not run |" in report
-    assert f"- FAIL: lever: {gpu_acceptance.LEVERS[2][0]} (not run: not started by minute 8.4)" in report
+    assert f"| {acceptance_plan.LEVERS[0][0]} | 3125 | 24000 | - | 41.5 % | 80.0 % |" in report
+    assert f"| {acceptance_plan.LEVERS[2][0]} | 3125 | FAILED: not run: not started by minute 8.4 |" in report
+    assert f"| {acceptance_plan.LEVERS[3][0]} | 3125 | GPU only: not run |" in report
+    assert f"- FAIL: lever: {acceptance_plan.LEVERS[2][0]} (not run: not started by minute 8.4)" in report
     assert report.index("## (a) Checks") < report.index("## (b) Levers") < report.index("## (b) Training")
     assert report.index("## (b) Training") < report.index("## (b) The plugin against") < report.index("## (b) Checks")
     tokens = statistics.median(w["wps"] for w in FP16_LOG[1:])
@@ -479,10 +487,12 @@ def test_the_recipes_default_precision_by_the_card(monkeypatch):
         ("6.0:Tesla P100-PCIE-16GB:16", ("float32", "fp32")),
     ]:
         fake(torch, spec, monkeypatch.setattr)
-        found = gpu_acceptance.default_precision("cuda")
+        found = acceptance_plan.default_precision("cuda")
         assert found[:2] == chosen and found[2] == precision.decide("auto", "cuda", precision.visible_gpus())[1]
     native = precision.bf16_autocast_enabled("auto", "cpu")[0]
-    assert gpu_acceptance.default_precision("cpu")[:2] == (("bf16", "bf16-autocast") if native else ("float32", "fp32"))
+    assert acceptance_plan.default_precision("cpu")[:2] == (
+        ("bf16", "bf16-autocast") if native else ("float32", "fp32")
+    )
 
 
 def fake_host_cost(monkeypatch, commands, tokens=4096):
@@ -500,7 +510,7 @@ def fake_host_cost(monkeypatch, commands, tokens=4096):
         )
         return 0
 
-    monkeypatch.setattr(gpu_acceptance, "run_until", run_until)
+    monkeypatch.setattr(acceptance_speed, "run_until", run_until)
 
 
 def test_stage_s_measures_the_cards_default_against_fairseqs_fp16_and_amp_at_the_same_batch(monkeypatch, tmp_path):
@@ -512,13 +522,13 @@ def test_stage_s_measures_the_cards_default_against_fairseqs_fp16_and_amp_at_the
     commands = []
     fake_host_cost(monkeypatch, commands, tokens=24576)
     context = dict(
-        mode=gpu_acceptance.BASE,
+        mode=acceptance_plan.BASE,
         work=tmp_path,
-        default=gpu_acceptance.default_precision("cuda"),
+        default=acceptance_plan.default_precision("cuda"),
         ends=[(time.time() + 600, "the end")],
         minute=lambda: 0.0,
     )
-    stage = gpu_acceptance.stage_s(context)
+    stage = acceptance_speed.stage_s(context)
     assert [ok for _, ok in stage["checks"]] == [True] * 4
     flags = [{word: command[i + 1] for i, word in enumerate(command[:-1])} for command in commands]
     assert [(f["--implementations"], f["--precisions"], f["--max-tokens"]) for f in flags] == [
@@ -548,16 +558,16 @@ def test_the_default_speed_runs_come_first_and_are_written_before_correctness_ru
 
         return run
 
-    speed = [host_cost_run(name, 200, 1000, "-") for name, _, _ in gpu_acceptance.SPEED_RUNS]
+    speed = [host_cost_run(name, 200, 1000, "-") for name, _, _ in acceptance_plan.SPEED_RUNS]
     levers = [dict(run, against=0) for run in speed[:1]]
     decoding = dict(checkpoint="none", sentences=100, hypotheses={}, fp16_differing=[])
-    decoding.update({name: {"error": "not run"} for name in gpu_acceptance.DECODES})
+    decoding.update({name: {"error": "not run"} for name in acceptance_plan.DECODES})
     monkeypatch.setattr(gpu_acceptance, "stage_s", stage("s", dict(speed=speed)))
     monkeypatch.setattr(
         gpu_acceptance, "stage_a", stage("a", dict(training=dict.fromkeys([], None), decoding=decoding))
     )
     monkeypatch.setattr(gpu_acceptance, "stage_b", stage("b", dict(levers=levers)))
-    monkeypatch.setattr(gpu_acceptance, "training_section", lambda *args: ["## (a) Training"])
+    monkeypatch.setattr(acceptance_report, "training_section", lambda *args: ["## (a) Training"])
     status = gpu_acceptance.main(
         ["--device", "cpu", "--tiny", "--data", str(data), "--work-dir", str(tmp_path / "work")]
     )
@@ -574,11 +584,11 @@ def test_a_lever_not_started_by_its_deadline_is_not_run(monkeypatch, tmp_path):
     CUDA-graph lever is skipped with a note on a CPU, no check."""
     commands, minutes = [], iter([0.0, 46.0, 100.0, 100.0])  # TINY's starts: minutes 45, 50, 55, 58
     fake_host_cost(monkeypatch, commands)
-    mode = gpu_acceptance.TINY
-    levers = gpu_acceptance.run_speed(
+    mode = acceptance_plan.TINY
+    levers = acceptance_speed.run_speed(
         mode,
         tmp_path,
-        gpu_acceptance.LEVERS,
+        acceptance_plan.LEVERS,
         time.time() + 600,
         "the end",
         "bf16",
@@ -593,11 +603,11 @@ def test_a_lever_not_started_by_its_deadline_is_not_run(monkeypatch, tmp_path):
     assert levers[2]["error"] == "not run: not started by minute 55 of the command, its deadline"
     assert levers[3] == dict(levers[3], note="GPU only (CUDA graphs): not run in the CPU stand-in")
     assert "error" not in levers[3] and "row" not in levers[3]
-    assert gpu_acceptance.speed_checks(levers, "lever") == [
-        (f"lever: {gpu_acceptance.LEVERS[0][0]}", True),
-        (f"lever: {gpu_acceptance.LEVERS[1][0]}", True),
+    assert acceptance_speed.speed_checks(levers, "lever") == [
+        (f"lever: {acceptance_plan.LEVERS[0][0]}", True),
+        (f"lever: {acceptance_plan.LEVERS[1][0]}", True),
         (
-            f"lever: {gpu_acceptance.LEVERS[2][0]} (not run: not started by minute 55 of the command, its deadline)",
+            f"lever: {acceptance_plan.LEVERS[2][0]} (not run: not started by minute 55 of the command, its deadline)",
             False,
         ),
     ]
@@ -611,19 +621,21 @@ def test_gpu_busy_is_the_median_of_nvidia_smis_samples_within_each_run():
         f"{(start + timedelta(seconds=i / 4)).strftime('%Y/%m/%d %H:%M:%S.%f')[:-3]}, {percent}"
         for i, percent in enumerate([10, 20, 90, 80, 70, 30])
     ] + ["2026/11/26 16:16:0"]
-    samples = gpu_acceptance.parse_gpu_busy("\n".join(lines) + "\n")
+    samples = acceptance_levers.parse_gpu_busy("\n".join(lines) + "\n")
     assert [percent for _, percent in samples] == [10, 20, 90, 80, 70, 30]
     assert samples[0][0] == pytest.approx(start.timestamp()) and samples[5][0] - samples[0][0] == pytest.approx(1.25)
     first = start.timestamp()
-    assert gpu_acceptance.busy_during(samples, first + 0.5, first + 1.0) == 80  # 90, 80, 70
-    assert gpu_acceptance.busy_during(samples, first + 2, first + 3) is None
-    assert gpu_acceptance.busy_during(samples, None, None) is None and gpu_acceptance.busy_during(None, 0, 1) is None
+    assert acceptance_levers.busy_during(samples, first + 0.5, first + 1.0) == 80  # 90, 80, 70
+    assert acceptance_levers.busy_during(samples, first + 2, first + 3) is None
+    assert (
+        acceptance_levers.busy_during(samples, None, None) is None and acceptance_levers.busy_during(None, 0, 1) is None
+    )
 
 
 def test_stage_a_decodes_the_first_precision_that_trained(tmp_path):
     """fp16, else amp, else bfloat16 autocast: the first whose run finished with its checkpoint and a finite,
     falling loss; a failed precision costs only its own checks."""
-    good = gpu_acceptance.summarize_training(*gpu_acceptance.parse_train_log(fairseq_json_log(FP16_LOG)))
+    good = acceptance_logs.summarize_training(*acceptance_logs.parse_train_log(fairseq_json_log(FP16_LOG)))
     rising = dict(good, falling=False)
     precisions = ["fp16", "amp", "bf16-autocast"]
     for precision in precisions:
@@ -631,7 +643,7 @@ def test_stage_a_decodes_the_first_precision_that_trained(tmp_path):
         (tmp_path / precision / "checkpoint_last.pt").write_bytes(b"")
 
     def chosen(*rows):
-        return gpu_acceptance.decoded_precision(
+        return acceptance_decoding.decoded_precision(
             {(p, "vaswani_transformer"): row for p, row in zip(precisions, rows)}, precisions, tmp_path
         )
 
@@ -656,11 +668,11 @@ def test_stage_a_s_worker_decodes_the_checkpoint_it_chooses_after_training(tmp_p
         (work / "checkpoints" / precision / "checkpoint_last.pt").write_bytes(b"")
     precisions = ["fp16", "amp", "bf16-autocast"]
     checkpoint = work / "checkpoints" / "amp" / "checkpoint_last.pt"
-    assert gpu_acceptance.decoded_checkpoint(work, precisions) == ("amp", checkpoint)
+    assert acceptance_decoding.decoded_checkpoint(work, precisions) == ("amp", checkpoint)
     job = dict(
         name="decode",
         tool="subset",
-        argv=[gpu_acceptance.CHOSEN, "test", "1", str(tmp_path / "dest")],
+        argv=[acceptance_plan.CHOSEN, "test", "1", str(tmp_path / "dest")],
         log=str(tmp_path / "decode.log"),
         result=str(tmp_path / "decode.json"),
         decodes=dict(work=str(work), precisions=precisions),
@@ -668,13 +680,13 @@ def test_stage_a_s_worker_decodes_the_checkpoint_it_chooses_after_training(tmp_p
     (tmp_path / "jobs.json").write_text(json.dumps([job]))
 
     def decoded():
-        gpu_acceptance.worker(tmp_path / "jobs.json")  # the worker's loop, in this process
+        acceptance_worker.worker(tmp_path / "jobs.json")  # the worker's loop, in this process
         return json.loads((tmp_path / "decode.json").read_text())
 
     assert decoded()["error"] == f"FileNotFoundError: no test.*.idx in {checkpoint}"
     (work / "logs" / "train-a-amp.log").write_text(fairseq_json_log([dict(w, loss=float("nan")) for w in FP16_LOG]))
     (work / "checkpoints" / "bf16-autocast" / "checkpoint_last.pt").unlink()
-    assert gpu_acceptance.decoded_checkpoint(work, precisions) == (None, None)
+    assert acceptance_decoding.decoded_checkpoint(work, precisions) == (None, None)
     assert decoded() == {"error": "not run: no precision trained"}
 
 
@@ -698,11 +710,11 @@ def test_near_ties_and_real_differences_between_two_devices(trained, tmp_path):
         name="generate",
         tool="generate",
         log=str(tmp_path / "generate.log"),
-        argv=gpu_acceptance.generate_argv(data, "test", tmp_path / "tied.pt", False, "cpu", tmp_path / "cpu"),
+        argv=acceptance_worker.generate_argv(data, "test", tmp_path / "tied.pt", False, "cpu", tmp_path / "cpu"),
     )
-    assert "error" not in gpu_acceptance.run_job(job)
+    assert "error" not in acceptance_worker.run_job(job)
     text = (tmp_path / "cpu" / "generate-test.txt").read_text()
-    _, cpu, h_scores = gpu_acceptance.parse_generate("", text)
+    _, cpu, h_scores = acceptance_logs.parse_generate("", text)
     tie = next(i for i, h in sorted(cpu.items()) if "x3" in h.split() or "x11" in h.split())
     real = next(i for i, h in sorted(cpu.items()) if i != tie and len(h.split()) > 2)
     swap = {"x3": "x11", "x11": "x3"}
@@ -711,20 +723,20 @@ def test_near_ties_and_real_differences_between_two_devices(trained, tmp_path):
     device[real] = " ".join(cpu[real].split()[:-1])
     (tmp_path / "device.txt").write_text("".join(f"H-{i}\t{h_scores[i]}\t{h}\n" for i, h in device.items()))
 
-    comparison = gpu_acceptance.compare_on_both_devices(
+    comparison = acceptance_decoding.compare_on_both_devices(
         data, tmp_path / "tied.pt", tmp_path / "cpu" / "generate-test.txt", tmp_path / "device.txt", "cpu"
     )
     for i, score in h_scores.items():  # fairseq-generate prints scores in base 2
         assert comparison["scores"][str(i)] == pytest.approx(score * math.log(2), abs=1e-4), i
-    assert comparison["drift"] == 0 and comparison["tolerance"] == gpu_acceptance.TOLERANCE_FLOOR
+    assert comparison["drift"] == 0 and comparison["tolerance"] == acceptance_plan.TOLERANCE_FLOOR
     assert sorted(comparison["rescored"]) == sorted([str(tie), str(real)])
-    found = gpu_acceptance.agreement(cpu, device, comparison)
+    found = acceptance_decoding.agreement(cpu, device, comparison)
     assert (found["identical"], found["near_ties"], found["real"]) == (len(cpu) - 2, [tie], [real])
     assert not found["passed"] and found["gaps"][real] > 0.1
-    assert gpu_acceptance.agreement(cpu, {**device, real: cpu[real]}, comparison)["passed"]
+    assert acceptance_decoding.agreement(cpu, {**device, real: cpu[real]}, comparison)["passed"]
     # More near-ties than the cap fail too, as does a sentence the device lacks.
-    assert not gpu_acceptance.agreement(cpu, {**device, real: cpu[real]}, comparison, cap=0)["passed"]
-    lacking = gpu_acceptance.agreement(cpu, {i: h for i, h in cpu.items() if i != real}, comparison)
+    assert not acceptance_decoding.agreement(cpu, {**device, real: cpu[real]}, comparison, cap=0)["passed"]
+    lacking = acceptance_decoding.agreement(cpu, {i: h for i, h in cpu.items() if i != real}, comparison)
     assert lacking["real"] == [real] and not lacking["passed"]
 
 
@@ -758,7 +770,7 @@ def test_peak_memory_includes_every_steps_peak(monkeypatch):
     fairseq_steps(cuda)
     assert cuda.max_memory_allocated() == 2 * 2**20  # what reading the counter once after the run gets
     cuda = FakeCuda()
-    with gpu_acceptance.PeakMemory(cuda) as peak:
+    with host_cost_memory.PeakMemory(cuda) as peak:
         fairseq_steps(cuda)
     assert peak.megabytes == 12
     assert cuda.reset_peak_memory_stats.__func__ is FakeCuda.reset_peak_memory_stats  # put back
@@ -767,11 +779,11 @@ def test_peak_memory_includes_every_steps_peak(monkeypatch):
     for name in ("is_available", "empty_cache", "max_memory_allocated", "reset_peak_memory_stats"):
         monkeypatch.setattr(torch.cuda, name, getattr(cuda, name, lambda: True))
     monkeypatch.setattr(
-        gpu_acceptance,
+        acceptance_worker,
         "write_first_sentences",
         lambda *argv: fairseq_steps(cuda, lambda: torch.cuda.reset_peak_memory_stats()),
     )
-    result = gpu_acceptance.run_job(dict(name="steps", tool="subset", argv=[], log=os.devnull))
+    result = acceptance_worker.run_job(dict(name="steps", tool="subset", argv=[], log=os.devnull))
     assert result["peak_memory_mb"] == 12
 
 
@@ -787,7 +799,7 @@ def test_a_run_that_kills_the_worker_fails_alone_and_the_rest_still_run(tmp_path
         )
         for i in range(2)
     ]
-    results = gpu_acceptance.run_jobs(jobs, tmp_path, tmp_path / "worker.log")
+    results = acceptance_worker.run_jobs(jobs, tmp_path, tmp_path / "worker.log")
     assert list(results) == ["job0", "job1"]
     for result in results.values():
         assert result["error"].startswith("the worker died (exit status 1) in this run")
@@ -806,7 +818,7 @@ def test_no_job_starts_after_its_stage_deadline(tmp_path):
         )
         for i in range(2)
     ]
-    results = gpu_acceptance.run_jobs(jobs, tmp_path, tmp_path / "worker.log", time.time() - 1, "the end")
+    results = acceptance_worker.run_jobs(jobs, tmp_path, tmp_path / "worker.log", time.time() - 1, "the end")
     assert results == {"job0": {"error": "not run: past the end"}, "job1": {"error": "not run: past the end"}}
 
 
@@ -819,7 +831,7 @@ def test_the_run_in_progress_at_the_deadline_is_stopped(tmp_path):
         for name, log in (("forever", "blocking.log"), ("next", "next.log"))
     ]
     started = time.monotonic()
-    results = gpu_acceptance.run_jobs(jobs, tmp_path, tmp_path / "worker.log", time.time() + 2, "the end")
+    results = acceptance_worker.run_jobs(jobs, tmp_path, tmp_path / "worker.log", time.time() + 2, "the end")
     assert 2 <= time.monotonic() - started < 30
     assert results == {"forever": {"error": "stopped at the end"}, "next": {"error": "not run: past the end"}}
 
@@ -1021,7 +1033,7 @@ def stand_in_runs():
     """(report section, log and result name, implementation) of each training run of the stand-in."""
     for precision in ("fp32", "bf16-autocast"):
         yield "(a) Training", f"train-a-{precision}", precision, "vaswani_transformer"
-        for impl in gpu_acceptance.CRITERIA:
+        for impl in acceptance_plan.CRITERIA:
             yield "(b) Training", f"train-b-{precision}-{impl}", precision, impl
 
 
@@ -1049,7 +1061,7 @@ def test_stand_in_training_rows_are_those_of_the_logs(lane):
         # What fairseq ran, from its own config dump: the implementation, its criterion, the precision.
         text = log.read_text()
         assert re.search(rf"'model': (\{{'_name': '{impl}'|Namespace\(.*\barch='{impl}')", text)
-        assert f"'criterion': {{'_name': '{gpu_acceptance.CRITERIA[impl]}'" in text
+        assert f"'criterion': {{'_name': '{acceptance_plan.CRITERIA[impl]}'" in text
         assert ("'bf16_autocast': 'on'" in text) == (precision == "bf16-autocast")
         assert ("| precision: bfloat16 autocast (--bf16-autocast on)" in text) == (precision == "bf16-autocast")
         assert "'fp16': False" in text and "'amp': False" in text
@@ -1057,7 +1069,7 @@ def test_stand_in_training_rows_are_those_of_the_logs(lane):
         assert saved in text  # stage (a) saves each precision's checkpoint: the first that trained is decoded
     for precision in ("fp16", "amp"):
         assert table_row(report, "(a) Training", precision, "vaswani_transformer")[2] == "needs a GPU"
-        for impl in gpu_acceptance.CRITERIA:
+        for impl in acceptance_plan.CRITERIA:
             assert table_row(report, "(b) Training", precision, impl)[2] == "needs a GPU"
         assert table_row(report, "(b) The plugin against", precision)[1] == "needs a GPU"
     with pytest.raises(AssertionError, match="no row"):  # stage (a) trains the plugin alone
@@ -1115,7 +1127,7 @@ def test_stand_in_decodes_the_first_100_test_sentences_on_cpu_and_device_and_cou
     )
     # Two CPUs: no drift, so the tolerance is its floor.
     assert (
-        f"a near-tie's scores differ by at most {gpu_acceptance.TOLERANCE_FLOOR:.2e}: twice the drift between "
+        f"a near-tie's scores differ by at most {acceptance_plan.TOLERANCE_FLOOR:.2e}: twice the drift between "
         "the devices, 0.00e+00," in report
     )
     changed = sum(hypotheses["fp16"][i] != hypotheses["fp32"][i] for i in hypotheses["fp32"])
@@ -1128,17 +1140,17 @@ def test_stand_in_speed_runs_are_host_costs(lane):
     """Each speed run's row in the report is benchmarks/host_cost.py's, from its own output (kept in the report): the
     plugin in the CPU's default precision, fairseq's transformer in --fp16 and --amp at the plugin's batch."""
     work, _, _, report = stand_in(lane)
-    default = gpu_acceptance.default_precision("cpu")
+    default = acceptance_plan.default_precision("cpu")
     assert f"The recipes' default precision here: {default[2]}." in report
-    for index, (name, which, _) in enumerate(gpu_acceptance.SPEED_RUNS):
+    for index, (name, which, _) in enumerate(acceptance_plan.SPEED_RUNS):
         printed = (work / f"host_cost-{index}.txt").read_text()
         assert printed.rstrip() in report
-        row = gpu_acceptance.parse_host_cost(printed)
+        row = acceptance_speed.parse_host_cost(printed)
         fairseq = "fairseq" in name
         assert row["implementation"] == ("transformer" if fairseq else "vaswani_transformer")
         assert row["optimizer"] == ("adam" if fairseq else "vaswani_adam")
         assert row["precision"] == (("fp16" if "fp16" in name else "amp") if fairseq else default[0])
-        tokens = gpu_acceptance.TINY.host_cost_tokens[0 if fairseq else which]  # fairseq: the plugin's batch
+        tokens = acceptance_plan.TINY.host_cost_tokens[0 if fairseq else which]  # fairseq: the plugin's batch
         assert row["max_tokens"] == tokens
         command = re.search(rf"^{re.escape(name)}: `(.*)`$", report, re.M)[1].split()
         assert command[command.index("--threads") + 1] == "0"  # torch's default threads, as the recipes' GPUs
@@ -1157,19 +1169,19 @@ def test_stand_in_runs_the_levers_a_cpu_can(lane):
     """One thread per process and --compile-layers dynamic run on a CPU, each against the default's run at the same
     size (the compilation once, at the first size: minutes on a CPU); the CUDA-graph lever is skipped with a note."""
     work, _, _, report = stand_in(lane)
-    speed = [gpu_acceptance.parse_host_cost((work / f"host_cost-{i}.txt").read_text()) for i in range(2)]
-    for index, (name, which, options, against, gpu_only) in enumerate(gpu_acceptance.LEVERS):
+    speed = [acceptance_speed.parse_host_cost((work / f"host_cost-{i}.txt").read_text()) for i in range(2)]
+    for index, (name, which, options, against, gpu_only) in enumerate(acceptance_plan.LEVERS):
         log = work / f"host_cost-b{index}.txt"
         cells = table_row(report, "(b) Levers", name)
         if gpu_only:
             assert not log.exists() and cells[1:] == ["200", "GPU only (CUDA graphs): not run in the CPU stand-in"]
             continue
-        if any(earlier[2] == options for earlier in gpu_acceptance.LEVERS[:index]):  # a lever at its second size
-            assert not log.exists() and cells[1:] == ["200", gpu_acceptance.ONCE_ON_A_CPU]
+        if any(earlier[2] == options for earlier in acceptance_plan.LEVERS[:index]):  # a lever at its second size
+            assert not log.exists() and cells[1:] == ["200", acceptance_plan.ONCE_ON_A_CPU]
             continue
         printed = log.read_text()
-        row = gpu_acceptance.parse_host_cost(printed)
-        assert printed.rstrip() in report and row["max_tokens"] == gpu_acceptance.TINY.host_cost_tokens[which]
+        row = acceptance_speed.parse_host_cost(printed)
+        assert printed.rstrip() in report and row["max_tokens"] == acceptance_plan.TINY.host_cost_tokens[which]
         assert which == against  # the same size
         assert cells[1:4] == [
             str(row["max_tokens"]),

@@ -27,8 +27,9 @@ import gpu_kit  # noqa: E402
 
 TAG = "cp" + PYTHON_VERSION.replace(".", "")
 # The repository's own modules: its packages and the benchmarks (scripts that import each other by name).
-BENCHMARKS = sorted((REPO / "benchmarks").glob("*.py"))
-OWN = {"vaswani_plugin", "prepare", "recipes", *(path.stem for path in BENCHMARKS)}
+OWN = {"vaswani_plugin", "prepare", "recipes", *(path.stem for path in (REPO / "benchmarks").glob("*.py"))}
+# What a GPU run of the acceptance executes of benchmarks/: its modules, host_cost.py's, what they share, speed.py.
+ACCEPTANCE = ("gpu_acceptance.py", "acceptance_*.py", "host_cost*.py", "float16_on_cpu.py", "common.py", "speed.py")
 # Imported by the repository's code but by no run of the acceptance, and left out of the kit on purpose.
 LEFT_OUT = {
     "ctranslate2": "the [ctranslate2] extra, a 43 MB wheel: no run of the acceptance exports to CTranslate2",
@@ -80,10 +81,11 @@ sys.path[:0] = [{repo!r}, {repo!r} + "/benchmarks"]
 import fairseq_cli.generate, fairseq_cli.preprocess, fairseq_cli.train
 from fairseq import options
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-import gpu_acceptance, host_cost, prepare.multi30k, speed, vaswani_plugin
-mode = gpu_acceptance.BASE
-train = gpu_acceptance.train_argv("data", mode, mode.check, "fp16", "vaswani_transformer", "cuda", "save")
-generate = gpu_acceptance.generate_argv("data", "test", "save/checkpoint_last.pt", True, "cuda", "results")
+import acceptance_plan, acceptance_worker, gpu_acceptance, host_cost, prepare.multi30k, speed, vaswani_plugin
+vaswani_plugin.register()  # as the acceptance's worker does before fairseq reads --user-dir
+mode = acceptance_plan.BASE
+train = acceptance_worker.train_argv("data", mode, mode.check, "fp16", "vaswani_transformer", "cuda", "save")
+generate = acceptance_worker.generate_argv("data", "test", "save/checkpoint_last.pt", True, "cuda", "results")
 convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), train))
 convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_generation_parser(), generate))
 spec = lambda module: getattr(getattr(module, "__spec__", None), "name", None)
@@ -97,7 +99,7 @@ def repository_imports():
         *(REPO / "vaswani_plugin").rglob("*.py"),
         *(REPO / "prepare").glob("*.py"),
         *(REPO / "recipes").glob("*.py"),
-        *BENCHMARKS,
+        *(path for pattern in ACCEPTANCE for path in (REPO / "benchmarks").glob(pattern)),
     ]
     found = {}
     for path in files:

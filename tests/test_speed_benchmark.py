@@ -12,6 +12,8 @@ from cli_helpers import REPO
 from conftest import lane_job, reversal_corpus
 from doc_blocks import block, commands, run_shell, substituted
 
+sys.path.insert(0, str(REPO / "benchmarks"))  # speed.py imports its neighbours by name, as when run from there
+
 COLUMNS = ["train tok/s", "peak MB", "beam4 sent/s", "beam4 tok/s", "greedy sent/s", "greedy tok/s"]
 
 
