@@ -37,9 +37,9 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-from prepare import PrepareError, download  # noqa: E402
+from common import REPO, git_describe, shared_multi30k
+
+from prepare import PrepareError, download  # the repository's, on the import path by common
 
 # The Python packages of the GPU machines' image ('cuda'), as KINDS.md of the device tool lists them ("Python
 # packages already there", read on a machine on 2026-11-17; Python 3.12.3, torch 2.11.0, numpy 2.5.2).
@@ -205,11 +205,6 @@ def check_wheels(kit, python_version):
         raise KitError(f"no wheel of {', '.join(sorted(missing))} in {kit}")
 
 
-def commit():
-    done = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True, text=True)
-    return f"git {done.stdout.strip()}" if done.returncode == 0 else "not a git checkout"
-
-
 def git_ignored(folder):
     """Whether git leaves the folder out, made yet or not (asked as FOLDER/: .gitignore's `/.gpu_kit/` names a
     folder); True where there is no git or no checkout (nothing to guard then)."""
@@ -255,7 +250,7 @@ def build(kit, python_version, raw_dir):
                 python=python_version,
                 packages=versions,
                 built=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-                commit=commit(),
+                commit=git_describe(),
             ),
             indent=1,
         )
@@ -292,9 +287,7 @@ def main(argv=None):
     if not re.fullmatch(r"3\.\d+", args.python_version):
         parser.error(f"--python-version {args.python_version}: a CPython version such as 3.12")
     kit = args.dir.resolve()
-    raw_dir = args.raw_dir or next(
-        (path for path in (REPO.parent / "shared/data/multi30k", REPO / "shared/data/multi30k") if path.is_dir()), None
-    )
+    raw_dir = args.raw_dir or shared_multi30k()
     try:
         build(kit, args.python_version, raw_dir)
     except KitError as error:

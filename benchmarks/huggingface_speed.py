@@ -15,16 +15,11 @@ output against --reference. Last, how many hypotheses of generate equal --search
 
 import argparse
 import gzip
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-from prepare._common import plugin_leaf  # noqa: E402
-
-PAPER = plugin_leaf("paper")  # §6.1's beam, α and length limit (vaswani_plugin/paper.py), without fairseq's import
+from common import PAPER  # §6.1's beam, α and length limit (vaswani_plugin/paper.py)
 
 
 def read_lines(path, count):

@@ -21,11 +21,8 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-from prepare._common import plugin_leaf  # noqa: E402
+from common import PAPER, PLUGIN  # PAPER: §6.3's beam, α and length limit (vaswani_plugin/paper.py)
 
-PAPER = plugin_leaf("paper")  # §6.3's beam, α and length limit (vaswani_plugin/paper.py)
 LOGGED = re.compile(r"num_updates[= ](\d+)\b.*\bwall[= ](\d+)")
 CHECKPOINT = re.compile(r"checkpoint_\d+_(\d+)\.pt")
 KEEP = ' (the recipe keeps 5: train with EXTRA_TRAIN_ARGS="--keep-interval-updates 1000000" to keep them all)'
@@ -88,7 +85,7 @@ def snapshot(work_dir: Path, walls: list, minutes: float, args) -> dict:
         started = time.monotonic()
         generate = out / f"{split}.generate.txt"
         run(
-            [sys.executable, "-m", "fairseq_cli.generate", data / "data-bin", "--user-dir", REPO / "vaswani_plugin",
+            [sys.executable, "-m", "fairseq_cli.generate", data / "data-bin", "--user-dir", PLUGIN,
              "--task", "vaswani_translation", "--path", model, "--gen-subset", split, "--search", args.search,
              *PAPER.arguments("parsing-decoding"), "--batch-size", "32", "--required-batch-size-multiple", "1",
              "--parse-constrained", *device, *args.generate_args.split()],
