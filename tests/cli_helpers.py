@@ -21,6 +21,9 @@ import pytest
 from vaswani_plugin import paper
 
 REPO = Path(__file__).resolve().parents[1]
+# benchmarks/ on the import path, after the tests' own modules: the modules they share with the benchmarks
+# (wmt_mirror.py, chaos.py), imported by name as the benchmarks import each other.
+sys.path.append(str(REPO / "benchmarks"))
 # The real data of the end-to-end tests (Multi30k, newstest, the WSJ sample), beside the repository, never in it;
 # tests/conftest.py skips the tests marked e2e or shared_data where it is absent.
 SHARED_DATA = REPO.parent / "shared" / "data"

@@ -1,7 +1,7 @@
 """Data-parallel training on CPU through the recipes, started the three ways users start it: as the tasks of a SLURM
 step, under torchrun, and by hand on every node (NUM_NODES, NODE_RANK).
 
-recipes/wmt14_en_de_base.sh runs on the tiny offline WMT14 mirror (tests/wmt_mirror.py), all runs of a job
+recipes/wmt14_en_de_base.sh runs on the tiny offline WMT14 mirror (benchmarks/wmt_mirror.py), all runs of a job
 sharing one WORK_DIR and DATA_DIR, as nodes share a file system:
 - a simulated srun step of two tasks on one node (SLURM_* variables as srun sets them, a stub `scontrol` on PATH
   that names 127.0.0.1, MASTER_PORT given) prepares the data from nothing and trains;

@@ -1,4 +1,4 @@
-"""prepare/: the shared WMT14 data preparation, on a tiny offline mirror (tests/wmt_mirror.py) that holds
+"""prepare/: the shared WMT14 data preparation, on a tiny offline mirror (benchmarks/wmt_mirror.py) that holds
 generated training corpora and the real newstest2013 / newstest2014 from ../shared/data/wmt14; Multi30k's
 extraction and download on its real files, read in place from ../shared/data/multi30k."""
 

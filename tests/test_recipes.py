@@ -1,6 +1,6 @@
 """Every recipe end to end on a tiny offline mirror of WMT14 (CPU, tiny model, a few updates).
 
-The mirror (tests/wmt_mirror.py) holds a few hundred generated training lines per corpus and the real
+The mirror (benchmarks/wmt_mirror.py) holds a few hundred generated training lines per corpus and the real
 newstest2013 and newstest2014 SGM files from ../shared/data/wmt14, so dev and test have their real sizes,
 3000 and 3003 sentences, and every one of them must be translated (the base recipe's and Table 3's runs; the
 runs on the second lane use a part of them, wmt_mirror.py's part=True). To keep the suite fast, outputs are cut

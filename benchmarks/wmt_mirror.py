@@ -1,4 +1,5 @@
-"""A tiny offline mirror of the WMT14 upstream files, in their upstream names and layout, for tests.
+"""A tiny offline mirror of the WMT14 upstream files, in their upstream names and layout, for the tests and
+benchmarks/chaos.py.
 
 build_mirror(raw_dir, pair, lines) writes into raw_dir what `python -m prepare.wmt14 --raw-dir raw_dir`
 reads:
@@ -23,7 +24,7 @@ documents of each newstest2014 SGM file (newstest2014_sentences() counts them): 
 other stages (another model, data parallel, resuming); the whole real sets are prepared and translated by the
 base recipe's test and test_prepare.py.
 
-The shared data is only read here, at test time; nothing of it is stored in the repository. Archives are
+The shared data is only read here, when a mirror is built; nothing of it is stored in the repository. Archives are
 byte-for-byte reproducible (fixed seeds and timestamps).
 """
 
@@ -37,8 +38,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Dict, List
 
-from cli_helpers import SHARED_DATA
-
+# The real data of the tests and benchmarks, beside the repository, never in it (tests/cli_helpers.py's too).
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 WMT14 = SHARED_DATA / "wmt14"
 
 _MTIME = 1_400_000_000
