@@ -2,26 +2,26 @@
 
 fairseq writes checkpoint_<epoch>_<updates>.pt atomically but copies it to checkpoint_last.pt with a plain copy;
 a job killed during the copy leaves a cut-off checkpoint_last.pt. The command vaswani_plugin.checkpoints.resume
-(run by the recipes before fairseq-train) is checked on real checkpoints of a tiny training, and the base recipe
-is killed with SIGKILL during training at three points, once with checkpoint_last.pt then cut as a kill during
-fairseq's copy leaves it, and must end with the model of an uninterrupted run.
+(run by the recipes before fairseq-train) is checked on real checkpoints of a tiny training, and the big recipe
+is killed with SIGKILL at seeded events of three of its stages (benchmarks/chaos.py's functions), once in training
+with checkpoint_last.pt then cut as a kill during fairseq's copy leaves it, and must end with the outputs of an
+uninterrupted run.
 """
 
 import fractions
 import io
 import os
-import signal
-import subprocess
+import random
 import sys
-import time
 from pathlib import Path
 
+import chaos
 import pytest
 import torch
-from cli_helpers import REPO, plugin_dir, run
+from cli_helpers import plugin_dir, run
 from conftest import lane_job
 from fairseq import checkpoint_utils
-from test_recipes import BIG_RUN, NEEDS_CPU_PATH, check_scores, hypotheses, run_recipe, tiny_env
+from test_recipes import BIG_RUN, NEEDS_CPU_PATH, check_scores, hypotheses, tiny_env
 from wmt_mirror import newstest2014_sentences
 
 from recipes import stages, training
@@ -220,39 +220,31 @@ def test_a_generate_output_cut_short_is_one_line(tmp_path):
         assert "\n" not in exit.value.code
 
 
-# The big recipe killed during training, and the same run never killed: test_recipes.py's en_de_big_run, 8
-# updates with the recipe's dropout. Steps of the tiny model take a fraction of a second, so validation (the dev
-# sentences at every checkpoint) is left out to keep the runs short.
+# The big recipe killed at seeded events of its run and run again after each, in folders of its own (WORK_DIR and
+# DATA_DIR), then to its end; its outputs against those of the same run never killed, test_recipes.py's en_de_big_run
+# (8 updates with the recipe's dropout; no validation, to keep the runs short): a small seeded version of
+# benchmarks/chaos.py's kills, by its functions. One kill while the data is prepared, one while it trains past a
+# checkpoint (after which checkpoint_last.pt is cut to half, as a kill during fairseq's own copy in place leaves it),
+# one in average, translate or score; each at an event the unbroken run printed (a preparation step's line,
+# `num_updates=K`, a stage's line), so that no run has a time to beat.
 RECIPE = "wmt14_en_de_big.sh"
 MAX_UPDATE = BIG_RUN["MAX_UPDATE"]
-KILLED_AFTER = (1, 5)
+SEED = 66
 
 
-def kill_during_training(env: dict, update: int) -> None:
-    """Start the recipe in a process group of its own and SIGKILL the whole group (bash, fairseq-train, its data
-    loader, tee) as soon as train.log shows `update`: what a preemption does."""
-    log = Path(env["WORK_DIR"]) / "checkpoints" / "train.log"
-    seen = log.stat().st_size if log.exists() else 0
-    process = subprocess.Popen(
-        ["bash", str(REPO / "recipes" / RECIPE)],
-        start_new_session=True,
-        env=dict(
-            os.environ,
-            PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-            PYTHON=sys.executable,
-            OMP_NUM_THREADS="1",
-            **env,
-        ),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 300
-    while not (log.exists() and f"num_updates={update}, ".encode() in log.read_bytes()[seen:]):
-        assert process.poll() is None, f"the recipe ended (rc {process.returncode}) before update {update}"
-        assert time.monotonic() < deadline, f"no update {update} in {log} after 300 s"
-        time.sleep(0.02)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+def seeded_kills(reference, seed=SEED):
+    """The kills' instants for SEED, at events of the unbroken run REFERENCE's output."""
+    events = chaos.counted_events(reference.stderr, reference.stdout)
+    rng = random.Random(seed)
+    past_a_checkpoint = [event for event in events["train"] if 4 < int(event[len("num_updates=") : -2]) < MAX_UPDATE]
+    later = [
+        chaos.Instant(stage, event=event) for stage in ("average", "translate", "score") for event in events[stage]
+    ]
+    return [
+        chaos.Instant("prepare", event=rng.choice(events["prepare"])),
+        chaos.Instant("train", event=rng.choice(past_a_checkpoint)),
+        rng.choice(later),
+    ]
 
 
 def resumable_update(checkpoints: Path) -> int:
@@ -273,19 +265,20 @@ def resumable_update(checkpoints: Path) -> int:
 
 @lane_job
 def resume_killed_runs(tmp_path_factory, lane):
-    """The same run killed after updates 1 and 5 (before and after a checkpoint), then re-run to the end; after the last
-    kill checkpoint_last.pt is cut to half, as a kill during fairseq's copy of checkpoint_1_4.pt leaves it. Returns
-    (root, the update each re-run should resume from, the last run's result)."""
-    root, _ = lane["en_de_big_run"].result()
-    env = tiny_env(root / "killed", root / "raw", root / "data", **BIG_RUN)
-    checkpoints = root / "killed" / "checkpoints"
-    resumes = []
-    for update in KILLED_AFTER:
-        kill_during_training(env, update)
-        resumes.append(resumable_update(checkpoints))
-    cut_to_half(checkpoints / "checkpoint_last.pt", checkpoints / "checkpoint_last.pt")
-    resumes[-1] = resumable_update(checkpoints)
-    return root, resumes, run_recipe(RECIPE, env)
+    """The same run killed at seeded_kills(), each kill's re-run the next one's run, then run to its end; the kill in
+    training followed by checkpoint_last.pt cut to half. Returns (the run, its attempts killed, the update the re-run
+    after the cut should resume from, the last attempt)."""
+    root, reference = lane["en_de_big_run"].result()
+    run = chaos.recipe_run(
+        RECIPE, tiny_env(root / "killed" / "work", root / "raw", root / "killed" / "data", **BIG_RUN)
+    )
+    checkpoints, killed, resume = run.work / "checkpoints", [], None
+    for number, instant in enumerate(seeded_kills(reference)):
+        killed.append((instant, chaos.attempt(run, run.work.parent / "logs" / str(number), instant, timeout=300)))
+        if instant.stage == "train" and killed[-1][1].sent is not None:
+            cut_to_half(checkpoints / "checkpoint_last.pt", checkpoints / "checkpoint_last.pt")
+            resume = resumable_update(checkpoints)
+    return run, killed, resume, chaos.attempt(run, run.work.parent / "logs" / "final", timeout=300)
 
 
 def first_and_last_update(log_part: str):
@@ -296,40 +289,40 @@ def first_and_last_update(log_part: str):
 @pytest.mark.e2e
 @NEEDS_CPU_PATH
 @pytest.mark.lane("en_de_big_run", "resume_killed_runs")
-def test_recipe_killed_during_training_ends_with_the_uninterrupted_model(lane):
-    root, resumes, result = lane["resume_killed_runs"].result()
-    _, reference = lane["en_de_big_run"].result()
-    checkpoints = root / "killed" / "checkpoints"
-    log = (checkpoints / "train.log").read_text()
-    # Each fairseq-train run starts by looking for checkpoint_last.pt.
-    runs = log.split(f"Preparing to load checkpoint {checkpoints}/checkpoint_last.pt")[1:]
-    assert len(runs) == len(KILLED_AFTER) + 1
-    assert "No existing checkpoint found" in runs[0] and first_and_last_update(runs[0])[0] == 1
-    for run_log, resume in zip(runs[1:], resumes):
-        if resume == 0:
-            assert "No existing checkpoint found" in run_log
-        else:
-            assert f"Loaded checkpoint {checkpoints}/checkpoint_last.pt (epoch 1 @ {resume} updates)" in run_log
-        assert first_and_last_update(run_log)[0] == resume + 1  # the step count goes on
-    # The last killed run did train past a checkpoint; its re-run found checkpoint_last.pt cut off.
-    assert resumes[-1] >= 4
-    kept = next(checkpoints.glob("checkpoint_last.unreadable-*.pt"))
-    assert f"{PROG}: {checkpoints}/checkpoint_last.pt: {CUT_SHORT}; kept as {kept.name}" in log
-    assert f"{PROG}: resuming from checkpoint_1_{resumes[-1]}.pt (update {resumes[-1]})" in log
-    assert first_and_last_update(runs[-1])[1] == MAX_UPDATE
+def test_recipe_killed_at_seeded_instants_ends_with_the_uninterrupted_outputs(lane):
+    run, killed, resume, final = lane["resume_killed_runs"].result()
+    root, _ = lane["en_de_big_run"].result()
+    judged = [chaos.judged(run, instant, attempt) for instant, attempt in killed]
+    said = [f"{instant}, in {attempt.landed}: {what}" for (instant, attempt), (what, _) in zip(killed, judged)]
+    assert [verdict for _, verdict in judged] == ["interrupted"] * 3, said
+    landed = [chaos.STAGES.index(attempt.landed) for _, attempt in killed]
+    assert landed[:2] == [0, 1] and landed[2] >= chaos.STAGES.index(killed[2][0].stage), said
+    assert final.status == 0, final.output()[1][-3000:]
 
     # fairseq seeds every update with seed + update number and stores the data position, so on one thread the
-    # killed and re-run training computes what the uninterrupted one did.
-    final = torch.load(checkpoints / "checkpoint_last.pt", weights_only=True)
-    expected = torch.load(root / "work" / "checkpoints" / "checkpoint_last.pt", weights_only=True)
-    assert final["optimizer_history"][-1]["num_updates"] == MAX_UPDATE
-    assert final["model"].keys() == expected["model"].keys()
-    for name, tensor in expected["model"].items():
-        torch.testing.assert_close(final["model"][name], tensor, msg=name)
+    # killed and re-run training computes what the uninterrupted one did: every hypothesis, both BLEU lines, the
+    # averaged checkpoint's tensors bit for bit and the data-bin files are the unbroken run's.
+    reference = chaos.recipe_run(RECIPE, tiny_env(root / "work", root / "raw", root / "data", **BIG_RUN))
+    assert chaos.differences(reference, run) == [], said
+
+    # Each fairseq-train run starts by looking for checkpoint_last.pt: the one killed, the re-run after the cut.
+    checkpoints = run.work / "checkpoints"
+    log = (checkpoints / "train.log").read_text()
+    runs = log.split(f"Preparing to load checkpoint {checkpoints}/checkpoint_last.pt")[1:]
+    assert len(runs) == 2, said
+    assert "No existing checkpoint found" in runs[0] and first_and_last_update(runs[0])[0] == 1
+    # The killed run trained past a checkpoint; its re-run found checkpoint_last.pt cut off, resumed from the newest
+    # intact one, and the step count went on.
+    assert resume >= 4
+    kept = next(checkpoints.glob("checkpoint_last.unreadable-*.pt"))
+    assert f"{PROG}: {checkpoints}/checkpoint_last.pt: {CUT_SHORT}; kept as {kept.name}" in log
+    assert f"{PROG}: resuming from checkpoint_1_{resume}.pt (update {resume})" in log
+    assert f"Loaded checkpoint {checkpoints}/checkpoint_last.pt (epoch 1 @ {resume} updates)" in runs[1]
+    assert first_and_last_update(runs[1]) == (resume + 1, MAX_UPDATE)
+
     sentences = newstest2014_sentences(root / "raw", "en-de")
-    assert len(hypotheses(root / "killed" / "newstest2014.generate.txt")) == sentences
-    check_scores(result.stdout, sentences)
-    check_scores(reference.stdout, sentences)
+    assert len(hypotheses(run.work / "newstest2014.generate.txt")) == sentences
+    check_scores(final.output()[0], sentences)
 
 
 def plan_decision(plan: str, capsys, *options) -> str:
