@@ -155,7 +155,9 @@ def worker(spec) -> dict:
     import torch
     from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
 
-    import vaswani_plugin  # noqa: F401
+    import vaswani_plugin
+
+    vaswani_plugin.register()  # what --user-dir does: the model, task and criterion in fairseq's registries
     from vaswani_plugin.criterions.vaswani_label_smoothed_cross_entropy import VaswaniLabelSmoothedCrossEntropy
     from vaswani_plugin.models.output_layer_loss import chunk_logits_for
     from vaswani_plugin.tools.training_cost import peak_for
@@ -323,7 +325,9 @@ def pretrain(spec) -> dict:
     import torch
     from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
 
-    import vaswani_plugin  # noqa: F401
+    import vaswani_plugin
+
+    vaswani_plugin.register()  # what --user-dir does: the model, task and criterion in fairseq's registries
 
     device = torch.device(spec["device"])  # on the GPU too: 300 base updates on its host's CPU took minutes
     dictionary, train, _ = load_data(spec)
@@ -592,7 +596,9 @@ def ctranslate2_worker(spec) -> dict:
     import ctranslate2
     from sacrebleu.metrics import BLEU
 
-    import vaswani_plugin  # noqa: F401
+    import vaswani_plugin
+
+    vaswani_plugin.register()  # what --user-dir does: the model, task and criterion in fairseq's registries
     from vaswani_plugin.generation.beam_search import BeamSearchGenerator
     from vaswani_plugin.generation.generators import PlainSequenceGenerator
     from vaswani_plugin.serving.export_ctranslate2 import export
