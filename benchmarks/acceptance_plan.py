@@ -90,7 +90,7 @@ BASE = Mode(
         "--profiled",
         "5",
     ),
-    (0, 3125),
+    (0, PAPER.TOKENS_PER_STEP // 8),  # the one-GPU default; the paper's step over its 8 GPUs (§5.2): 3,125
     30,
     15,
     (7.2, 7.8, 8.4, 8.9),
