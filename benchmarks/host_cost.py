@@ -74,6 +74,13 @@ def main(argv=None):
         help="the plugin task's --compile-layers (torch.compile of its layers; reduce-overhead: CUDA graphs)",
     )
     parser.add_argument(
+        "--length-buckets",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the plugin task's --length-buckets (each batch padded to one of a few shapes; 0: off)",
+    )
+    parser.add_argument(
         "--precisions",
         nargs="+",
         default=["float32", "fp16", "amp"],

@@ -136,6 +136,8 @@ def arguments(spec, data_dir, implementation, optimizer):
     words += ["--cpu"] if spec.device == "cpu" else []
     if implementation == "vaswani_transformer" and spec.compile_layers != "off":  # the task's torch.compile lever
         words += ["--compile-layers", spec.compile_layers]
+    if implementation == "vaswani_transformer" and spec.length_buckets:  # padded batch shapes (issue 65)
+        words += ["--length-buckets", spec.length_buckets]
     return [str(word) for word in words]
 
 
