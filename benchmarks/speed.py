@@ -416,9 +416,6 @@ def main(argv=None):
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        import vaswani_plugin
-
-        vaswani_plugin.register()  # fairseq's checkpoint classes allow-listed for torch's safe loading, among others
         spec = json.loads(args.worker)
         print(
             json.dumps(
