@@ -13,6 +13,15 @@ die() { echo "$RECIPE: error: $*" >&2; exit 1; }
 RECIPE=${RECIPE:-$(basename "$0" .sh)} DRY_RUN=${DRY_RUN:-0} REPORT=${REPORT:-1} PYTHON=${PYTHON:-python3}
 export DRY_RUN REPORT PYTHON  # a stage's plan is what its command prints with DRY_RUN=1 PYTHON=python
 declare -rx RECIPE PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+# A stop: SIGTERM, SIGUSR1 or SIGINT to the recipe's shell (a scheduler's, SLURM's --signal=B:USR1@N, kill, Ctrl-C)
+# ends the stage that runs (stoppable), then the recipe: status 75 and the stop line (recipes/stops.py); the same
+# command again goes on from there (docs/recipes.md, "Stopping a recipe"). Outside a stage, once what runs has ended
+# (from here on: before the first command that takes time).
+STOPS="TERM USR1 INT"
+stopped() { "$PYTHON" -m recipes.stops line "$@" || echo "$RECIPE: stopped by SIG$2" >&2; exit 75; }  # WHAT SIGNAL
+# shellcheck disable=SC2064  # each trap names its signal now
+stop_anywhere() { local signal; for signal in $STOPS; do trap "stopped 'the recipe' $signal" "$signal"; done; }
+stop_anywhere
 # The variables' values checked; the paper's settings (§5-§6, Table 3) from their one home: PAPER_BEAM=4 ...
 PAPER=$(DEV_SCORE=${DEV_SCORE:-} "$PYTHON" -m recipes.launch paper --shell) || exit 1
 eval "$PAPER"
@@ -75,10 +84,34 @@ stage() {
     plan=$(DRY_RUN=1 PYTHON=python "$@" 2> /dev/null) || die "internal: stage $name cannot say what it runs"
     decision=$("$PYTHON" -m recipes.stages begin "$name" "${outputs[@]}" <<< "$plan") || exit 1
     if [ "${decision%% *}" != skip ]; then
-        "$@"
+        stoppable "stage $name" "$@"
         [ "$DRY_RUN" = 1 ] || "$PYTHON" -m recipes.stages finish "$name" || die "cannot write the record of $name"
     fi
     stop_if_asked "$name"
+}
+
+# stoppable [--passed-on] WHAT COMMAND...: COMMAND (a function too) as a job the shell waits for, which a stop ends
+# (every process of it: recipes/stops.py's end) before the stop line naming WHAT; with --passed-on, the signal goes
+# to COMMAND, which passes it on and ends in its own line and 75 (recipes/training.py). Else COMMAND's status;
+# DRY_RUN=1: COMMAND as it is.
+stoppable() {
+    local passed_on='' && [ "$1" != --passed-on ] || { passed_on=1 && shift; }
+    local what=$1 job received='' passed='' status signal && shift
+    [ "$DRY_RUN" = 0 ] || { "$@"; return; }
+    # shellcheck disable=SC2064  # each trap names its signal now
+    for signal in $STOPS; do trap "received=\${received:-$signal}" "$signal"; done
+    "$@" & job=$!
+    while
+        if [ -n "$received" ] && [ -z "$passed" ] && passed=1; then  # once; then the job's end is waited for
+            if [ -n "$passed_on" ]; then kill -s "$received" "$job"; else "$PYTHON" -m recipes.stops end "$job"; fi
+        fi
+        wait "$job" && status=0 || status=$?  # a trapped signal ends a wait early
+        kill -0 "$job" 2> /dev/null
+    do :; done
+    stop_anywhere
+    [ -n "$received" ] || return "$status"
+    [ "$status" != 75 ] || exit 75
+    stopped "$what" "$received"
 }
 
 # detect_devices: how this run was started (SLURM task, torchrun worker, NUM_NODES or alone) and what it trains on
@@ -104,23 +137,20 @@ detect_devices() {
 # prepare_data MODULE [--raw PATH]... [NAME=VALUE]... -- ARGS...: the stage prepare, prepare.MODULE ARGS into DATA_DIR
 # (download, tokenise, segment, binarise), its settings and raw data against the data's record (recipes/stages.py).
 prepare_data() {
-    "$PYTHON" -m recipes.stages prepare "$@" || exit 1
+    stoppable "stage prepare" "$PYTHON" -m recipes.stages prepare "$@" || exit 1
     stop_if_asked prepare
 }
 
 # train [--stage NAME] [--first] [--share all|decoder] SAVE_DIR ARGS...: the stage NAME (default train), fairseq-train
 # on DATA_BIN with the paper's set-up and these model ARGS (recipes/training.py), given the recipe's settings.
-# SIGUSR1 or SIGTERM to the recipe's shell (SLURM's --signal=B:USR1@N) is passed on: training stops after its next
-# update, saved, and the recipe exits with 75 (tools/preemption.py; docs/recipes.md, "When training stops early").
+# A stop is passed on: training stops after its next update, saved, and the recipe exits with 75
+# (tools/preemption.py; docs/recipes.md, "When training stops early").
 train() {
-    local name=train pid status
+    local name=train
     [ "$1" != --stage ] || name=$2
     PRECISION=${PRECISION:-} FP16=${FP16:-} BF16=${BF16:-} TOKENS_PER_STEP=${TOKENS_PER_STEP:-} \
-        MAX_TOKENS_PER_GPU=${MAX_TOKENS_PER_GPU:-} "$PYTHON" -m recipes.training "$@" &
-    pid=$! && trap 'kill -USR1 $pid' USR1 && trap 'kill -TERM $pid' TERM
-    while wait "$pid"; status=$?; kill -0 "$pid" 2> /dev/null; do :; done  # a trapped signal ends a wait early
-    trap - USR1 TERM
-    [ "$status" = 0 ] || exit "$status"
+        MAX_TOKENS_PER_GPU=${MAX_TOKENS_PER_GPU:-} stoppable --passed-on "stage $name" "$PYTHON" -m recipes.training \
+        "$@" || exit
     stop_if_asked "$name"
 }
 
@@ -190,8 +220,10 @@ score() {
     [ -z "$examples" ] || more=(--examples "$examples" --source "$source")
     local command=("$PYTHON" -m vaswani_plugin.scoring.bleu --generate-output "$generate_output"
                    --reference "$TEXT_DIR/$subset.$TARGET_LANG" --target-lang "$TARGET_LANG" "${more[@]}")
-    if [ "$DRY_RUN" = 1 ]; then run "${command[@]}"; else "${command[@]}" | tee "$generate_output.bleu"; fi
+    if [ "$DRY_RUN" = 1 ]; then run "${command[@]}"; return; fi
+    stoppable "the scoring" teed "$generate_output.bleu" "${command[@]}"
 }
+teed() { local file=$1 && shift; "$@" | tee "$file"; }  # teed FILE COMMAND...: its output on stdout and in FILE
 
 # write_report: WORK_DIR/report.md and WORK_DIR/curves/ (vaswani_plugin/tools/run_report.py), at the end.
 write_report() {

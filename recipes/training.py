@@ -11,8 +11,8 @@ mixed precision by their compute capability, run 0 deciding; on a CPU float32; a
 its flags; a run in progress goes on in its checkpoints'; vaswani_plugin/precision.py). fairseq-train's
 output goes to stdout and to SAVE_DIR/train.log (train.node1.log ... for the other runs of a job); it writes its own
 progress records, refreshes the report (REPORT, REPORT_EVERY) and ends a rank that waits STALL_MINUTES for the others.
-SIGUSR1 and SIGTERM are passed on to it: it stops after its next update (vaswani_plugin/tools/preemption.py), the
-record says so, run 0 of a SLURM job that allows it requeues it, and the exit status is 75.
+SIGUSR1, SIGTERM and SIGINT are passed on to it: it stops after its next update (vaswani_plugin/tools/preemption.py),
+the record says so, run 0 of a SLURM job that allows it requeues it, and the exit status is 75.
 --share: one matrix for both embeddings and the pre-softmax projection (§3.4, all) or the target's only (decoder).
 --first: no stage before it (Table 3's variants are independent of each other).
 """
@@ -140,20 +140,18 @@ def watched(python: str, work_dir: Path, precision_why: str = "") -> dict:
 
 
 def tee(line: List[str], environment: dict, log: Path, first: bytes) -> int:
-    """Run `line`, its output to stdout and appended to `log`; its exit status. Ctrl-C reaches fairseq-train (the
-    terminal's process group), which ends in its own way: this process waits for it. SIGUSR1 and SIGTERM are passed
-    on to it (tools/preemption.py: it stops after its next update)."""
+    """Run `line`, its output to stdout and appended to `log`; its exit status. PREEMPTION.SIGNALS (Ctrl-C's SIGINT
+    among them, which reaches fairseq-train too in a terminal's process group) are passed on to it
+    (tools/preemption.py: it stops after its next update)."""
     with open(log, "ab") as kept:
         for out in (sys.stdout.buffer, kept):
             out.write(first)
             out.flush()
-        # fairseq-train starts with Ctrl-C's default (a background job's is ignored) and ignoring PREEMPTION.SIGNALS
-        # until the plugin flags them: one received (RECEIVED) is sent again with each of its outputs too.
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        # fairseq-train starts ignoring PREEMPTION.SIGNALS until the plugin flags them: one received (RECEIVED) is
+        # sent again with each of its outputs too.
         keep = {number: signal.signal(number, signal.SIG_IGN) for number in PREEMPTION.SIGNALS}
         process = subprocess.Popen(line, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=environment)
         TRAINING.append(process)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
         for number, handler in keep.items():
             signal.signal(number, handler)
         for chunk in iter(lambda: process.stdout.read1(65536), b""):
@@ -206,7 +204,7 @@ def train(args) -> None:
     world = f"[{stages.env('RECIPE')}] {run.name}: world size {run.workers} (started as {stages.env('LAUNCH')})\n"
     status = tee(line, watched(python, run.work_dir, precision_why), log, world.encode() if run.workers != 1 else b"")
     # A divergence: its record says so, in one line. A signal's stop: named as this run received it, if it did.
-    how = stages.stopped(run, args.stage, save_dir, PREEMPTION.name(RECEIVED[0]) if RECEIVED else None)
+    how = stages.stopped(run, args.stage, save_dir, PREEMPTION.name(RECEIVED[:1]) if RECEIVED else None)
     if how is not None:  # a signal's: the record says so, and the run resumes from checkpoint_last.pt
         print(f"{stages.env('RECIPE')}: stopped: training {how}; {requeue(run)}", file=sys.stderr, flush=True)
         sys.exit(PREEMPTION.EXIT_STATUS)

@@ -48,11 +48,14 @@ def install_error_hook():
 
 def set_up_fairseq():
     """What fairseq's commands get of the plugin besides its components, once a process (a second call does nothing
-    new): the error hook above, fairseq's checkpoint classes allow-listed for torch's safe (weights_only) loading and
-    fairseq-train's checkpoints written durably (checkpoints/storage.py). Called by the task's module at its import
+    new): the error hook above, fairseq's checkpoint classes allow-listed for torch's safe (weights_only) loading,
+    fairseq-train's checkpoints written durably (checkpoints/storage.py) and the checkpoint state rank 0 broadcasts
+    read whole by the others (fairseq_internals.trusted_broadcasts). Called by the task's module at its import
     (fairseq's --user-dir imports it) and by vaswani_plugin.register()."""
     from vaswani_plugin.checkpoints.storage import allow_fairseq_checkpoint_classes, durable_fairseq_checkpoints
+    from vaswani_plugin.fairseq_internals import trusted_broadcasts
 
     install_error_hook()
     allow_fairseq_checkpoint_classes()
     durable_fairseq_checkpoints()
+    trusted_broadcasts()

@@ -87,3 +87,38 @@ def replace_checkpoint_writes(save: Callable[[dict, str], None], copy: Callable[
     torch_persistent_save.replaced_by_the_plugin = True
     checkpoint_utils.torch_persistent_save = torch_persistent_save
     checkpoint_utils.PathManager = CheckpointPathManager
+
+
+def trusted_broadcasts() -> None:
+    """fairseq's broadcast of an object from one rank to the others (rank 0's checkpoint state when a run of several
+    processes resumes) unpickled whole on the others: torch >= 2.6 loads with weights_only=True by default, which
+    refuses the omegaconf configuration rank 0 made of the checkpoint's, and every rank but 0 failed to resume. Rank 0
+    read the file safely; the bytes are the job's own. Once a process, a second call does nothing.
+
+    ve-fairseq 0.12.3: distributed.utils.broadcast_object sends what is not a tensor through _broadcast_object_slow
+    (torch.save, two broadcasts, torch.load), looked up in that module's namespace when called, where it is replaced
+    by the same function whose torch.load is given weights_only=False.
+    """
+    import io
+
+    from fairseq.distributed import utils
+
+    if getattr(utils._broadcast_object_slow, "replaced_by_the_plugin", False):
+        return
+
+    def _broadcast_object_slow(obj, src_rank: int, group, dist_device: torch.device):
+        if utils.get_rank(group) == src_rank:
+            buffer = io.BytesIO()
+            torch.save(obj, buffer)
+            buffer = torch.ByteTensor(buffer.getbuffer()).to(dist_device)
+            utils.broadcast(torch.LongTensor([len(buffer)]).to(dist_device), src=src_rank, group=group)
+            utils.broadcast(buffer, src=src_rank, group=group)
+            return obj
+        length = torch.LongTensor([0]).to(dist_device)
+        utils.broadcast(length, src=src_rank, group=group)
+        buffer = torch.ByteTensor(int(length.item())).to(dist_device)
+        utils.broadcast(buffer, src=src_rank, group=group)
+        return torch.load(io.BytesIO(buffer.cpu().numpy()), map_location="cpu", weights_only=False)
+
+    _broadcast_object_slow.replaced_by_the_plugin = True
+    utils._broadcast_object_slow = _broadcast_object_slow

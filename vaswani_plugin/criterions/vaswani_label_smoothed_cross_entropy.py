@@ -38,7 +38,7 @@ class VaswaniLabelSmoothedCrossEntropy(FairseqCriterion):
         self.loss_chunk_logits = loss_chunk_logits
         if cfg is not None:  # built by fairseq: its training's progress is written (on rank 0, from its values)
             progress_meter.configure_from(cfg)
-            preemption.install()  # SIGUSR1 and SIGTERM stop training after the next update (this criterion's sum)
+            preemption.install()  # SIGUSR1, SIGTERM, SIGINT stop training after the next update (this criterion's sum)
 
     def forward(self, model, sample, reduce=True):
         if getattr(model.decoder, "adaptive_softmax", None) is not None:
@@ -70,7 +70,7 @@ class VaswaniLabelSmoothedCrossEntropy(FairseqCriterion):
             "total": sample["ntokens"],
         }
         if model.training:  # summed over the ranks with the rest: every rank stops after the same update
-            logging_output[preemption.KEY] = int(preemption.received() != 0)
+            logging_output[preemption.KEY] = preemption.flag()
         return loss, sample_size, logging_output
 
     @classmethod
@@ -87,8 +87,9 @@ class VaswaniLabelSmoothedCrossEntropy(FairseqCriterion):
         metrics.log_scalar_sum("n_correct", total("n_correct"))
         metrics.log_scalar_sum("total", total("total"))
         progress_meter.observe()
-        if total(preemption.KEY):
-            progress_meter.stop_for_signal()
+        signals = preemption.summed(total(preemption.KEY))  # those the job's ranks received
+        if signals:
+            progress_meter.stop_for_signal(preemption.name(signals))
         metrics.log_derived(
             "accuracy",
             lambda meters: (

@@ -21,7 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from vaswani_plugin import cli
 from vaswani_plugin.checkpoints.storage import last_intact_checkpoint
-from vaswani_plugin.tools import preemption, stopping, watchdog
+from vaswani_plugin.tools import stopping, watchdog
 from vaswani_plugin.tools.progress import Progress, Target
 from vaswani_plugin.tools.training_cost import training_seconds
 
@@ -212,16 +212,16 @@ def observe():
         watchdog.step(_run.update)  # a step (an update or a validation batch): the watchdog's sign of progress
 
 
-def stop_for_signal():
-    """Every rank, in the update whose summed logging output carried a signal (tools/preemption.py): fairseq's own
-    stop at this update (its time limit, made tiny) without its validation, rank 0 saving checkpoint_last.pt; each
-    rank leaves the marker (SAVE_DIR/stopped.json) that the recipes read."""
+def stop_for_signal(how: str):
+    """Every rank, in the update whose summed logging output carried a signal (tools/preemption.py), named `how` as
+    the job's ranks received it: fairseq's own stop at this update (its time limit, made tiny) without its validation,
+    rank 0 saving checkpoint_last.pt; each rank leaves the marker (SAVE_DIR/stopped.json) that the recipes read."""
     if _run is None or _run.stopping or _run.config is None:
         return
     _run.stopping = True
     _run.config.optimization.stop_time_hours = 1e-12
     _run.config.dataset.disable_validation = True
-    update, how = _run.update, preemption.name(preemption.received())
+    update = _run.update
     line = f"{how}: training stops after update {update:,}, checkpoint_last.pt saved without validating first"
     logging.getLogger(__name__).warning(line)
     # Every rank (the runs of other nodes read theirs: a recipe's WORK_DIR is shared), with the same update.
