@@ -341,10 +341,10 @@ class VaswaniTranslationTask(TranslationTask):
         reused = self.can_reuse_epoch_itr(dataset) and new
         reused = reused and not kwargs.get("disable_iterator_cache") and not kwargs.get("update_epoch_batch_itr")
         iterator = super().get_batch_iterator(dataset, *args, epoch=1 if reused else epoch, **kwargs)
-        sizes = getattr(dataset, "src_sizes", None), getattr(dataset, "tgt_sizes", None)
-        training = new and dataset is self.datasets.get(self.cfg.train_subset) and all(s is not None for s in sizes)
-        if self.cfg.length_buckets and training and iterator.frozen_batches:
-            logger.info(self.length_buckets().described(iterator.frozen_batches, *sizes))
+        if self.cfg.length_buckets and new and dataset is self.datasets.get(self.cfg.train_subset):
+            sizes = getattr(dataset, "src_sizes", None), getattr(dataset, "tgt_sizes", None)
+            if all(size is not None for size in sizes) and iterator.frozen_batches:
+                logger.info(self.length_buckets().described(iterator.frozen_batches, *sizes))
         if reused and epoch > 1:
             iterator.epoch = epoch
             dataset.set_epoch(epoch)
