@@ -59,6 +59,11 @@ class LeaveEpochs:
     def enabled(self) -> bool:
         return self.optimization is not None
 
+    @property
+    def timed(self) -> bool:
+        """Whether the rule moves a time limit (--stop-time-hours), which the ranks' clocks measure."""
+        return self.enabled and self.budget_hours > 0
+
     def count(self, task, model) -> None:
         """The split's updates per epoch, once: fairseq's batches of it under this run's batch settings and ranks."""
         if not self.enabled or self.epoch_updates is not None:
@@ -96,7 +101,7 @@ class LeaveEpochs:
 
     def output(self, logging_output: dict) -> None:
         """A training step's logging output gets this rank's seconds since its first update (a time limit only)."""
-        if self.enabled and self.budget_hours > 0:
+        if self.timed:
             now = time.monotonic()
             self.started = now if self.started is None else self.started
             logging_output[SECONDS], logging_output[OUTPUTS] = now - self.started, 1
@@ -104,8 +109,7 @@ class LeaveEpochs:
     def reduce(self, logging_outputs: List[dict], update: int) -> None:
         """After update `update` (its outputs summed over the ranks): fairseq's time limit moved as measured."""
         # Each sum read once (after fairseq's all-reduce they are tensors on the device: one copy to the host each).
-        timed = self.enabled and self.budget_hours > 0
-        outputs = float(sum(log.get(OUTPUTS, 0) for log in logging_outputs)) if timed else 0.0
+        outputs = float(sum(log.get(OUTPUTS, 0) for log in logging_outputs)) if self.timed else 0.0
         if not outputs:  # a validation's, or off
             return
         seconds = float(sum(log.get(SECONDS, 0) for log in logging_outputs)) / outputs
