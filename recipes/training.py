@@ -203,19 +203,28 @@ def train(args) -> None:
     stages.say(f"stage {args.stage}: {shlex.join(line)}")
     world = f"[{stages.env('RECIPE')}] {run.name}: world size {run.workers} (started as {stages.env('LAUNCH')})\n"
     status = tee(line, watched(python, run.work_dir, precision_why), log, world.encode() if run.workers != 1 else b"")
-    # A divergence: its record says so, in one line. A signal's stop: named as this run received it, if it did.
-    how = stages.stopped(run, args.stage, save_dir, PREEMPTION.name(RECEIVED[:1]) if RECEIVED else None)
-    if how is not None:  # a signal's: the record says so, and the run resumes from checkpoint_last.pt
+    ended(run, args.stage, save_dir, status)
+    stages.finish(run, args.stage)
+
+
+def ended(run: stages.Run, name: str, save_dir: Path, status: int) -> None:
+    """fairseq-train's end, unless it trained to its target: a divergence, its record's one line; a stop (this run's
+    signal, else the job's in the record), the stop line and EXIT_STATUS, also where the signal passed on ended
+    fairseq-train outside an update (its Python finalising restores the default handlers); a kill, one line."""
+    signal_name = PREEMPTION.name(RECEIVED[:1]) if RECEIVED else None
+    how = stages.stopped(run, name, save_dir, signal_name)
+    if how is None and RECEIVED and status == -RECEIVED[0]:
+        how = f"stopped by {signal_name}"
+    if how is not None:  # the run resumes from checkpoint_last.pt
         print(f"{stages.env('RECIPE')}: stopped: training {how}; {requeue(run)}", file=sys.stderr, flush=True)
         sys.exit(PREEMPTION.EXIT_STATUS)
     if status < 0:  # a kill (kill -9, the out-of-memory killer): fairseq-train could not say why
-        name = signal.Signals(-status).name
         raise stages.StageError(
-            f"fairseq-train was ended by {name}; run the same command again (it resumes from {save_dir})"
+            f"fairseq-train was ended by {signal.Signals(-status).name}; run the same command again (it resumes "
+            f"from {save_dir})"
         )
     if status:
         sys.exit(1)  # fairseq-train said why
-    stages.finish(run, args.stage)
 
 
 def main(argv=None) -> None:

@@ -7,7 +7,8 @@ translates (SIGUSR1) ends every process of the stage with the shell, in the stop
 again resumes its steps and ends with the data of a run never stopped. In a simulated SLURM step of two nodes,
 SIGUSR1 to one stops both after the same update, both lines naming it, and run 0 requeues the job; with NUM_NODES=2,
 a frozen node 1 ends node 0 at STALL_MINUTES, a killed one after two heartbeats, and both nodes again resume and
-finish. The requeue's answers and the summed flag's signals, in process."""
+finish. In process: the requeue's answers, the summed flag's signals, and a stop that ends fairseq-train outside an
+update."""
 
 import contextlib
 import gzip
@@ -431,3 +432,26 @@ def test_the_summed_flag_names_the_signals_the_ranks_received(monkeypatch):
     assert preemption.summed(float(sum(flags(0, 0)))) == [] and preemption.name([sigint]) == "SIGINT"
     everyone = float(sum(flags(*[sigint] * (2**16 - 1), term)))
     assert preemption.summed(torch.tensor(everyone, dtype=torch.double).item()) == [term, sigint]
+
+
+def test_a_stop_that_ends_fairseq_train_outside_an_update_is_the_stop_line_and_a_kill_is_not(
+    tmp_path, monkeypatch, capsys
+):
+    """recipes/training.py's ended, in process, with no record of a stop (fairseq-train's Python, finalising after its
+    last update, has restored the default handlers when the stop passed on reaches it): ended by the signal this run
+    passed on, the stop line and 75; by another (a SIGKILL after a stop), or with none received, the kill's line."""
+    from recipes import stages, training
+
+    monkeypatch.setenv("RECIPE", "test")
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    run = stages.Run(tmp_path, rank=0)
+    monkeypatch.setattr(training, "RECEIVED", [signal.SIGTERM])
+    with pytest.raises(SystemExit) as exit:
+        training.ended(run, "train", tmp_path, -signal.SIGTERM)
+    said = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exit.value.code == preemption.EXIT_STATUS
+    assert said == "test: stopped: training stopped by SIGTERM; run the same command again"
+    for received in ([signal.SIGTERM], []):
+        monkeypatch.setattr(training, "RECEIVED", received)
+        with pytest.raises(stages.StageError, match=r"^fairseq-train was ended by SIGKILL; run the same command"):
+            training.ended(run, "train", tmp_path, -signal.SIGKILL)
