@@ -1,14 +1,14 @@
 """A stop through a recipe's shell (recipes/common.sh's stoppable, recipes/training.py, tools/preemption.py): SIGTERM
-(or SIGUSR1) to the recipe's shell while it trains stops training after the next update, saved without validating,
-the recipe's last line naming the signal and its exit status 75, no process of its group left; the same command again
-resumes (under `ulimit -f`, failing in one line to save: tools/stopping.py's full disk) and ends with the model of a
-run never stopped. A stop while the data is prepared (SIGTERM to the shell, a terminal's Ctrl-C) or while it
-translates (SIGUSR1) ends every process of the stage with the shell, in the stop line and 75; the preparation run
-again resumes its steps and ends with the data of a run never stopped. In a simulated SLURM step of two nodes,
-SIGUSR1 to one stops both after the same update, both lines naming it, and run 0 requeues the job; with NUM_NODES=2,
-a frozen node 1 ends node 0 at STALL_MINUTES, a killed one after two heartbeats, and both nodes again resume and
-finish. In process: the requeue's answers, the summed flag's signals, and a stop that ends fairseq-train outside an
-update."""
+(or SIGUSR1) to the recipe's shell while it trains stops training after the next update, saved without validating, the
+recipe's last line naming the signal and its exit status 75, no process of its group left; the same command again
+resumes (under `ulimit -f`, failing in one line to save: tools/stopping.py's full disk) and ends with the model of a run
+never stopped. A stop while the data is prepared (SIGTERM to the shell, a terminal's Ctrl-C) or after training (SIGUSR1
+in translate, average, the scoring) ends every process of the stage with the shell, in the stop line and 75; the
+preparation run again resumes its steps and ends with the data of a run never stopped. In a simulated SLURM step of two
+nodes, SIGUSR1 to one stops both after the same update, both lines naming it, and run 0 requeues the job; with
+NUM_NODES=2, a frozen node 1 ends node 0 at STALL_MINUTES, a killed one after two heartbeats, and both nodes again
+resume and finish. In process: the requeue's answers, the summed flag's signals, and a stop that ends fairseq-train
+outside an update."""
 
 import contextlib
 import gzip
@@ -280,25 +280,59 @@ def test_a_stages_job_is_ended_with_every_process_below_it(tmp_path):
     assert job.wait(timeout=60) == -signal.SIGTERM and naming(tmp_path) == {}
 
 
-@NEEDS_CPU_PATH
-def test_a_stop_while_translating_ends_fairseq_generate_and_the_stage_runs_again(reversal_data, tmp_path):
-    """SIGUSR1 to the recipe's shell once fairseq-generate runs in its stage translate (held: its checkpoint a FIFO
-    that nothing writes): the stop line, 75, no process left; the same command again would run the stage."""
-    work = with_data(tmp_path / "translate", reversal_data)
-    os.mkfifo(work / "checkpoint.pt")
-    recipe = (
+# A stage after training, by name: the recipe's commands (common.sh's functions), the process a stop finds it in, and
+# the stop line's name for it. translate's fairseq-generate is held by its checkpoint, a FIFO nothing writes; average's
+# and the scoring's commands by an interpreter that waits on that FIFO before it runs them (held_python).
+AFTER_TRAINING = {
+    "translate": (
         'stages translate; detect_devices; stage translate --output "$WORK_DIR/valid.txt" translate --checkpoint '
-        '"$WORK_DIR/checkpoint.pt" --subset valid --output "$WORK_DIR/valid.txt"'
-    )
-    run = start(work, "held", recipe=recipe)
-    wait_until(lambda: processes(run, "fairseq_cli.generate"), [run])
+        '"$WORK_DIR/held" --subset valid --output "$WORK_DIR/valid.txt"',
+        "fairseq_cli.generate",
+        "stage translate",
+    ),
+    "average": (
+        'stages average; stage average --output "$WORK_DIR/c/checkpoint_average.pt" average "$WORK_DIR/c" 2',
+        "vaswani_plugin.checkpoints.average",
+        "stage average",
+    ),
+    "score": (
+        'score --generate-output "$WORK_DIR/valid.txt" --subset valid',
+        "vaswani_plugin.scoring.bleu",
+        "the scoring",
+    ),
+}
+
+
+def held_python(folder, module):
+    """An interpreter that runs `python -m MODULE ...` only once FOLDER/held, a FIFO, has been written, and anything
+    else at once."""
+    wrapper = folder / "python"
+    wrapper.write_text(f'#!/bin/sh\ncase "$*" in *"-m {module} "*) cat "{folder}/held" > /dev/null;; esac\n')
+    with open(wrapper, "a") as more:
+        more.write(f'exec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+@NEEDS_CPU_PATH
+@pytest.mark.parametrize("name", sorted(AFTER_TRAINING))
+def test_a_stop_after_training_ends_its_stage_and_the_stage_runs_again(name, reversal_data, tmp_path):
+    """SIGUSR1 to the recipe's shell once the stage (translate, average, or the scoring) runs, held: the stop line
+    naming it, 75, no process left; the same command again would run the stage."""
+    recipe, process, what = AFTER_TRAINING[name]
+    work = with_data(tmp_path / name, reversal_data)
+    os.mkfifo(work / "held")
+    python = sys.executable if name == "translate" else held_python(work, process)
+    run = start(work, "held", recipe=recipe, PYTHON=python, TARGET_LANG="tgt")
+    wait_until(lambda: processes(run, process), [run])
     os.kill(run.pid, signal.SIGUSR1)
     _, last = ended(run, preemption.EXIT_STATUS)
-    assert last == "test: stopped: stage translate stopped by SIGUSR1; run the same command again"
+    assert last == f"test: stopped: {what} stopped by SIGUSR1; run the same command again"
     assert left(run, work) == {}
-    planned = start(work, "planned", recipe=recipe, DRY_RUN="1")
-    ended(planned, 0)
-    assert "[test " in output(planned)[1] and "stage translate: would run\n" in output(planned)[1]
+    if what.startswith("stage "):
+        planned = start(work, "planned", recipe=recipe, DRY_RUN="1")
+        ended(planned, 0)
+        assert "[test " in output(planned)[1] and f"stage {name}: would run\n" in output(planned)[1]
 
 
 @NEEDS_CPU_PATH
