@@ -23,7 +23,7 @@ not its path (a checksum is computed once per file size and modification time, c
 WORK_DIRs that train on it. It prints `same`, `new` (no record), `changed` and a line naming the first setting
 that changed with its old and new values, or `refuse` and that line when a WORK_DIR that trains on the data
 holds checkpoints (--restarting: but the recipe's own are being set aside); --write records the settings given.
-recipes/stages.py's run_steps keeps the preparations' step stamps with `read` and `write` below.
+prepare/steps.py's run_steps keeps the preparations' step stamps with `read` and `write` below.
 """
 
 import argparse

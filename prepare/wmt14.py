@@ -31,11 +31,11 @@ import shutil
 from pathlib import Path
 from typing import Dict, List
 
-from recipes.stages import Step, run_steps, stamp_path
 from vaswani_plugin import durable
 
 from . import binarize, bpe, clean, download, extract, spm, tokenize
 from ._common import ArgumentParser, available_cores, log, positive_int, run_cli
+from .steps import Step, run_steps, stamp_path
 
 LANGS = extract.LANGS
 # Rough disk needs of a full run (downloads excluded), for a warning only.

@@ -30,7 +30,7 @@ word leaves learn far faster (docs/parsing.md).
                  <unk>: the scorer takes the words back from W/text untouched); word leaves: one joined
                  dictionary; XX leaves: one per side; train_treebank with the same dictionaries
 
-recipes/stages.py decides which steps run (run_steps): one whose stamp (W/.stamps) holds other settings runs again,
+prepare/steps.py decides which steps run (run_steps): one whose stamp (W/.stamps) holds other settings runs again,
 and every step after it. The data-bin's path is printed on stdout.
 """
 
@@ -39,11 +39,11 @@ import shutil
 from pathlib import Path
 from typing import Dict, List
 
-from recipes.stages import Step, run_steps
 from vaswani_plugin.scoring.trees import clean, is_bracket, linearise, read_trees
 
 from . import binarize
 from ._common import ArgumentParser, PrepareError, available_cores, log, open_write, positive_int, run_cli
+from .steps import Step, run_steps
 from .word_signatures import replace_unknown, vocabulary
 
 WSJ_SECTIONS = {"train": range(2, 22), "valid": [22], "test": [23]}

@@ -5,7 +5,7 @@
         (exit 1). Sets the outputs aside and starts the record as it says.
     python -m recipes.stages finish NAME                       the stage's command ended well: its record says so
     python -m recipes.stages prepare MODULE [--raw PATH]... [NAME=VALUE]... -- ARGS...
-        the data's stage: its gate and record around prepare.MODULE ARGS (its steps: run_steps)
+        the data's stage: its gate and record around prepare.MODULE ARGS (its steps: prepare/steps.py)
 
 A stage is a value (`Stage`): its name, its plan (the commands it runs, as DRY_RUN=1 prints them), the stage before
 it, its outputs, the files it reads and, for training, its checkpoints' folder. `decide` turns the stage's record
@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from prepare import records
-from prepare._common import log
 from vaswani_plugin import durable
 from vaswani_plugin import errors as ERRORS
 from vaswani_plugin.tools import stopping as STOPPING  # how fairseq-train says it stopped short (a divergence)
@@ -398,79 +397,6 @@ def existing_raw(raw: List[Path]) -> List[Path]:
     return [Path(path) for path in raw if Path(path).exists()]
 
 
-# -- a preparation's steps (prepare/wmt14.py, prepare/multi30k.py, prepare/wsj_parsing.py) --------------------
-@dataclass
-class Step:
-    """A step of a preparation; its stamp (STAMPS/NAME.json) holds the settings it ran with and its result, written
-    once its outputs and `writes` are on disk (durable.sync): after a crash, a step either has its stamp and its
-    files or runs again."""
-
-    name: str
-    title: str
-    params: dict  # the settings it runs with: another value runs it again
-    inputs: List[Path]  # files of earlier steps' outputs that it reads
-    outputs: List[Path]
-    run: Callable[[], dict]  # its result, kept in its stamp
-    writes: List[Path] = field(default_factory=list)  # folders it writes besides `outputs` (those it does not check)
-
-
-def step_decisions(steps: List[Step], stamps: List[Optional[dict]]) -> List[Decision]:
-    """The first step whose stamp is missing, damaged or of other settings runs, and every step after it (their
-    results are stale); so does an earlier step whose outputs a step from there on reads and that are gone
-    (intermediate files may be deleted once used), and the last step when its outputs are gone. The others skip."""
-    stale = (i for i, (step, stamp) in enumerate(zip(steps, stamps)) if (stamp or {}).get("params") != step.params)
-    first = next(stale, len(steps))
-    if first == len(steps) and steps and not all(path.exists() for path in steps[-1].outputs):
-        first = len(steps) - 1
-    while True:
-        gone = [
-            index
-            for step in steps[first:]
-            for path in step.inputs
-            for index in range(first)
-            if path in steps[index].outputs and not path.exists()
-        ]
-        if not gone:
-            break
-        first = gone[0]
-    decisions = []
-    for index, (step, stamp) in enumerate(zip(steps, stamps)):
-        if index < first:
-            decisions.append(Decision("skip"))
-        elif index == first and stamp is not None:
-            changed = stamp.get("params") != step.params
-            decisions.append(Decision("rerun", "settings changed" if changed else "its output is gone"))
-        else:
-            decisions.append(Decision("run"))
-    return decisions
-
-
-def stamp_path(stamps: Path, step: Step) -> Path:
-    return stamps / f"{step.name}.json"
-
-
-def run_steps(steps: List[Step], stamps: Path, results: Dict[str, dict]) -> Dict[str, dict]:
-    """Each step as step_decisions says, its result into `results` (which later steps' `run` may read)."""
-    found = [records.read(stamp_path(stamps, step)) for step in steps]  # None for a damaged stamp: run it again
-    decisions = step_decisions(steps, found)
-    for step, decision in zip(steps, decisions):  # a step that runs makes every later result stale
-        if decision.action != "skip":
-            stamp_path(stamps, step).unlink(missing_ok=True)
-    for index, (step, previous, decision) in enumerate(zip(steps, found, decisions)):
-        header = f"[{index + 1}/{len(steps)}] {step.name}: {step.title}"
-        if decision.action == "skip":
-            log(f"{header}: done before, skipping (stamp {stamp_path(stamps, step)})")
-            results[step.name] = previous.get("result", {})
-            continue
-        log(f"{header}: {decision.detail}, running it again" if decision.action == "rerun" else header)
-        started = time.monotonic()
-        results[step.name] = step.run()
-        durable.sync([*step.outputs, *step.writes])  # on disk before the stamp says so, whatever wrote them
-        records.write(stamp_path(stamps, step), {"params": step.params, "result": results[step.name]})
-        log(f"  {step.name} finished in {time.monotonic() - started:.1f} s")
-    return results
-
-
 # -- the data -------------------------------------------------------------------------------------------------
 def setting_names(args: List[str]) -> Dict[str, str]:
     """A preparation's settings by the recipe's names: --bpe-merges 32000 as BPE_MERGES=32000."""
@@ -491,8 +417,9 @@ def data_dir() -> str:
 
 def prepare(run: Run, module: str, raw: List[Path], settings: Dict[str, str], args: List[str]) -> None:
     """The data's stage: its settings and raw files against the data's record (data_gate), prepare.MODULE run (its
-    steps skip what they finished before: run_steps), the record written. `raw` and `settings` default to RAW_DIR
-    (given to the module as --raw-dir) or DATA_DIR/raw, and the module's arguments by the recipe's names."""
+    steps skip what they finished before: prepare/steps.py's run_steps), the record written. `raw` and `settings`
+    default to RAW_DIR (given to the module as --raw-dir) or DATA_DIR/raw, and the module's arguments by the recipe's
+    names."""
     data = data_dir()
     line = [env("PYTHON", sys.executable), "-m", f"prepare.{module}", "--work-dir", data, *args]
     if not raw:

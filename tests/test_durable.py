@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from prepare import records
-from recipes.stages import Step, run_steps
+from prepare.steps import Step, run_steps
 from vaswani_plugin import durable
 from vaswani_plugin.checkpoints import resume, storage
 from vaswani_plugin.tools import stage_records

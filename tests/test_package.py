@@ -1,5 +1,6 @@
 """The package stands alone: it imports nothing of the repository beside it (prepare/ is not shipped), and its
-wheel, installed non-editable, holds every subpackage and draws attention pictures from raw text."""
+wheel, installed non-editable, holds every subpackage and draws attention pictures from raw text. The repository's
+folders are layered, vaswani_plugin <- prepare <- recipes <- benchmarks <- tests: each imports only those before it."""
 
 import ast
 import os
@@ -76,6 +77,26 @@ def test_the_scan_sees_imports(tmp_path):
     module = tmp_path / "module.py"
     module.write_text("import os.path\nfrom . import sibling\ndef f():\n    from prepare.bpe import learn\n")
     assert list(imported_modules(module)) == [(1, "os"), (4, "prepare")]
+
+
+# The repository's folders in their order: each imports only those before it (prepare/ nothing of recipes/, ...).
+LAYERS = ("vaswani_plugin", "prepare", "recipes", "benchmarks", "tests")
+
+
+def upward_imports(root: Path):
+    """`path:line: folder` of each import, in a folder of LAYERS below `root`, of a folder after it."""
+    for index, folder in enumerate(LAYERS):
+        for path in sorted((root / folder).rglob("*.py")):
+            for line, name in imported_modules(path):
+                if name in LAYERS[index + 1 :]:
+                    yield f"{path.relative_to(root)}:{line}: {name}"
+
+
+def test_each_folder_imports_only_the_folders_before_it(tmp_path):
+    assert list(upward_imports(REPO)) == []
+    (tmp_path / "prepare").mkdir()
+    (tmp_path / "prepare" / "steps.py").write_text("import vaswani_plugin\nfrom recipes.stages import Step\n")
+    assert list(upward_imports(tmp_path)) == ["prepare/steps.py:2: recipes"]
 
 
 def package_imports(path: Path, name: str = None):

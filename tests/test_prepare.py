@@ -25,8 +25,8 @@ from wmt_mirror import WMT14, build_mirror
 from prepare import PrepareError, clean, download, extract, tokenize
 from prepare._common import run_cli
 from prepare.multi30k import extract_multi30k
+from prepare.steps import step_decisions
 from prepare.wmt14 import Pipeline, parse_args
-from recipes.stages import step_decisions
 
 REPO = Path(__file__).resolve().parents[1]
 SGM = WMT14 / "sgm"

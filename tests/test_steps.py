@@ -1,4 +1,4 @@
-"""recipes/stages.py's steps of a preparation: which of them run, row by row of its rule, on files in a folder;
+"""prepare/steps.py: the steps of a preparation: which of them run, row by row of its rule, on files in a folder;
 and that stamps written before the engine (prepare/wsj_parsing.py's own `run_stage` wrote {"params", "result"} too)
 read as done."""
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from recipes.stages import Step, run_steps
+from prepare.steps import Step, run_steps
 
 
 def chain(folder, ran, settings=None):

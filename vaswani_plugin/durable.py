@@ -7,7 +7,7 @@ write takes a new name; checkpoints/resume.py removes checkpoint_last.pt's). `du
 leaves out both fsyncs: for what a crash need not keep (a watchdog's heartbeat, a launch's decision).
 
 Files another program wrote (fairseq-preprocess' data-bin) are made durable with `sync` before a record claims them
-(recipes/stages.py's run_steps, prepare/records.py's finish). A leaf: the standard library only, so that prepare/
+(prepare/steps.py's run_steps, prepare/records.py's finish). A leaf: the standard library only, so that prepare/
 and recipes/ import it without fairseq or torch.
 """
 
