@@ -1,5 +1,5 @@
-"""Safe checkpoint loading, durable writes (fairseq-train's too), and recognising a checkpoint file that is cut short
-or no checkpoint.
+"""Safe checkpoint loading, durable writes (fairseq-train's too), recognising a checkpoint file that is cut short or
+no checkpoint, and what fairseq-train kept in one: the update count it resumes from, its training time.
 
 torch >= 2.6 loads with weights_only=True; exactly the classes fairseq checkpoints hold besides tensors are
 allow-listed (tests/test_checkpoint_loading.py): argparse.Namespace (cfg["model"] of argparse-style
@@ -172,6 +172,22 @@ def training_updates(path: Path) -> Optional[int]:
     if "train_iterator" not in (state.get("extra_state") or {}):
         return None
     return state["optimizer_history"][-1].get("num_updates")
+
+
+def seconds_of(state: dict, checkpoint: str) -> float:
+    """The training time fairseq-train stored in a checkpoint's state (all runs of a resumed training together)."""
+    try:
+        return float(state["extra_state"]["previous_training_time"])
+    except (KeyError, TypeError):
+        raise VaswaniConfigError(
+            f"{checkpoint}: no training time in it (extra_state.previous_training_time); "
+            "not a checkpoint written by fairseq-train"
+        ) from None
+
+
+def training_seconds(checkpoint: str) -> float:
+    """The training time fairseq-train stored in the checkpoint (all runs of a resumed training together)."""
+    return seconds_of(load_checkpoint(checkpoint), checkpoint)
 
 
 def newest_training_checkpoint(save_dir: Path) -> Optional[Tuple[int, Path]]:

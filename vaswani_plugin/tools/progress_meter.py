@@ -20,10 +20,9 @@ from omegaconf import II
 from omegaconf.errors import OmegaConfBaseException
 
 from vaswani_plugin import cli
-from vaswani_plugin.checkpoints.storage import last_intact_checkpoint
+from vaswani_plugin.checkpoints.storage import last_intact_checkpoint, training_seconds
 from vaswani_plugin.tools import stopping, watchdog
 from vaswani_plugin.tools.progress import Progress, Target
-from vaswani_plugin.tools.training_cost import training_seconds
 
 METER = "done"
 REFRESH = "VASWANI_PROGRESS_REFRESH"  # a shell command run after validations, in the background (the recipes' report)

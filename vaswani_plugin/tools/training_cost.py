@@ -9,9 +9,8 @@ import argparse
 
 import torch
 
-from vaswani_plugin.checkpoints.storage import load_checkpoint, stored_config
+from vaswani_plugin.checkpoints.storage import load_checkpoint, seconds_of, stored_config
 from vaswani_plugin.cli import run_command
-from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.precision import PRECISIONS, trained_precision
 
 # Dense peak TFLOP/s per GPU: (fp32, TF32 tensor cores, fp16/bf16 tensor cores). Table 2 used 2.8, 3.7, 6.0 and 9.5
@@ -42,22 +41,6 @@ def peak_for(device_name: str, precision: str):
         if model in device_name.upper():
             return peaks[column] or peaks[0]
     return None
-
-
-def seconds_of(state: dict, checkpoint: str) -> float:
-    """The training time fairseq-train stored in a checkpoint's state (all runs of a resumed training together)."""
-    try:
-        return float(state["extra_state"]["previous_training_time"])
-    except (KeyError, TypeError):
-        raise VaswaniConfigError(
-            f"{checkpoint}: no training time in it (extra_state.previous_training_time); "
-            "not a checkpoint written by fairseq-train"
-        ) from None
-
-
-def training_seconds(checkpoint: str) -> float:
-    """The training time fairseq-train stored in the checkpoint (all runs of a resumed training together)."""
-    return seconds_of(load_checkpoint(checkpoint), checkpoint)
 
 
 def main(argv=None):
