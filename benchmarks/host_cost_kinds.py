@@ -53,6 +53,8 @@ NAMED_KINDS = {  # aten calls that name the kind of what runs in them
         "_fused_dropout",
         "_masked_scale",
         "bernoulli_",
+        "rand",  # a training step's only random draws: the plugin's CPU dropout masks (models/dropout.py)
+        "uniform_",
     },
     "softmax and loss": {
         "log_softmax",

@@ -7,6 +7,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from vaswani_plugin.models.dropout import apply_dropout
+
 
 def attention_probabilities(q: Tensor, k: Tensor, mask: Optional[Tensor] = None, is_causal: bool = False) -> Tensor:
     """softmax(QK^T / √d_k) of eq. 1 per head (batch, heads, queries, keys); `mask` True where a key may be seen,
@@ -44,7 +46,7 @@ def attention(
     fused kernels otherwise)."""
     if need_weights:
         probs = attention_probabilities(q, k, mask, is_causal)
-        return torch.matmul(F.dropout(probs, dropout), v), probs
+        return torch.matmul(apply_dropout(probs, dropout, True), v), probs
     if q.device.type == "cpu":
         if torch.is_autocast_enabled("cpu"):
             # In float32: torch's CPU flash attention runs its backward far slower in bfloat16 (docs/design.md).

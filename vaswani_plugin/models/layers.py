@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from vaswani_plugin.models.attention import attention, attention_probabilities
 from vaswani_plugin.models.beam_cache import LayerCache
+from vaswani_plugin.models.dropout import apply_dropout
 from vaswani_plugin.models.memory import SINUSOID_ROWS
 
 
@@ -44,7 +45,7 @@ class TokenEmbedding(nn.Module):
         self.learned_positions = nn.Embedding(learned_positions, self.dim) if learned_positions > 0 else None
         if self.learned_positions is not None:
             nn.init.normal_(self.learned_positions.weight, mean=0.0, std=self.dim**-0.5)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = dropout
         self.sinusoids: Optional[Tensor] = None  # §3.5's encodings, computed once (not a parameter, not saved)
 
     def forward(self, tokens: Tensor, positions: Tensor, length: Optional[int] = None) -> Tensor:
@@ -55,7 +56,7 @@ class TokenEmbedding(nn.Module):
             x = x + self.learned_positions(positions)
         else:
             x = x + F.embedding(positions, self.sinusoid_table(length or positions.size(-1), x))
-        return self.dropout(x)
+        return apply_dropout(x, self.dropout, self.training)
 
     def sinusoid_table(self, length: int, like: Tensor) -> Tensor:
         """PE of positions 0 .. length-1 at least, in like's dtype and device: computed in float64 when a longer
@@ -203,11 +204,11 @@ class FeedForward(nn.Module):
         super().__init__()
         self.inner = nn.Linear(dim, inner_dim)
         self.outer = nn.Linear(inner_dim, dim)
-        self.activation_dropout = nn.Dropout(activation_dropout)
+        self.activation_dropout = activation_dropout
         # W_1, W_2, b_1, b_2 keep nn.Linear's initialisation, as in fairseq (see MultiHeadAttention).
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.outer(self.activation_dropout(F.relu(self.inner(x))))
+        return self.outer(apply_dropout(F.relu(self.inner(x)), self.activation_dropout, self.training))
 
 
 class Residual(nn.Module):
@@ -217,13 +218,13 @@ class Residual(nn.Module):
         super().__init__()
         self.sublayer = sublayer
         self.norm = nn.LayerNorm(dim)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = dropout
         self.normalize_before = normalize_before
 
     def forward(self, x: Tensor, **kwargs) -> Tuple[Tensor, Optional[Tensor]]:
         out = self.sublayer(self.norm(x) if self.normalize_before else x, **kwargs)
         out, weights = out if isinstance(out, tuple) else (out, None)
-        x = x + self.dropout(out)
+        x = x + apply_dropout(out, self.dropout, self.training)
         return (x if self.normalize_before else self.norm(x)), weights
 
 

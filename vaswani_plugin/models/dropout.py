@@ -1,0 +1,23 @@
+"""§5.4, residual dropout (and the model's other dropouts): each value kept with probability 1 - P_drop, scaled by
+1 / (1 - P_drop), the gradient masked alike; the one place the model draws it.
+
+On a GPU it is torch's own (`F.dropout`: one fused kernel draws the mask and applies it). On a CPU torch draws its
+mask with `bernoulli_`, one element at a time (pytorch/pytorch#138199); here it is drawn as uniform numbers compared
+with P_drop, the same law, then scaled and multiplied as torch's CPU dropout does (the kept values equal, in float32,
+bfloat16 and float16; the backward pass keeps the scaled mask in the input's dtype, as models/memory.py counts), in
+about half the time (docs/results.md, "The host's cost of an update").
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def apply_dropout(x: Tensor, p: float, training: bool) -> Tensor:
+    """x with each value zeroed with probability p and the rest scaled by 1 / (1 - p) when training; else x."""
+    if not training or p == 0:
+        return x
+    if x.device.type != "cpu" or p >= 1:
+        return F.dropout(x, p, True)
+    keep = torch.rand(x.shape, dtype=torch.float32, device=x.device).ge_(p).to(x.dtype).div_(1.0 - p)
+    return x * keep
