@@ -35,14 +35,14 @@ from pathlib import Path
 from typing import Dict, Iterable, Optional
 
 from vaswani_plugin import durable
-from vaswani_plugin.tools import stage_records as _store
+from vaswani_plugin import stage_records as _store
 
 from ._common import file_digest
 
 VERSIONED = ("vaswani-plugin", "ve-fairseq", "torch")
 
 
-# -- one record file: vaswani_plugin/tools/stage_records.py, the store's one home -------------------------------
+# -- one record file: vaswani_plugin/stage_records.py, the store's one home -------------------------------------
 read, write, record_path = _store.read, _store.write, _store.record_path
 
 

@@ -17,9 +17,8 @@ import torch
 
 from prepare import records
 from prepare.steps import Step, run_steps
-from vaswani_plugin import durable
+from vaswani_plugin import durable, stage_records
 from vaswani_plugin.checkpoints import resume, storage
-from vaswani_plugin.tools import stage_records
 from vaswani_plugin.tools.watchdog import Watchdog
 
 OLD, NEW = b"old " * 50_000, b"new " * 250_000  # 1 MB: written in pieces

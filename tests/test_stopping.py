@@ -7,8 +7,9 @@ import sys
 
 import pytest
 
+from vaswani_plugin import stage_records
 from vaswani_plugin.cli import install_error_hook
-from vaswani_plugin.tools import progress_meter, stage_records, stopping
+from vaswani_plugin.tools import progress_meter, stopping
 
 
 def fairseqs_divergence():

@@ -98,6 +98,6 @@ def quiet_full_disk_tracebacks() -> None:
 def write_marker(save_dir: Path, marker: dict) -> None:
     """SAVE_DIR/MARKER, written as the stage records are (the recipes read it with them). Imported here, in
     fairseq-train, so that the recipes load this module alone."""
-    from vaswani_plugin.tools.stage_records import write
+    from vaswani_plugin.stage_records import write
 
     write(save_dir / MARKER, marker)

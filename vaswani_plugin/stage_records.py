@@ -1,7 +1,8 @@
 """The recipes' stage records, WORK_DIR/.stages/STAGE.json, read and written in one place: prepare/records.py (what
-a stage ran with), recipes/stages.py (whether it runs again) and tools/run_report.py (the report's commands) all go
-through it. Written durably (vaswani_plugin/durable.py): a record that says a stage finished is on disk. A leaf: it
-imports only vaswani_plugin.durable, another, so that the recipes import it without fairseq or torch."""
+a stage ran with; and the preparations' step stamps, prepare/steps.py), recipes/stages.py (whether it runs again),
+tools/run_report.py (the report's commands) and tools/stopping.py (the marker of how a training stopped) all go
+through it. Written durably (vaswani_plugin/durable.py): a record that says a stage finished is on disk. A leaf of
+the package, as durable.py is, the one module it imports: prepare/ and recipes/ import it without fairseq or torch."""
 
 import json
 from pathlib import Path
