@@ -15,7 +15,7 @@ lines on stderr (`[RECIPE HH:MM:SS] stage NAME: ...`): prepare (from the start),
   way. The recipe starts in a process group of its own, the whole group is sent SIGKILL at the instant, and the same
   command runs again: the next instant comes in that run. After the last, the run goes on to its end.
 - stops: M instants placed alike, each SIGTERM or SIGUSR1 (drawn) to the recipe's shell alone, as a scheduler sends
-  it. A stop must end the recipe with status 75 (tools/preemption.py's EXIT_STATUS), its last line
+  it. A stop must end the recipe with status 75 (training/preemption.py's EXIT_STATUS), its last line
   `RECIPE: stopped: ... by SIGNAL ...; run the same command again` (recipes/common.sh, recipes/training.py) and no
   process of its group left.
 
@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # `python -m benchmark
 from common import REPO, cpu_model, size_arguments  # noqa: E402
 from wmt_mirror import SHARED_DATA, build_mirror  # noqa: E402
 
-from vaswani_plugin.tools.preemption import EXIT_STATUS  # noqa: E402  (75, a stop's)
+from vaswani_plugin.training.preemption import EXIT_STATUS  # noqa: E402  (75, a stop's)
 
 STAGES = ("prepare", "train", "average", "translate", "score")
 STAGE_LINE = re.compile(r"^\[\S+ \d\d:\d\d:\d\d\] stage (\w+): (.*)$")

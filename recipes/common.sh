@@ -144,7 +144,7 @@ prepare_data() {
 # train [--stage NAME] [--first] [--share all|decoder] SAVE_DIR ARGS...: the stage NAME (default train), fairseq-train
 # on DATA_BIN with the paper's set-up and these model ARGS (recipes/training.py), given the recipe's settings.
 # A stop is passed on: training stops after its next update, saved, and the recipe exits with 75
-# (tools/preemption.py; docs/recipes.md, "When training stops early").
+# (training/preemption.py; docs/recipes.md, "When training stops early").
 train() {
     local name=train
     [ "$1" != --stage ] || name=$2

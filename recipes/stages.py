@@ -36,7 +36,7 @@ from typing import Callable, Dict, List, Optional
 from prepare import records
 from vaswani_plugin import durable
 from vaswani_plugin import errors as ERRORS
-from vaswani_plugin.tools import stopping as STOPPING  # how fairseq-train says it stopped short (a divergence)
+from vaswani_plugin.training import stopping as STOPPING  # how fairseq-train says it stopped short (a divergence)
 
 StageError = ERRORS.VaswaniConfigError  # the recipe stops with `RECIPE: error: LINE`
 
@@ -333,9 +333,9 @@ def existing(paths) -> List[Path]:
 
 
 def stopped(run: Run, name: str, save_dir: Path, signal: Optional[str] = None) -> Optional[str]:
-    """A training stage's command ended before its target: where fairseq-train left a marker (tools/stopping.py), its
+    """A training stage's command ended before its target: where fairseq-train left a marker (training/stopping.py), its
     record says how it stopped. A divergence is the recipe's one-line error saying what to do; a signal's stop
-    (tools/preemption.py) is returned, `stopped by SIGUSR1 at update N` (`signal`: the one this run received),
+    (training/preemption.py) is returned, `stopped by SIGUSR1 at update N` (`signal`: the one this run received),
     and resumes when run again."""
     marker = records.read(Path(save_dir) / STOPPING.MARKER)
     if marker is None:

@@ -11,7 +11,7 @@ mixed precision by their compute capability, run 0 deciding; on a CPU float32; a
 its flags; a run in progress goes on in its checkpoints'; vaswani_plugin/precision.py). fairseq-train's
 output goes to stdout and to SAVE_DIR/train.log (train.node1.log ... for the other runs of a job); it writes its own
 progress records, refreshes the report (REPORT, REPORT_EVERY) and ends a rank that waits STALL_MINUTES for the others.
-SIGUSR1, SIGTERM and SIGINT are passed on to it: it stops after its next update (vaswani_plugin/tools/preemption.py),
+SIGUSR1, SIGTERM and SIGINT are passed on to it: it stops after its next update (vaswani_plugin/training/preemption.py),
 the record says so, run 0 of a SLURM job that allows it requeues it, and the exit status is 75.
 --share: one matrix for both embeddings and the pre-softmax projection (§3.4, all) or the target's only (decoder).
 --first: no stage before it (Table 3's variants are independent of each other).
@@ -31,7 +31,7 @@ from typing import List, Optional, Tuple
 from recipes import launch, stages
 from vaswani_plugin import paper
 from vaswani_plugin import precision as PRECISION
-from vaswani_plugin.tools import preemption as PREEMPTION
+from vaswani_plugin.training import preemption as PREEMPTION
 
 RECEIVED: List[int] = []  # PREEMPTION.SIGNALS received, passed on to fairseq-train
 TRAINING: List[subprocess.Popen] = []  # fairseq-train, once started
@@ -128,9 +128,9 @@ def command(run: stages.Run, python: str, save_dir: str, share: str, model: List
 
 
 def watched(python: str, work_dir: Path, precision_why: str = "") -> dict:
-    """fairseq-train's environment: the watchdog's STALL_MINUTES (tools/watchdog.py), why the recipe chose the
+    """fairseq-train's environment: the watchdog's STALL_MINUTES (training/watchdog.py), why the recipe chose the
     precision (for the task's `precision:` line) and, after a validation, the curves and report redrawn at most every
-    REPORT_EVERY seconds (tools/progress_meter.py)."""
+    REPORT_EVERY seconds (training/progress_meter.py)."""
     variables = {"VASWANI_STALL_MINUTES": stages.env("STALL_MINUTES", "10"), "VASWANI_PRECISION_DEFAULT": precision_why}
     if stages.env("REPORT", "1") != "0":
         report = shlex.join([python, "-m", "vaswani_plugin.tools.run_report", str(work_dir)])
@@ -142,7 +142,7 @@ def watched(python: str, work_dir: Path, precision_why: str = "") -> dict:
 def tee(line: List[str], environment: dict, log: Path, first: bytes) -> int:
     """Run `line`, its output to stdout and appended to `log`; its exit status. PREEMPTION.SIGNALS (Ctrl-C's SIGINT
     among them, which reaches fairseq-train too in a terminal's process group) are passed on to it
-    (tools/preemption.py: it stops after its next update)."""
+    (training/preemption.py: it stops after its next update)."""
     with open(log, "ab") as kept:
         for out in (sys.stdout.buffer, kept):
             out.write(first)

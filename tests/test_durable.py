@@ -19,7 +19,7 @@ from prepare import records
 from prepare.steps import Step, run_steps
 from vaswani_plugin import durable, stage_records
 from vaswani_plugin.checkpoints import resume, storage
-from vaswani_plugin.tools.watchdog import Watchdog
+from vaswani_plugin.training.watchdog import Watchdog
 
 OLD, NEW = b"old " * 50_000, b"new " * 250_000  # 1 MB: written in pieces
 

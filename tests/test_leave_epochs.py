@@ -14,7 +14,7 @@ from cli_helpers import PAPER_TRAINING, TINY_MODEL, plugin_dir
 
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.tasks.leave_epochs import MEASURED, OUTPUTS, SECONDS, SKIPPED, LeaveEpochs
-from vaswani_plugin.tools import progress_meter
+from vaswani_plugin.training import progress_meter
 
 
 def root(hours: float) -> SimpleNamespace:

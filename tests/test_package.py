@@ -37,6 +37,7 @@ SUBPACKAGES = {
     "checkpoints",
     "scoring",
     "tools",
+    "training",
     "models",
     "criterions",
     "lr_scheduler",

@@ -1,4 +1,4 @@
-"""tools/progress.py and tools/progress_meter.py: the ETA against the target, the dev line, a resumed run's pieces
+"""training/progress.py and training/progress_meter.py: the ETA against the target, the dev line, a resumed run's pieces
 stitched, the refresh after validations; and what fairseq-train started by hand (the README's own pipeline:
 `--task translation`, no pipe) writes from its own process, against its own log lines."""
 
@@ -11,8 +11,8 @@ import torch
 from fairseq import metrics
 
 from vaswani_plugin.criterions.vaswani_label_smoothed_cross_entropy import VaswaniLabelSmoothedCrossEntropy
-from vaswani_plugin.tools import progress_meter
-from vaswani_plugin.tools.progress import Progress, Target, read_records, stitched
+from vaswani_plugin.training import progress_meter
+from vaswani_plugin.training.progress import Progress, Target, read_records, stitched
 
 
 def train_record(update, loss=5.0, wps=1000.0, ups=2.0):
@@ -215,7 +215,7 @@ def test_the_options_the_progress_mirrors_are_those_a_resumed_run_compares_where
     from dataclasses import fields
 
     from vaswani_plugin.checkpoints.resume import ALLOWED
-    from vaswani_plugin.tools.progress import MIRRORED_OPTIONS
+    from vaswani_plugin.training.progress import MIRRORED_OPTIONS
 
     mirrored = [f.name for f in fields(progress_meter.ProgressOptions) if not f.name.startswith("_")]
     assert mirrored == list(MIRRORED_OPTIONS)

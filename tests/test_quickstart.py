@@ -123,7 +123,7 @@ def test_quickstart_from_raw_files_to_bleu_translations_and_pictures(lane):
 
 def logged(lines, kind):
     """(update, {name: value}) of each fairseq log line of a kind: train_inner's `name=value, ...`, valid's
-    `| name value`, read here apart from tools/progress.py."""
+    `| name value`, read here apart from training/progress.py."""
     found = []
     for line in lines:
         if kind == "train" and "| train_inner |" in line:
@@ -138,7 +138,7 @@ def logged(lines, kind):
 
 def watched_training_is_recorded_drawn_and_reported(work, log):
     """The ETA after every log interval, the dev BLEU at the promised checkpoints, the records, curves and report
-    (tools/progress.py, training_curves.py, run_report.py) against the log's own values."""
+    (training/progress.py, training_curves.py, run_report.py) against the log's own values."""
     lines = log.splitlines()
     inner = [index for index, line in enumerate(lines) if "| train_inner |" in line]
     assert len(inner) >= 2 and all(lines[index + 1].startswith("[progress] update ") for index in inner)
@@ -157,8 +157,8 @@ def watched_training_is_recorded_drawn_and_reported(work, log):
     assert sum(line.startswith("[progress] dev at update ") for line in lines) == len(expected)
 
     # The curves: what draw() plots is what fairseq logged, point for point at both ends.
-    from vaswani_plugin.tools.progress import read_records, stitched
     from vaswani_plugin.tools.training_curves import draw
+    from vaswani_plugin.training.progress import read_records, stitched
 
     plotted = draw({"run": stitched(read_records(work / "checkpoints" / "progress.jsonl"))}, work / "redrawn")
     panels = plotted["updates.png"]["run"]

@@ -298,7 +298,7 @@ def test_a_preparations_settings_are_named_as_the_recipes_variables():
 
 
 def test_a_training_stopped_by_a_signal_is_recorded_so_and_resumes(tmp_path):
-    """docs/recipes.md: a signal's stop (tools/preemption.py) is returned, not an error; its record says "stopped by
+    """docs/recipes.md: a signal's stop (training/preemption.py) is returned, not an error; its record says "stopped by
     SIGUSR1 at update N", and the same command again resumes from its checkpoints."""
     run = a_run(tmp_path)
     recorded(run, "train", "python -m fairseq_cli.train data", finished=False)

@@ -1,4 +1,4 @@
-"""vaswani_plugin/tools/stopping.py: a training that diverges ends in one line naming the update and the last intact
+"""vaswani_plugin/training/stopping.py: a training that diverges ends in one line naming the update and the last intact
 checkpoint, and leaves the marker the recipes' engine records (tests/test_stages.py: the re-run that refuses;
 tests/test_recipes.py: a diverging recipe)."""
 
@@ -9,7 +9,7 @@ import pytest
 
 from vaswani_plugin import stage_records
 from vaswani_plugin.cli import install_error_hook
-from vaswani_plugin.tools import progress_meter, stopping
+from vaswani_plugin.training import progress_meter, stopping
 
 
 def fairseqs_divergence():

@@ -1,12 +1,12 @@
-"""vaswani_plugin/tools/watchdog.py: a rank that stops answering ends a data-parallel run within STALL_MINUTES, and a
+"""vaswani_plugin/training/watchdog.py: a rank that stops answering ends a data-parallel run within STALL_MINUTES, and a
 rank that died ends the others' failed collective, in one line naming it; in process, on a clock of their own (a
 recipe's frozen node: tests/test_preemption.py)."""
 
 import os
 from types import SimpleNamespace
 
-from vaswani_plugin.tools import progress_meter, watchdog
-from vaswani_plugin.tools.watchdog import Watchdog
+from vaswani_plugin.training import progress_meter, watchdog
+from vaswani_plugin.training.watchdog import Watchdog
 
 
 def test_the_line_names_the_rank_whose_heartbeat_stopped_once_the_wait_reaches_stall_minutes(tmp_path):

@@ -21,7 +21,7 @@ from prepare.wsj_parsing import describe, extra_train_files, write_split
 from vaswani_plugin.scoring import parses
 from vaswani_plugin.scoring.evalb import evaluate
 from vaswani_plugin.scoring.trees import delinearise, read_trees
-from vaswani_plugin.tools.progress import read_records
+from vaswani_plugin.training.progress import read_records
 
 FILES = {"train": ["0001", "0002", "0003"], "valid": ["0150"], "test": ["0165"]}
 # docs/parsing.md's paths, which the tests' own replace.

@@ -19,7 +19,7 @@ def run_command(
 
 
 # More exceptions the hook states in one line: each a function of the exception, its line or None (a training's
-# divergence, a save that found no room: tools/progress_meter.py adds them while a training is watched).
+# divergence, a save that found no room: training/progress_meter.py adds them while a training is watched).
 EXPLAINERS: List[Callable[[BaseException], Optional[str]]] = []
 
 

@@ -1,6 +1,6 @@
 """The recipes' stage records, WORK_DIR/.stages/STAGE.json, read and written in one place: prepare/records.py (what
 a stage ran with; and the preparations' step stamps, prepare/steps.py), recipes/stages.py (whether it runs again),
-tools/run_report.py (the report's commands) and tools/stopping.py (the marker of how a training stopped) all go
+tools/run_report.py (the report's commands) and training/stopping.py (the marker of how a training stopped) all go
 through it. Written durably (vaswani_plugin/durable.py): a record that says a stage finished is on disk. A leaf of
 the package, as durable.py is, the one module it imports: prepare/ and recipes/ import it without fairseq or torch."""
 

@@ -30,7 +30,7 @@ from vaswani_plugin.checkpoints.storage import (
 from vaswani_plugin.cli import run_command
 from vaswani_plugin.durable import temporaries
 from vaswani_plugin.errors import VaswaniConfigError
-from vaswani_plugin.tools.progress import MIRRORED_OPTIONS
+from vaswani_plugin.training.progress import MIRRORED_OPTIONS
 
 PROG = "vaswani_plugin.checkpoints.resume"
 
@@ -106,7 +106,7 @@ COMPARED_FIELDS = {
     "common": PRECISION_FIELDS,
     "optimization": ("clip_norm", "sentence_avg", "lr", "stop_min_lr"),
 }
-# After a divergence (tools/stopping.py) a run may go on from its last intact checkpoint with a lower rate or a
+# After a divergence (training/stopping.py) a run may go on from its last intact checkpoint with a lower rate or a
 # longer warm-up: eq. 3's settings and Adam's rate. A precision is no such change (fairseq resumes no optimizer
 # state under another optimizer class: fp16's, amp's).
 RETUNABLE = {"lr_scheduler": None, "optimization": ("lr", "clip_norm")}  # None: every field of the group

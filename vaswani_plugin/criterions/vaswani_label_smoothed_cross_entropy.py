@@ -11,7 +11,7 @@ from omegaconf import II
 from vaswani_plugin import paper
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.models.output_layer_loss import SmoothedLoss
-from vaswani_plugin.tools import preemption, progress_meter
+from vaswani_plugin.training import preemption, progress_meter
 
 
 @dataclass

@@ -28,7 +28,7 @@ from vaswani_plugin.models.layers import (
     padding_attention_mask,
     position_indices,
 )
-from vaswani_plugin.tools import progress_meter
+from vaswani_plugin.training import progress_meter
 
 BASE = paper.model_options("base")  # Table 3's base model: the defaults below
 

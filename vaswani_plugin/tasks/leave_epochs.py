@@ -19,8 +19,8 @@ from typing import List, Optional, Tuple
 from fairseq import utils
 
 from vaswani_plugin.errors import VaswaniConfigError
-from vaswani_plugin.tools import progress_meter
-from vaswani_plugin.tools.progress import duration
+from vaswani_plugin.training import progress_meter
+from vaswani_plugin.training.progress import duration
 
 logger = logging.getLogger(__name__)
 

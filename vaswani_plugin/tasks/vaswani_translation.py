@@ -41,7 +41,7 @@ from vaswani_plugin.tasks.dictionary import VaswaniDictionary
 from vaswani_plugin.tasks.leave_epochs import LeaveEpochs
 from vaswani_plugin.tasks.length_buckets import LengthBuckets
 from vaswani_plugin.tasks.resumable_iterator import resumable
-from vaswani_plugin.tools import progress_meter
+from vaswani_plugin.training import progress_meter
 
 set_up_fairseq()  # the error hook, the checkpoint allow-list, durable checkpoint writes
 logger = logging.getLogger(__name__)

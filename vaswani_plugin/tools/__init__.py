@@ -1,1 +1,2 @@
-"""Offline tools on trained checkpoints: attention pictures (Figures 3-5) and training cost (Table 2's FLOPs)."""
+"""Commands on trained checkpoints and runs: attention pictures (Figures 3-5), training cost (Table 2's FLOPs), a
+run's curves and report, a GPU's largest batch. What runs inside a training is training/'s."""

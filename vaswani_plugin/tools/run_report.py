@@ -12,8 +12,8 @@ from typing import List
 
 from vaswani_plugin.cli import run_command
 from vaswani_plugin.stage_records import stage_records
-from vaswani_plugin.tools.progress import DEV_SCORES, duration, pieces, read_records, stitched
 from vaswani_plugin.tools.training_curves import draw, records_of
+from vaswani_plugin.training.progress import DEV_SCORES, duration, pieces, read_records, stitched
 
 SCORES = ("*.bleu", "*.f1")  # the recipes' score outputs, beside the translations
 COST = "training_cost.txt"  # the recipes' Table 2 line

@@ -3,7 +3,7 @@
     python -m vaswani_plugin.tools.training_curves WORK_DIR [WORK_DIR ...] [--output-dir DIR]
 
 Reads each run's rank-0 record (WORK_DIR/checkpoints/progress.jsonl, written while training by
-tools/progress_meter.py; a resumed run's pieces stitched in order) and draws updates.png and wall_clock.png:
+training/progress_meter.py; a resumed run's pieces stitched in order) and draws updates.png and wall_clock.png:
 training loss and nll, the learning rate (eq. 3), the gradient norm, the dev loss and the dev score (BLEU or F1),
 against updates and against hours.
 """
@@ -14,7 +14,7 @@ from typing import Dict, List, Sequence, Tuple
 
 from vaswani_plugin.cli import run_command
 from vaswani_plugin.errors import VaswaniConfigError
-from vaswani_plugin.tools.progress import DEV_SCORES, read_records, stitched
+from vaswani_plugin.training.progress import DEV_SCORES, read_records, stitched
 
 RECORDS = ("checkpoints/progress.jsonl", "progress.jsonl")
 # (title, record kind, the record's keys drawn in that panel)

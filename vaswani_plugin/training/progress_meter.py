@@ -1,6 +1,6 @@
-"""fairseq-train's progress written in its own process, on rank 0: tools/progress.py's ETA line, dev line and records,
-from the values fairseq logs, not from its text. The plugin's criterion and task add a derived meter `done` (the
-target's share reached, in percent) to fairseq's metrics; fairseq evaluates it where it logs a training window, an
+"""fairseq-train's progress written in its own process, on rank 0: training/progress.py's ETA line, dev line and
+records, from the values fairseq logs, not from its text. The plugin's criterion and task add a derived meter `done`
+(the target's share reached, in percent) to fairseq's metrics; fairseq evaluates it where it logs a training window, an
 epoch's end or a validation, and once an update in the trainer's own reduction (a lookup here: no sync, no I/O)."""
 
 import atexit
@@ -21,8 +21,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from vaswani_plugin import cli
 from vaswani_plugin.checkpoints.storage import last_intact_checkpoint, training_seconds
-from vaswani_plugin.tools import stopping, watchdog
-from vaswani_plugin.tools.progress import Progress, Target
+from vaswani_plugin.training import stopping, watchdog
+from vaswani_plugin.training.progress import Progress, Target
 
 METER = "done"
 REFRESH = "VASWANI_PROGRESS_REFRESH"  # a shell command run after validations, in the background (the recipes' report)
@@ -175,8 +175,8 @@ def configure(settings: Settings, config=None):
 
 
 def explain_stop(error: BaseException) -> Optional[str]:
-    """The error hook's line for a training that diverged or a save that found no room (tools/stopping.py), or a
-    collective failed by a rank that died (tools/watchdog.py)."""
+    """The error hook's line for a training that diverged or a save that found no room (training/stopping.py), or a
+    collective failed by a rank that died (training/watchdog.py)."""
     run = current()
     return (
         stopping.diverged(error, run, last_intact_checkpoint)
@@ -212,7 +212,7 @@ def observe():
 
 
 def stop_for_signal(how: str):
-    """Every rank, in the update whose summed logging output carried a signal (tools/preemption.py), named `how` as
+    """Every rank, in the update whose summed logging output carried a signal (training/preemption.py), named `how` as
     the job's ranks received it: fairseq's own stop at this update (its time limit, made tiny) without its validation,
     rank 0 saving checkpoint_last.pt; each rank leaves the marker (SAVE_DIR/stopped.json) that the recipes read."""
     if _run is None or _run.stopping or _run.config is None:

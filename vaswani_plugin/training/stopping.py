@@ -1,7 +1,7 @@
 """A training run that stops before its target, in one line and one marker. Divergence: a non-finite loss or
 gradient, or fp16's and amp's minimum loss scale, on which fairseq raises FloatingPointError (after writing crash.pt
 and re-running the step under its NaN detector, whose own failure may follow). The plugin's error hook (cli.py,
-given these by tools/progress_meter.py) prints `vaswani_plugin: error: training diverged at update N ...` instead
+given these by training/progress_meter.py) prints `vaswani_plugin: error: training diverged at update N ...` instead
 of the tracebacks, and rank 0 writes SAVE_DIR/stopped.json, which the recipes' engine (recipes/stages.py) keeps in
 the stage's record, so that a re-run with nothing changed refuses rather than diverging again. A full disk (or a
 file-size limit) while saving: one line naming the folder, the free space there and the checkpoint a re-run

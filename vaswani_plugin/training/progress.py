@@ -1,6 +1,6 @@
 """A training run's progress with an end: an ETA line at each log interval, the dev scores at each validation and a
 JSON-lines record (SAVE_DIR/progress.jsonl) for programs and curves, written inside fairseq-train's own process on
-rank 0 by tools/progress_meter.py (from the values fairseq logs); the readers (`stitched`) for curves and report.
+rank 0 by training/progress_meter.py (from the values fairseq logs); the readers (`stitched`) for curves and report.
 """
 
 import json
@@ -19,7 +19,7 @@ RATE_WINDOW = 5  # intervals the update rate is measured over (validations and s
 
 
 # fairseq's own options that the criterion's and the task's configurations mirror for the progress
-# (tools/progress_meter.py's ProgressOptions): a resumed run compares them where they live (checkpoints/resume.py)
+# (training/progress_meter.py's ProgressOptions): a resumed run compares them where they live (checkpoints/resume.py)
 MIRRORED_OPTIONS = (
     "save_dir",
     "no_save",
@@ -87,7 +87,7 @@ def duration(seconds: float) -> str:
 
 
 class Progress:
-    """The ETA, the records of this piece of training and the refresh: what tools/progress_meter.py feeds it."""
+    """The ETA, the records of this piece of training and the refresh: what training/progress_meter.py feeds it."""
 
     def __init__(
         self,
