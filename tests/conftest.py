@@ -6,6 +6,10 @@ import os
 # in the foreground share CI's 2 cores, and OpenMP threads that outnumber the cores spin instead of working (the
 # suite took 15 minutes so, 9 on one thread each).
 os.environ["OMP_NUM_THREADS"] = "1"
+# Their Python processes import scikit-learn and scipy.stats, which fairseq imports as it starts and no test uses, only
+# at a first use (tests/startup/sitecustomize.py: 1.3 of the 4-5 CPU seconds of a fairseq process's start).
+STARTUP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "startup")
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [STARTUP, os.environ.get("PYTHONPATH")]))
 
 import shlex  # noqa: E402
 import threading  # noqa: E402
