@@ -31,20 +31,14 @@ class PlainOptimizer:
         loss.backward()
 
 
-def training_step(bf16_autocast, optimizer=None):
-    """One train_step of the task on a tiny model (no dropout, so both precisions see the same function).
-    Returns the loss, the gradients by name, the parameters' dtypes and the dtypes the linear layers output."""
-    dictionary = make_dictionary(20)
-    torch.manual_seed(0)
-    model = build_model(dictionary, dropout=0.0)
-    task = VaswaniTranslationTask(VaswaniTranslationConfig(bf16_autocast=bf16_autocast), dictionary, dictionary)
-    criterion = VaswaniLabelSmoothedCrossEntropy(task, label_smoothing=0.1, sentence_avg=False)
+def tiny_batch(dictionary):
+    """A training batch of 4 sentences, padded as fairseq collates them (sources on the left)."""
     generator = torch.Generator().manual_seed(0)
     source = random_tokens(dictionary, 4, 7, generator, left_pad=True, lengths=[7, 5, 6, 3])
     target = random_tokens(dictionary, 4, 6, generator, lengths=[6, 2, 4, 5])
     prev = torch.cat([torch.full((4, 1), dictionary.eos()), target[:, :-1]], dim=1)  # as fairseq collates it
     prev[target.eq(dictionary.pad())] = dictionary.pad()
-    sample = {
+    return {
         "net_input": {
             "src_tokens": source,
             "src_lengths": source.ne(dictionary.pad()).sum(1),
@@ -53,6 +47,17 @@ def training_step(bf16_autocast, optimizer=None):
         "target": target,
         "ntokens": int(target.ne(dictionary.pad()).sum()),
     }
+
+
+def training_step(bf16_autocast, optimizer=None):
+    """One train_step of the task on a tiny model (no dropout, so both precisions see the same function).
+    Returns the loss, the gradients by name, the parameters' dtypes and the dtypes the linear layers output."""
+    dictionary = make_dictionary(20)
+    torch.manual_seed(0)
+    model = build_model(dictionary, dropout=0.0)
+    task = VaswaniTranslationTask(VaswaniTranslationConfig(bf16_autocast=bf16_autocast), dictionary, dictionary)
+    criterion = VaswaniLabelSmoothedCrossEntropy(task, label_smoothing=0.1, sentence_avg=False)
+    sample = tiny_batch(dictionary)
     outputs = set()
     for module in model.modules():
         if isinstance(module, torch.nn.Linear):

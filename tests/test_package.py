@@ -172,6 +172,36 @@ def test_no_import_circle_in_the_package():
     assert import_cycles(graph) == []
 
 
+def reachable(graph, start):
+    """The modules `start` imports, directly or through others, in a {module: imported modules} graph."""
+    seen, stack = set(), [start]
+    while stack:
+        for target in graph.get(stack.pop(), ()):
+            if target not in seen:
+                seen.add(target)
+                stack.append(target)
+    return seen
+
+
+# The training's hooks (training/) are the task's to attach (tasks/vaswani_translation.py): the model and the
+# criterion compute, and import none of them, neither directly nor through another module.
+HOOKS = "vaswani_plugin.training"
+COMPUTING = ("vaswani_plugin.models", "vaswani_plugin.criterions")
+
+
+def test_the_models_and_the_criterion_import_no_training_hook():
+    graph = module_graph()
+    computing = [module for module in graph if module.startswith(COMPUTING)]
+    assert "vaswani_plugin.criterions.vaswani_label_smoothed_cross_entropy" in computing
+    hooked = {
+        module: sorted(target for target in reachable(graph, module) if target.startswith(HOOKS))
+        for module in computing
+    }
+    assert {module: hooks for module, hooks in hooked.items() if hooks} == {}
+    assert any(target.startswith(HOOKS) for target in reachable(graph, "vaswani_plugin.tasks.vaswani_translation"))
+    assert reachable({"a": {"b"}, "b": {"c"}, "c": {"a"}}, "a") == {"a", "b", "c"}
+
+
 def test_the_circle_check_finds_a_circle_and_a_function_level_import(tmp_path):
     assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     module = PACKAGE / "checkpoints" / "storage.py"

@@ -1,17 +1,30 @@
-"""training/progress.py and training/progress_meter.py: the ETA against the target, the dev line, a resumed run's pieces
-stitched, the refresh after validations; and what fairseq-train started by hand (the README's own pipeline:
-`--task translation`, no pipe) writes from its own process, against its own log lines."""
+"""training/progress.py and training/progress_meter.py: the ETA against the target, the dev line, a resumed run's
+pieces stitched, the refresh after validations; the task as the one place that attaches the hooks (the meter, a
+signal's stop), whatever the criterion; and what fairseq-train started by hand (the README's own pipeline, no pipe)
+writes from its own process, against its own log lines: under `--task vaswani_translation` its progress, under
+fairseq's `--task translation` none."""
 
 import json
 import math
+import shlex
+import signal
 import sys
 from types import SimpleNamespace
 
+import doc_blocks
+import pytest
 import torch
+from cli_helpers import plugin_dir
+from conftest import OWN_PIPELINE_COUNTS, OWN_PIPELINE_TINY, build_model, make_dictionary
 from fairseq import metrics
+from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
+from test_bf16_autocast import PlainOptimizer, tiny_batch
 
+from vaswani_plugin import stage_records
 from vaswani_plugin.criterions.vaswani_label_smoothed_cross_entropy import VaswaniLabelSmoothedCrossEntropy
-from vaswani_plugin.training import progress_meter
+from vaswani_plugin.progress_options import ProgressOptions
+from vaswani_plugin.tasks.vaswani_translation import VaswaniTranslationConfig, VaswaniTranslationTask
+from vaswani_plugin.training import preemption, progress_meter, stopping
 from vaswani_plugin.training.progress import Progress, Target, read_records, stitched
 
 
@@ -139,17 +152,26 @@ def test_the_refresh_runs_after_validations_at_most_once_an_interval(tmp_path):
     assert marks.read_text() == "xx"
 
 
-def reduce_as_fairseq_trains(steps, log_interval=2):
-    """fairseq_cli.train's and its trainer's aggregators around the criterion's reduce_metrics, `steps` updates:
-    the one-update reduction (read at once, as the trainer reads it), then a window at each log interval."""
-    log = {"loss": 2.0, "nll_loss": 1.5, "ntokens": 10, "sample_size": 10, "n_correct": 5, "total": 10}
+def plugin_task():
+    """The plugin's task and criterion, built outside fairseq-train (the meter's run each test configures after)."""
+    dictionary = make_dictionary(20)
+    task = VaswaniTranslationTask(VaswaniTranslationConfig(), dictionary, dictionary)
+    return task, VaswaniLabelSmoothedCrossEntropy(task, label_smoothing=0.1, sentence_avg=False)
+
+
+def reduce_as_fairseq_trains(steps, task, log_interval=2):
+    """fairseq_cli.train's and its trainer's aggregators around the task's reduce_metrics (`task`: plugin_task's),
+    `steps` updates: the one-update reduction (read at once, as the trainer reads it), then a window at each log
+    interval."""
+    task, criterion = task
+    log = {"loss": 2.0, "nll_loss": 1.5, "ntokens": 10, "nsentences": 2, "sample_size": 10, "n_correct": 5, "total": 10}
     logged = []
     with metrics.aggregate(new_root=True), metrics.aggregate("train"):
         for step in range(1, steps + 1):
             with metrics.aggregate("train_inner"):
                 metrics.log_scalar("num_updates", step, weight=0)
                 with metrics.aggregate() as one_update:
-                    VaswaniLabelSmoothedCrossEntropy.reduce_metrics([log])
+                    task.reduce_metrics([log], criterion)
                     one_update.get_smoothed_values()
             if step % log_interval == 0:
                 logged.append(metrics.get_smoothed_values("train_inner"))
@@ -158,9 +180,10 @@ def reduce_as_fairseq_trains(steps, log_interval=2):
 
 
 def test_the_meter_writes_on_rank_0_only_and_a_failure_of_its_own_never_stops_training(tmp_path, monkeypatch, capsys):
+    task = plugin_task()  # before the command line is fairseq-train's: no signal handlers in this process
     monkeypatch.setattr(sys, "argv", ["fairseq-train", "data-bin"])
     progress_meter.configure(progress_meter.Settings(save_dir=str(tmp_path / "rank0"), max_update=4))
-    logged = reduce_as_fairseq_trains(4)
+    logged = reduce_as_fairseq_trains(4, task)
     progress_meter.close()
     assert [window[progress_meter.METER] for window in logged] == [50.0, 100.0]  # the target's share, in the log
     records = read_records(tmp_path / "rank0" / "progress.jsonl")
@@ -172,14 +195,14 @@ def test_the_meter_writes_on_rank_0_only_and_a_failure_of_its_own_never_stops_tr
 
     monkeypatch.setattr(progress_meter.distributed_utils, "get_global_rank", lambda: 1)
     progress_meter.configure(progress_meter.Settings(save_dir=str(tmp_path / "rank1"), max_update=4))
-    reduce_as_fairseq_trains(4)
+    reduce_as_fairseq_trains(4, task)
     progress_meter.close()
     assert not (tmp_path / "rank1").exists() and "[progress]" not in capsys.readouterr().out
 
     monkeypatch.setattr(progress_meter.distributed_utils, "get_global_rank", lambda: 0)
     monkeypatch.setattr(Progress, "add", lambda self, record: 1 / 0)
     progress_meter.configure(progress_meter.Settings(save_dir=str(tmp_path / "broken"), max_update=4))
-    logged = reduce_as_fairseq_trains(4)
+    logged = reduce_as_fairseq_trains(4, task)
     progress_meter.close()
     assert all(math.isnan(window[progress_meter.METER]) for window in logged)
     assert capsys.readouterr().out.splitlines() == [
@@ -187,10 +210,60 @@ def test_the_meter_writes_on_rank_0_only_and_a_failure_of_its_own_never_stops_tr
     ]
 
 
-def test_a_fairseq_train_started_by_hand_writes_its_progress(reversal_training):
-    """The README's own pipeline (--task translation, fairseq's json log, no pipe): each window's ETA line right
-    after fairseq's line, and the records hold the values fairseq logged."""
+def test_the_task_alone_attaches_the_hooks_whatever_the_criterion(tmp_path, monkeypatch):
+    """The task (not the model, not the criterion: fairseq's own here) tells the meter the update it trains, puts this
+    rank's signal flag in each training step's logging output, and after an update whose summed outputs carry a
+    signal stops the training: fairseq's time limit made tiny, no validation, the marker the recipes read."""
+    dictionary = make_dictionary(20)
+    model = build_model(dictionary, dropout=0.0)
+    task = VaswaniTranslationTask(VaswaniTranslationConfig(), dictionary, dictionary)
+    criterion = LabelSmoothedCrossEntropyCriterion(task, sentence_avg=False, label_smoothing=0.1)
+    root = SimpleNamespace(
+        optimization=SimpleNamespace(stop_time_hours=0.0), dataset=SimpleNamespace(disable_validation=False)
+    )
+    progress_meter.configure(progress_meter.Settings(save_dir=str(tmp_path)), root)
+    _, _, logging_output = task.train_step(tiny_batch(dictionary), model, criterion, PlainOptimizer(), update_num=6)
+    assert progress_meter.current() == (str(tmp_path), 7, 0) and logging_output[preemption.KEY] == 0
+    monkeypatch.setattr(preemption, "_received", signal.SIGUSR1)
+    _, _, logging_output = task.train_step(tiny_batch(dictionary), model, criterion, PlainOptimizer(), update_num=6)
+    assert logging_output[preemption.KEY] == preemption.flag() > 0
+    with metrics.aggregate(new_root=True):
+        task.reduce_metrics([logging_output, dict(logging_output, **{preemption.KEY: 0})], criterion)
+    progress_meter.close()
+    assert root.optimization.stop_time_hours == 1e-12 and root.dataset.disable_validation
+    assert stage_records.read(tmp_path / stopping.MARKER) == {"reason": "signal", "signal": "SIGUSR1", "update": 7}
+
+
+@pytest.fixture(scope="module")
+def under_the_plugins_task(reversal_data, tmp_path_factory):
+    """The README's own-pipeline fairseq-train as conftest's reversal_training runs it, `--task vaswani_translation`
+    appended (docs/reference.md, "Watching training"), in this process: (its checkpoints' folder, its log)."""
+    train = doc_blocks.commands(doc_blocks.block("README.md", "test:own-pipeline"))[0]
+    data = {"fairseq-train DATA": f"fairseq-train {reversal_data / 'joined'}"}
+    train = doc_blocks.substituted(train, {**data, **OWN_PIPELINE_COUNTS})
+    folder = tmp_path_factory.mktemp("own_pipeline_task")
+    tiny = shlex.join([*OWN_PIPELINE_TINY, "--task", "vaswani_translation"])
+    status, out, err = doc_blocks.run_here(f"{train} {tiny}", folder, plugin=plugin_dir())
+    progress_meter.close()
+    assert status == 0, err[-3000:]
+    return folder / "checkpoints", out + err
+
+
+def test_the_readme_pipeline_under_fairseqs_own_task_writes_no_progress(reversal_training):
+    """The README's own pipeline as written (fairseq's --task translation, the plugin's criterion): no ETA lines, no
+    records, no `done` in fairseq's log; the progress is the plugin's task's (below)."""
     save_dir, log = reversal_training
+    assert "[progress]" not in log and not (save_dir / "progress.jsonl").exists()
+    windows = [
+        json.loads(line.split("| train_inner | ", 1)[1]) for line in log.splitlines() if "| train_inner |" in line
+    ]
+    assert len(windows) == 6 and not [window for window in windows if progress_meter.METER in window]
+
+
+def test_a_fairseq_train_started_by_hand_writes_its_progress(under_the_plugins_task):
+    """The README's own pipeline with --task vaswani_translation (fairseq's json log, no pipe): each window's ETA
+    line right after fairseq's line, and the records hold the values fairseq logged."""
+    save_dir, log = under_the_plugins_task
     lines = [line for line in log.splitlines() if "| train_inner |" in line or line.startswith("[progress] ")]
     windows = [json.loads(line.split("| train_inner | ", 1)[1]) for line in lines if "| train_inner |" in line]
     assert len(windows) == 6 and len(lines) == 12
@@ -217,6 +290,6 @@ def test_the_options_the_progress_mirrors_are_those_a_resumed_run_compares_where
     from vaswani_plugin.checkpoints.resume import ALLOWED
     from vaswani_plugin.training.progress import MIRRORED_OPTIONS
 
-    mirrored = [f.name for f in fields(progress_meter.ProgressOptions) if not f.name.startswith("_")]
+    mirrored = [f.name for f in fields(ProgressOptions) if not f.name.startswith("_")]
     assert mirrored == list(MIRRORED_OPTIONS)
     assert set(mirrored) <= ALLOWED["task"] & ALLOWED["criterion"]

@@ -27,7 +27,7 @@ def fairseqs_divergence():
 def watched(tmp_path):
     """A fairseq-train being watched (progress_meter) at update 7 (6 done), its checkpoints in tmp_path."""
     progress_meter.configure(progress_meter.Settings(save_dir=str(tmp_path)))
-    progress_meter.loaded(6)
+    progress_meter.training_step(6)
     yield tmp_path
     progress_meter.close()
 

@@ -84,7 +84,7 @@ def test_a_training_process_of_several_watches_when_the_recipes_ask(tmp_path, mo
         try:
             assert (watchdog._watchdog is not None) == watched
             if watched:
-                progress_meter.loaded(4)
+                progress_meter.training_step(4)
                 progress_meter.observe()
                 assert watchdog._watchdog.update == 5 and watchdog._watchdog.save_dir == tmp_path
         finally:

@@ -1,4 +1,5 @@
-"""Criterion `vaswani_label_smoothed_cross_entropy`: label smoothing of §5.4."""
+"""Criterion `vaswani_label_smoothed_cross_entropy`: label smoothing of §5.4. The loss only: a training's progress,
+its signal stop and its watchdog are the task's (tasks/vaswani_translation.py), under any criterion."""
 
 import math
 from dataclasses import dataclass, field
@@ -11,11 +12,11 @@ from omegaconf import II
 from vaswani_plugin import paper
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.models.output_layer_loss import SmoothedLoss
-from vaswani_plugin.training import preemption, progress_meter
+from vaswani_plugin.progress_options import ProgressOptions
 
 
 @dataclass
-class VaswaniLabelSmoothedCrossEntropyConfig(progress_meter.ProgressOptions):
+class VaswaniLabelSmoothedCrossEntropyConfig(ProgressOptions):  # unused here: checkpoints of older runs hold them
     label_smoothing: float = field(default=paper.LABEL_SMOOTHING, metadata={"help": "epsilon_ls of §5.4"})
     loss_chunk_logits: int = field(
         default=0,
@@ -31,14 +32,11 @@ class VaswaniLabelSmoothedCrossEntropyConfig(progress_meter.ProgressOptions):
 class VaswaniLabelSmoothedCrossEntropy(FairseqCriterion):
     """Cross-entropy against the label-smoothed target distribution (§5.4); logs loss, nll_loss, accuracy."""
 
-    def __init__(self, task, label_smoothing, sentence_avg, loss_chunk_logits=0, cfg=None):
+    def __init__(self, task, label_smoothing, sentence_avg, loss_chunk_logits=0):
         super().__init__(task)
         self.epsilon = label_smoothing
         self.sentence_avg = sentence_avg
         self.loss_chunk_logits = loss_chunk_logits
-        if cfg is not None:  # built by fairseq: its training's progress is written (on rank 0, from its values)
-            progress_meter.configure_from(cfg)
-            preemption.install()  # SIGUSR1, SIGTERM, SIGINT stop training after the next update (this criterion's sum)
 
     def forward(self, model, sample, reduce=True):
         if getattr(model.decoder, "adaptive_softmax", None) is not None:
@@ -69,8 +67,6 @@ class VaswaniLabelSmoothedCrossEntropy(FairseqCriterion):
             "n_correct": n_correct.data,
             "total": sample["ntokens"],
         }
-        if model.training:  # summed over the ranks with the rest: every rank stops after the same update
-            logging_output[preemption.KEY] = preemption.flag()
         return loss, sample_size, logging_output
 
     @classmethod
@@ -86,10 +82,6 @@ class VaswaniLabelSmoothedCrossEntropy(FairseqCriterion):
         metrics.log_derived("ppl", lambda meters: utils.get_perplexity(meters["nll_loss"].avg))
         metrics.log_scalar_sum("n_correct", total("n_correct"))
         metrics.log_scalar_sum("total", total("total"))
-        progress_meter.observe()
-        signals = preemption.summed(total(preemption.KEY))  # those the job's ranks received
-        if signals:
-            progress_meter.stop_for_signal(preemption.name(signals))
         metrics.log_derived(
             "accuracy",
             lambda meters: (

@@ -28,7 +28,6 @@ from vaswani_plugin.models.layers import (
     padding_attention_mask,
     position_indices,
 )
-from vaswani_plugin.training import progress_meter
 
 BASE = paper.model_options("base")  # Table 3's base model: the defaults below
 
@@ -158,12 +157,6 @@ class VaswaniTransformerModel(FairseqEncoderDecoderModel):
         """§3.1: encoder, then decoder; the decoder's output as fairseq's models return it."""
         encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, **kwargs)
         return self.decoder(prev_output_tokens, encoder_out=encoder_out, **kwargs)
-
-    def set_num_updates(self, num_updates):
-        """fairseq's trainer tells the update count: first when it loads a checkpoint (the progress records a
-        resumption there), then at every update."""
-        progress_meter.loaded(num_updates)
-        super().set_num_updates(num_updates)
 
     def set_beam_size(self, beam_size: int):
         """fairseq's SequenceGenerator announces its beam size here; the decoder's beam cache uses it."""

@@ -3,6 +3,11 @@ chooses among vaswani_plugin.generation's generators), parsing's tree constraint
 training under bfloat16 autocast (--bf16-autocast auto|on|off, decided by vaswani_plugin.precision) and the dev
 set's BLEU or F1 at validations (--dev-score, tasks/dev_scores.py).
 
+It is the one place that attaches vaswani_plugin.training's hooks to a fairseq-train, under any model and criterion:
+the progress (its meter, records and watchdog: progress_meter) and the stop after a signal (preemption's flag,
+summed with the logging outputs). The recipes' own rules are a line at each hook here, their bodies modules of their
+own: --leave-epochs (tasks/leave_epochs.py) and the tree constraint (generation/tree_constraint.py).
+
 fairseq's --user-dir imports this module (every module of tasks/ and models/: fairseq.utils.import_user_module), and
 with it the plugin's criterion, optimizer and scheduler; importing it sets fairseq up (cli.set_up_fairseq): the same
 as vaswani_plugin.register()."""
@@ -36,12 +41,13 @@ from vaswani_plugin.models import vaswani_transformer  # noqa: F401  (registers 
 from vaswani_plugin.models.compiled_layers import compile_layers
 from vaswani_plugin.optim import vaswani_adam  # noqa: F401  (registers the optimizer)
 from vaswani_plugin.precision import bf16_autocast_enabled, bf16_autocast_setting, precision_line
+from vaswani_plugin.progress_options import ProgressOptions
 from vaswani_plugin.tasks.dev_scores import DevScoring
 from vaswani_plugin.tasks.dictionary import VaswaniDictionary
 from vaswani_plugin.tasks.leave_epochs import LeaveEpochs
 from vaswani_plugin.tasks.length_buckets import LengthBuckets
 from vaswani_plugin.tasks.resumable_iterator import resumable
-from vaswani_plugin.training import progress_meter
+from vaswani_plugin.training import preemption, progress_meter
 
 set_up_fairseq()  # the error hook, the checkpoint allow-list, durable checkpoint writes
 logger = logging.getLogger(__name__)
@@ -51,7 +57,7 @@ DEFAULT_PRECISION_WHY = "VASWANI_PRECISION_DEFAULT"  # the recipes' reason for a
 
 
 @dataclass
-class VaswaniTranslationConfig(TranslationConfig, progress_meter.ProgressOptions):
+class VaswaniTranslationConfig(TranslationConfig, ProgressOptions):
     gnmt_alpha: Optional[float] = field(
         default=None,
         metadata={
@@ -195,7 +201,8 @@ class VaswaniTranslationTask(TranslationTask):
         super().__init__(cfg, src_dict, tgt_dict)
         bf16_autocast_setting(cfg.bf16_autocast)  # a bad value: an error before the model and data load
         self.bf16_autocast = None  # decided at the first training step, where the device and optimizer are known
-        progress_meter.configure_from(cfg)  # fairseq's own criterion and model too write their progress
+        progress_meter.configure_from(cfg)  # its training's progress, on rank 0, whatever the model and criterion
+        preemption.install()  # SIGUSR1, SIGTERM, SIGINT stop fairseq-train after the next update (train_step's flag)
         if cfg.search not in SEARCH_RULES:
             raise VaswaniConfigError(f"--search {cfg.search}: choose one of {', '.join(SEARCH_RULES)}")
         self.inputs_seen = 0  # sentences given to build_dataset_for_inference so far (fairseq-interactive's lines)
@@ -229,6 +236,7 @@ class VaswaniTranslationTask(TranslationTask):
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         self.updates_done = update_num + 1  # once this step is done: what a validation after it reports
+        progress_meter.training_step(update_num)  # the first: where the run starts (a resumption's record)
         if self.dev_scoring.enabled:
             self.dev_scoring.before_training_step(update_num)
         self.leave_epochs.count(self, model)
@@ -247,6 +255,7 @@ class VaswaniTranslationTask(TranslationTask):
         else:
             step = super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
         self.leave_epochs.output(step[2])
+        step[2][preemption.KEY] = preemption.flag()  # summed over the ranks: every rank stops after the same update
         return step
 
     def length_buckets(self) -> LengthBuckets:
@@ -265,6 +274,9 @@ class VaswaniTranslationTask(TranslationTask):
     def reduce_metrics(self, logging_outputs, criterion):
         super().reduce_metrics(logging_outputs, criterion)
         progress_meter.observe()
+        signals = preemption.summed(sum(log.get(preemption.KEY, 0) for log in logging_outputs))  # the job's ranks'
+        if signals:
+            progress_meter.stop_for_signal(preemption.name(signals))
         self.dev_scoring.log(logging_outputs, metrics)
         self.leave_epochs.reduce(logging_outputs, self.updates_done)
 

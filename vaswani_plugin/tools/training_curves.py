@@ -38,8 +38,8 @@ def records_of(run: Path) -> Path:
         if (run / relative).is_file():
             return run / relative
     raise VaswaniConfigError(
-        f"{run}: no progress record ({' or '.join(RECORDS)}); fairseq-train writes it with the plugin's criterion "
-        "or task"
+        f"{run}: no progress record ({' or '.join(RECORDS)}); fairseq-train writes it with the plugin's task "
+        "(--task vaswani_translation)"
     )
 
 

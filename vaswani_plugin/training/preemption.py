@@ -1,10 +1,11 @@
 """A signal before a time limit, or a preemption, ends training after the next update (docs/recipes.md, "When
 training stops early"). SLURM's `--signal=USR1@N` (or `B:USR1@N`, which the recipes pass on), a scheduler's SIGTERM
-and Ctrl-C's SIGINT reach fairseq-train, where the handler only sets a flag. The criterion puts the flag in each
-update's logging output, which fairseq sums over the ranks in the all-reduce it makes anyway: on a sum above 0 every
-rank stops after that same update, and rank 0 saves checkpoint_last.pt without validating first
-(training/progress_meter.py's stop_for_signal). The flag carries the signal, WIDTH bits of the sum for each, so that
-every rank names the signals the job's ranks received. A leaf: the recipes read EXIT_STATUS without fairseq."""
+and Ctrl-C's SIGINT reach fairseq-train, where the handler only sets a flag. The task puts the flag in each
+update's logging output (tasks/vaswani_translation.py's train_step), which fairseq sums over the ranks in the
+all-reduce it makes anyway: on a sum above 0 every rank stops after that same update, and rank 0 saves
+checkpoint_last.pt without validating first (training/progress_meter.py's stop_for_signal). The flag carries the
+signal, WIDTH bits of the sum for each, so that every rank names the signals the job's ranks received. A leaf: the
+recipes read EXIT_STATUS without fairseq."""
 
 import signal
 import sys

@@ -18,8 +18,8 @@ DEV_SCORES = {"bleu": "sacreBLEU", "tok_bleu": "tokenised BLEU", "f1": "F1"}  # 
 RATE_WINDOW = 5  # intervals the update rate is measured over (validations and saves included)
 
 
-# fairseq's own options that the criterion's and the task's configurations mirror for the progress
-# (training/progress_meter.py's ProgressOptions): a resumed run compares them where they live (checkpoints/resume.py)
+# fairseq's own options that the task's configuration mirrors for the progress (vaswani_plugin/progress_options.py's
+# ProgressOptions, in the criterion's too): a resumed run compares them where they live (checkpoints/resume.py)
 MIRRORED_OPTIONS = (
     "save_dir",
     "no_save",

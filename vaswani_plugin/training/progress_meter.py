@@ -1,7 +1,8 @@
 """fairseq-train's progress written in its own process, on rank 0: training/progress.py's ETA line, dev line and
-records, from the values fairseq logs, not from its text. The plugin's criterion and task add a derived meter `done`
-(the target's share reached, in percent) to fairseq's metrics; fairseq evaluates it where it logs a training window, an
-epoch's end or a validation, and once an update in the trainer's own reduction (a lookup here: no sync, no I/O)."""
+records, from the values fairseq logs, not from its text. The plugin's task, which alone attaches these hooks
+(tasks/vaswani_translation.py), adds a derived meter `done` (the target's share reached, in percent) to fairseq's
+metrics; fairseq evaluates it where it logs a training window, an epoch's end or a validation, and once an update in
+the trainer's own reduction (a lookup here: no sync, no I/O)."""
 
 import atexit
 import logging
@@ -14,33 +15,18 @@ from pathlib import Path
 from typing import List, Optional
 
 from fairseq import metrics
-from fairseq.dataclass import FairseqDataclass
 from fairseq.distributed import utils as distributed_utils
-from omegaconf import II
 from omegaconf.errors import OmegaConfBaseException
 
 from vaswani_plugin import cli
 from vaswani_plugin.checkpoints.storage import last_intact_checkpoint, training_seconds
+from vaswani_plugin.progress_options import ProgressOptions
 from vaswani_plugin.training import stopping, watchdog
 from vaswani_plugin.training.progress import Progress, Target
 
 METER = "done"
 REFRESH = "VASWANI_PROGRESS_REFRESH"  # a shell command run after validations, in the background (the recipes' report)
 REFRESH_SECONDS = "VASWANI_PROGRESS_REFRESH_SECONDS"  # at most this often (default 0: after each validation)
-
-
-@dataclass
-class ProgressOptions(FairseqDataclass):
-    """fairseq's own options that the progress reads, interpolated into the criterion's and the task's
-    configurations (no options of their own)."""
-
-    save_dir: str = II("checkpoint.save_dir")
-    no_save: bool = II("checkpoint.no_save")
-    max_update: int = II("optimization.max_update")
-    max_epoch: int = II("optimization.max_epoch")
-    stop_time_hours: float = II("optimization.stop_time_hours")
-    distributed_world_size: int = II("distributed_training.distributed_world_size")
-    valid_subset: str = II("dataset.valid_subset")
 
 
 @dataclass
@@ -57,7 +43,7 @@ class Settings:
 
 
 class _Run:
-    """One fairseq-train's progress: made when the criterion is built, writing from its first training update."""
+    """One fairseq-train's progress: made when the task is built, writing from its first training update."""
 
     def __init__(self, settings: Settings, config=None):
         self.settings, self.progress, self.broken = settings, None, False
@@ -186,8 +172,8 @@ def explain_stop(error: BaseException) -> Optional[str]:
 
 
 def configure_from(cfg: ProgressOptions):
-    """The task or the criterion, when fairseq builds it from a configuration with ProgressOptions' fields; one
-    that cannot resolve them (a checkpoint's own configuration, read for decoding) trains nothing to watch."""
+    """The task, when fairseq builds it from a configuration with ProgressOptions' fields; one that cannot resolve
+    them (a checkpoint's own configuration, read for decoding) trains nothing to watch."""
     try:
         settings = Settings(
             save_dir=cfg.save_dir,
@@ -205,7 +191,7 @@ def configure_from(cfg: ProgressOptions):
 
 
 def observe():
-    """The criterion's or the task's reduce_metrics, at each reduction: the meter in the aggregators logged to."""
+    """The task's reduce_metrics, at each reduction: the meter in the aggregators logged to."""
     if _run is not None:
         metrics.log_derived(METER, _evaluate, priority=1000)
         watchdog.step(_run.update)  # a step (an update or a validation batch): the watchdog's sign of progress
@@ -237,13 +223,14 @@ def limit_moved(name: str, value):
 
 
 def _evaluate(meters) -> float:
-    """The meter's function: the current run's (an aggregator may outlive a run of an earlier criterion)."""
+    """The meter's function: the current run's (an aggregator may outlive a run of an earlier task)."""
     return math.nan if _run is None else _run.evaluate(meters)
 
 
-def loaded(update: int):
-    """The model, told its update count: the first time, by fairseq's trainer loading a checkpoint (or 0); then by
-    the task before each update."""
+def training_step(update: int):
+    """The task's train_step, before each of its batches: `update` updates are done (fairseq's count, which its
+    trainer set from the checkpoint it resumed from). The first: where this run starts, a resumption's record when
+    it is past 0."""
     if _run is not None:
         _run.update = update + 1
     if _run is not None and _run.first_update is None:

@@ -53,7 +53,7 @@ def diverged(error: BaseException, run: Run, last_checkpoint: Callable[[Path], s
     cause = divergence(error)
     if cause is None:
         return None
-    if run is None:  # not a fairseq-train of the plugin's criterion or task
+    if run is None:  # not a fairseq-train of the plugin's task
         return f"training diverged ({str(cause).splitlines()[0]}); {ADVICE}"
     save_dir, update, rank = run
     line = (
