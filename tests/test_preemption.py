@@ -1,11 +1,11 @@
-"""A stop through a recipe's shell (recipes/common.sh's stoppable, recipes/training.py, tools/preemption.py): SIGTERM
+"""A stop through a recipe's shell (recipes/common.sh's stoppable, recipes/training.py, training/preemption.py): SIGTERM
 (or SIGUSR1) to the recipe's shell while it trains stops training after the next update, saved without validating, the
 recipe's last line naming the signal and its exit status 75, no process of its group left; the same command again
-resumes (under `ulimit -f`, failing in one line to save: tools/stopping.py's full disk) and ends with the model of a run
-never stopped. A stop while the data is prepared (SIGTERM to the shell, a terminal's Ctrl-C) or after training (SIGUSR1
-in translate, average, the scoring) ends every process of the stage with the shell, in the stop line and 75; the
-preparation run again resumes its steps and ends with the data of a run never stopped. In a simulated SLURM step of two
-nodes, SIGUSR1 to one stops both after the same update, both lines naming it, and run 0 requeues the job; with
+resumes (under `ulimit -f`, failing in one line to save: training/stopping.py's full disk) and ends with the model of a
+run never stopped. A stop while the data is prepared (SIGTERM to the shell, a terminal's Ctrl-C) or after training
+(SIGUSR1 in translate, average, the scoring) ends every process of the stage with the shell, in the stop line and 75;
+the preparation run again resumes its steps and ends with the data of a run never stopped. In a simulated SLURM step of
+two nodes, SIGUSR1 to one stops both after the same update, both lines naming it, and run 0 requeues the job; with
 NUM_NODES=2, a frozen node 1 ends node 0 at STALL_MINUTES, a killed one after two heartbeats, and both nodes again
 resume and finish. In process: the requeue's answers, the summed flag's signals, and a stop that ends fairseq-train
 outside an update."""
@@ -27,8 +27,8 @@ import pytest
 import torch
 from test_recipes import NEEDS_CPU_PATH, REPO, TINY
 
-from vaswani_plugin.tools import preemption
-from vaswani_plugin.tools.watchdog import Watchdog
+from vaswani_plugin.training import preemption
+from vaswani_plugin.training.watchdog import Watchdog
 
 TRAIN = f'stages train; detect_devices; train "$WORK_DIR/c" --arch vaswani_transformer {TINY} --log-interval 1 '
 
@@ -342,7 +342,7 @@ def test_a_signal_to_one_node_stops_both_and_a_frozen_or_killed_node_ends_the_ot
     process of node 1's recipe (its shell, recipes/training.py, fairseq-train, its data workers), none to node 0: the
     flag, summed in fairseq's all-reduce, stops both after the same update, both lines naming SIGUSR1; both exit 75,
     and run 0 requeues the job. NUM_NODES=2 with STALL_MINUTES=0.1 (6 s): node 1's fairseq-train frozen (SIGSTOP):
-    node 0's watchdog ends it in one line naming rank 1 and the checkpoint a re-run resumes from (tools/watchdog.py);
+    node 0's watchdog ends it in one line naming rank 1 and the checkpoint a re-run resumes from (training/watchdog.py);
     node 1's fairseq-train then killed: its recipe says so. Both nodes again, resuming, with STALL_MINUTES=0.3 (beats
     of 3 s, a stall at 18 s): node 1's fairseq-train killed (SIGKILL, its data workers too) at an update: node 0's
     collective fails at once, and it ends two beats later in one line naming rank 1 as the lost peer. Both again: they
@@ -451,7 +451,7 @@ def test_run_0_of_a_slurm_job_that_allows_it_requeues_it(allowed, tmp_path, monk
 
 
 def test_the_summed_flag_names_the_signals_the_ranks_received(monkeypatch):
-    """tools/preemption.py's flag, summed as fairseq sums the logging outputs (in a double): the signals some rank
+    """training/preemption.py's flag, summed as fairseq sums the logging outputs (in a double): the signals some rank
     received, each whatever the number of ranks that received it (up to 2**16 - 1), none from a sum of none."""
 
     def flags(*received):
