@@ -1,6 +1,7 @@
 """Shared helpers: tiny dictionaries and models built through the plugin's own config and build_model."""
 
 import os
+import signal
 
 # One thread per process, here and in every command the tests start: the second lane's recipe runs and the tests
 # in the foreground share CI's 2 cores, and OpenMP threads that outnumber the cores spin instead of working (the
@@ -10,6 +11,11 @@ os.environ["OMP_NUM_THREADS"] = "1"
 # at a first use (tests/startup/sitecustomize.py: 1.3 of the 4-5 CPU seconds of a fairseq process's start).
 STARTUP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "startup")
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [STARTUP, os.environ.get("PYTHONPATH")]))
+# A suite started in the background by a shell without job control (`nohup bash .ci/run &`) inherits SIGINT ignored,
+# and so would every process it starts, where the Ctrl-C tests need it (test_preemption.py): Python's own handler
+# instead, which a started program sees as the default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 import shlex  # noqa: E402
 import threading  # noqa: E402
