@@ -78,12 +78,19 @@ def end(pid: int, wait: float = WAIT_SECONDS) -> None:
         time.sleep(0.05)
 
 
-def line(what: str, name: str) -> str:
-    """`RECIPE: stopped: WHAT stopped by SIGNAME; run the same command again`, or the SLURM requeue's words."""
+def said(how: str, run) -> str:
+    """A stopped recipe's last line, `RECIPE: stopped: HOW; run the same command again` (or the SLURM requeue's
+    words for the stages.Run `run`): the shell's after a stage it ended (line) and recipes/training.py's."""
     from recipes import stages, training
 
-    again = training.requeue(stages.Run.from_environment())
-    return f"{stages.env('RECIPE')}: stopped: {what} stopped by SIG{name}; {again}"
+    return f"{stages.env('RECIPE')}: stopped: {how}; {training.requeue(run)}"
+
+
+def line(what: str, name: str) -> str:
+    """`RECIPE: stopped: WHAT stopped by SIGNAME; ...` for this run."""
+    from recipes import stages
+
+    return said(f"{what} stopped by SIG{name}", stages.Run.from_environment())
 
 
 def main(argv=None) -> None:

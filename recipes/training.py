@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from recipes import launch, stages
+from recipes import launch, stages, stops
 from vaswani_plugin import paper
 from vaswani_plugin import precision as PRECISION
 from vaswani_plugin.training import preemption as PREEMPTION
@@ -216,7 +216,7 @@ def ended(run: stages.Run, name: str, save_dir: Path, status: int) -> None:
     if how is None and RECEIVED and status == -RECEIVED[0]:
         how = f"stopped by {signal_name}"
     if how is not None:  # the run resumes from checkpoint_last.pt
-        print(f"{stages.env('RECIPE')}: stopped: training {how}; {requeue(run)}", file=sys.stderr, flush=True)
+        print(stops.said(f"training {how}", run), file=sys.stderr, flush=True)
         sys.exit(PREEMPTION.EXIT_STATUS)
     if status < 0:  # a kill (kill -9, the out-of-memory killer): fairseq-train could not say why
         raise stages.StageError(
