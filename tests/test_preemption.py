@@ -307,9 +307,8 @@ def held_python(folder, module):
     """An interpreter that runs `python -m MODULE ...` only once FOLDER/held, a FIFO, has been written, and anything
     else at once."""
     wrapper = folder / "python"
-    wrapper.write_text(f'#!/bin/sh\ncase "$*" in *"-m {module} "*) cat "{folder}/held" > /dev/null;; esac\n')
-    with open(wrapper, "a") as more:
-        more.write(f'exec {sys.executable} "$@"\n')
+    held = f'case "$*" in *"-m {module} "*) cat "{folder}/held" > /dev/null;; esac'
+    wrapper.write_text(f'#!/bin/sh\n{held}\nexec {sys.executable} "$@"\n')
     wrapper.chmod(0o755)
     return str(wrapper)
 
