@@ -3,6 +3,8 @@
     python benchmarks/host_cost.py                       # 6+6 layers at d_model 64, 5 rounds of 4 updates, 1 thread
     python benchmarks/host_cost.py --smoke               # seconds: 1+1 layers, 2 rounds of 1 update (the test suite)
     python benchmarks/host_cost.py --device cuda --size big --precisions amp --seconds 45   # the GPU acceptance's
+    python benchmarks/host_cost.py --precisions float32 --implementations vaswani_transformer vaswani_F.dropout \
+        --optimizers vaswani_adam --rounds 12 --updates 36   # the plugin's CPU dropout draw against torch's
 
 Each configuration (precision x implementation x optimizer) is built by fairseq's own parser, task and Trainer from
 the same flags and trained on the same synthetic batches (host_cost_measure.py); per update it prints the host's ms
@@ -22,7 +24,7 @@ from pathlib import Path
 
 from common import PAPER, PLUGIN, cpu_model
 from float16_on_cpu import float16_on_cpu
-from host_cost_measure import IMPLEMENTATIONS, measure, write_dictionary
+from host_cost_measure import IMPLEMENTATIONS, TORCH_DROPOUT, measure, write_dictionary
 from host_cost_memory import one_gpu_default
 from host_cost_report import report
 
@@ -87,7 +89,14 @@ def main(argv=None):
         choices=["float32", "fp16", "amp", "bf16"],
         help="bf16: the plugin's --bf16-autocast on (the plugin alone)",
     )
-    parser.add_argument("--implementations", nargs="+", default=list(IMPLEMENTATIONS), choices=list(IMPLEMENTATIONS))
+    parser.add_argument(
+        "--implementations",
+        nargs="+",
+        default=["transformer", "vaswani_transformer"],
+        choices=list(IMPLEMENTATIONS),
+        help=f"fairseq's and the plugin's models; {TORCH_DROPOUT}: the plugin's with torch's F.dropout in place of "
+        "its own CPU draw (models/dropout.py), its ratio to the plugin's printed (default: the first two)",
+    )
     parser.add_argument(
         "--no-cudnn-sdpa",
         action="store_true",

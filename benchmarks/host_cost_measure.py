@@ -2,6 +2,7 @@
 parser, task and Trainer from the same flags, trained on the same synthetic batches, timed (on a CPU in interleaved
 rounds) and profiled (calls, syncs, kernel time by kind, memory, host frames)."""
 
+import contextlib
 import copy
 import statistics
 import time
@@ -18,6 +19,10 @@ IMPLEMENTATIONS = {  # name: (--arch, --criterion, --task)
     "transformer": ("transformer", "label_smoothed_cross_entropy", "translation"),
     "vaswani_transformer": ("vaswani_transformer", "vaswani_label_smoothed_cross_entropy", "vaswani_translation"),
 }
+# The plugin with torch's F.dropout in place of models/dropout.py's CPU draw: that draw's A/B in one run.
+TORCH_DROPOUT = "vaswani_F.dropout"
+IMPLEMENTATIONS[TORCH_DROPOUT] = IMPLEMENTATIONS["vaswani_transformer"]
+PLUGIN_MODELS = ("vaswani_transformer", TORCH_DROPOUT)
 REFERENCE = ("transformer", "adam")  # what a user gets by doing nothing
 MFU_FLOPS_PER_PARAMETER_TOKEN = 6  # a training step's model FLOPs ~ 6 x parameters x tokens (forward 2, backward 4)
 
@@ -134,9 +139,9 @@ def arguments(spec, data_dir, implementation, optimizer):
         "1",
     ]
     words += ["--cpu"] if spec.device == "cpu" else []
-    if implementation == "vaswani_transformer" and spec.compile_layers != "off":  # the task's torch.compile lever
+    if implementation in PLUGIN_MODELS and spec.compile_layers != "off":  # the task's torch.compile lever
         words += ["--compile-layers", spec.compile_layers]
-    if implementation == "vaswani_transformer" and spec.length_buckets:  # padded batch shapes (issue 65)
+    if implementation in PLUGIN_MODELS and spec.length_buckets:  # padded batch shapes (issue 65)
         words += ["--length-buckets", spec.length_buckets]
     return [str(word) for word in words]
 
@@ -170,6 +175,7 @@ class Run:
         self.epoch_itr = self.trainer.get_train_iterator(epoch=1, load_dataset=False)
         self.batches = self.epoch_batches()
         self.cuda = spec.device == "cuda"
+        self.dropout = torch_dropout if implementation == TORCH_DROPOUT else contextlib.nullcontext
         self.tokens = self.epochs = 0  # target tokens trained, epochs begun since the first
         self.seen = [0, 0]  # the largest padded source and target since it was last reset
         self.timed, self.wall = [], 0.0  # the timed updates' (wait, wall, CPU) seconds; their windows' wall seconds
@@ -200,11 +206,12 @@ class Run:
         start = time.perf_counter()
         samples = self.next_samples()
         middle, cpu = time.perf_counter(), time.process_time()
-        if frames is not None:
-            frames.enable()
-        self.trainer.train_step(samples)
-        if frames is not None:
-            frames.disable()
+        with self.dropout():
+            if frames is not None:
+                frames.enable()
+            self.trainer.train_step(samples)
+            if frames is not None:
+                frames.disable()
         times = (middle - start, time.perf_counter() - middle, time.process_time() - cpu)
         for sample in samples:
             if sample:
@@ -242,6 +249,21 @@ class Run:
             tokens_per_s=self.timed_tokens / self.wall,
             parameters=self.parameters,
         )
+
+
+@contextlib.contextmanager
+def torch_dropout():
+    """The plugin's layers draw their dropout with torch's F.dropout inside this block (TORCH_DROPOUT's runs)."""
+    import torch.nn.functional as F
+
+    from vaswani_plugin.models import attention, layers
+
+    own = layers.apply_dropout, attention.apply_dropout
+    layers.apply_dropout = attention.apply_dropout = lambda x, p, training: F.dropout(x, p, training) if p else x
+    try:
+        yield
+    finally:
+        layers.apply_dropout, attention.apply_dropout = own
 
 
 def profiled(spec, run, precision, implementation, excluded=frozenset()) -> dict:
@@ -346,9 +368,11 @@ def measure(spec, data_dir) -> dict:
 
 
 def configurations(spec):
-    """(precision, implementation, optimizer): fairseq's transformer with adam, the plugin with each --optimizers."""
+    """(precision, implementation, optimizer): fairseq's transformer with adam, the plugin (and TORCH_DROPOUT) with
+    each --optimizers."""
     for precision in spec.precisions:
         if "transformer" in spec.implementations and precision != "bf16":  # fairseq's --bf16 is for TPUs
             yield (precision, *REFERENCE)
-        for optimizer in spec.optimizers if "vaswani_transformer" in spec.implementations else ():
-            yield precision, "vaswani_transformer", optimizer
+        for implementation in (name for name in PLUGIN_MODELS if name in spec.implementations):
+            for optimizer in spec.optimizers:
+                yield precision, implementation, optimizer

@@ -7,7 +7,7 @@ import statistics
 from host_cost_counts import COLUMNS
 from host_cost_frames import AREAS
 from host_cost_kinds import KINDS
-from host_cost_measure import REFERENCE, round_ratios
+from host_cost_measure import REFERENCE, TORCH_DROPOUT, round_ratios
 
 
 def percent(share) -> str:
@@ -157,14 +157,20 @@ def report_rounds(results, spec):
             f"(median {statistics.median(wall):.1f})"
         )
     for precision in spec.precisions:
-        reference = results.get((precision, *REFERENCE))
         for optimizer in spec.optimizers:
-            ours = results.get((precision, "vaswani_transformer", optimizer))
-            if reference is None or ours is None:
-                continue
-            cpu, wall = (round_ratios(ours["rounds"], reference["rounds"], which) for which in (0, 1))
-            print(
-                f"  ratio {precision} vaswani_transformer+{optimizer} / transformer+adam by round, process CPU ms "
-                f"{' '.join(f'{ratio:.2f}' for ratio in cpu[3])}: median {cpu[0]:.2f} ({cpu[1]:.2f}-{cpu[2]:.2f}); "
-                f"wall ms median {wall[0]:.2f} ({wall[1]:.2f}-{wall[2]:.2f})"
-            )
+            # the plugin against fairseq's transformer with adam; torch's F.dropout in the plugin against its own draw
+            for ours, theirs in (
+                (("vaswani_transformer", optimizer), REFERENCE),
+                ((TORCH_DROPOUT, optimizer), ("vaswani_transformer", optimizer)),
+            ):
+                if (precision, *ours) not in results or (precision, *theirs) not in results:
+                    continue
+                cpu, wall = (
+                    round_ratios(results[precision, *ours]["rounds"], results[precision, *theirs]["rounds"], which)
+                    for which in (0, 1)
+                )
+                print(
+                    f"  ratio {precision} {'+'.join(ours)} / {'+'.join(theirs)} by round, process CPU ms "
+                    f"{' '.join(f'{ratio:.2f}' for ratio in cpu[3])}: median {cpu[0]:.2f} ({cpu[1]:.2f}-{cpu[2]:.2f}); "
+                    f"wall ms median {wall[0]:.2f} ({wall[1]:.2f}-{wall[2]:.2f})"
+                )

@@ -285,3 +285,47 @@ def test_interleaved_rounds_alternate_and_their_ratios_median_resists_drift():
     # The headline: process CPU time's median (of 0.5, 0.75, 1), not wall time's (1).
     headline = host_cost_report.cpu_headline([(1, 9), (3, 9), (5, 9)], [(2, 9), (4, 9), (5, 9)])
     assert headline.startswith("process CPU ms 0.75 (median of 3 interleaved rounds, 0.50-1.00)")
+
+
+def test_the_dropout_a_b_draws_with_torchs_dropout_inside_its_runs_alone(monkeypatch):
+    """vaswani_F.dropout's runs: every dropout of the plugin's layers through F.dropout inside torch_dropout() and
+    none outside it (the plugin's own CPU draw); measured beside the plugin with each optimizer."""
+    from conftest import build_model, make_dictionary, random_tokens
+
+    calls = []
+    dropout = torch.nn.functional.dropout
+    monkeypatch.setattr(torch.nn.functional, "dropout", lambda *args: calls.append(args) or dropout(*args))
+    dictionary = make_dictionary(20)
+    model = build_model(dictionary, dropout=0.3, activation_dropout=0.2)
+    model.train()
+    tokens = random_tokens(dictionary, 2, 5)
+    model(tokens, torch.tensor([5, 5]), tokens)
+    assert calls == []
+    with host_cost_measure.torch_dropout():
+        model(tokens, torch.tensor([5, 5]), tokens)
+    # embeddings' 2, each residual's (2 a encoder layer, 3 a decoder layer) and each FFN's inner one (2 + 2)
+    assert sorted({p for _, p, _ in calls}) == [0.2, 0.3] and len(calls) == 2 + 2 * 2 + 2 * 3 + 2 + 2
+    calls.clear()
+    model(tokens, torch.tensor([5, 5]), tokens)
+    assert calls == []
+    spec = type("Spec", (), dict(precisions=["float32"], implementations=["vaswani_transformer", "vaswani_F.dropout"]))
+    spec.optimizers = ["adam", "vaswani_adam"]
+    assert list(host_cost_measure.configurations(spec)) == [
+        ("float32", implementation, optimizer)
+        for implementation in ("vaswani_transformer", "vaswani_F.dropout")
+        for optimizer in ("adam", "vaswani_adam")
+    ]
+
+
+def test_the_dropout_a_b_prints_its_ratio_to_the_plugins_own_draw(capsys):
+    spec = type("Spec", (), dict(precisions=["float32"], optimizers=["vaswani_adam"], rounds=3))
+    results = {
+        ("float32", "vaswani_transformer", "vaswani_adam"): dict(rounds=[(8, 9), (9, 9), (10, 9)]),
+        ("float32", "vaswani_F.dropout", "vaswani_adam"): dict(rounds=[(10, 9), (10, 9), (10, 9)]),
+    }
+    host_cost_report.report_rounds(results, spec)
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  ratio")]
+    assert line.startswith(
+        "  ratio float32 vaswani_F.dropout+vaswani_adam / vaswani_transformer+vaswani_adam by round, process CPU ms "
+        "1.25 1.11 1.00: median 1.11 (1.00-1.25); wall ms median 1.00"
+    )
