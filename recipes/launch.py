@@ -6,10 +6,10 @@ the batch (batch_plan, for recipes/training.py).
                                                           # --shell checks the recipe's variables first (CHECKED)
 
 Reads the recipe's variables (NUM_GPUS, CPU, NUM_NODES, ...) and the launchers' (SLURM_*, torchrun's RANK ...) from
-the environment; says what it chose on stderr as the recipes do, or stops with one line (exit 1). It imports
-neither torch nor fairseq: the recipe's PYTHON counts the GPUs, reads the longest sentence and sizes a GPU's batch
-(vaswani_plugin/tools/gpu_batch.py), in processes of their own, only when asked. Launchers: docs/recipes.md,
-"SLURM", "Several nodes".
+the environment; says what it chose on stderr as the recipes do, or stops with one line (exit 1). Its import
+leaves torch and fairseq out: the recipe's PYTHON counts the GPUs for `devices`; batch_plan reads the longest sentence
+and sizes a GPU's batch (vaswani_plugin/tools/gpu_batch.py: torch and fairseq) in recipes/training.py's own process,
+only when asked. Launchers: docs/recipes.md, "SLURM", "Several nodes".
 """
 
 import argparse
@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import List, Optional
 
 from vaswani_plugin import errors as ERRORS
@@ -358,10 +359,10 @@ def devices_plan(python: str, shell_pid: str) -> dict:
     )
 
 
-def tokens_per_gpu(python: str, data_bin: str, training: List[str]) -> str:
+def tokens_per_gpu(data_bin: str, training: List[str]) -> str:
     """MAX_TOKENS_PER_GPU, or when unset: on GPUs, for the model of `training` (fairseq-train's arguments but the
-    data), the most tokens the smallest GPU's memory holds (vaswani_plugin/tools/gpu_batch.py, in the recipe's
-    python); a dry run says so and plans FIXED_TOKENS_PER_GPU's; FIXED_TOKENS_PER_GPU without a model or on CPU."""
+    data), the most tokens the smallest GPU's memory holds (vaswani_plugin/tools/gpu_batch.py, in this process); a
+    dry run says so and plans FIXED_TOKENS_PER_GPU's; FIXED_TOKENS_PER_GPU without a model or on CPU."""
     if env("MAX_TOKENS_PER_GPU"):
         return env("MAX_TOKENS_PER_GPU")
     if not training or "--cpu" in training:
@@ -373,25 +374,25 @@ def tokens_per_gpu(python: str, data_bin: str, training: List[str]) -> str:
             "MAX_TOKENS_PER_GPU to see another's"
         )
         return str(FIXED_TOKENS_PER_GPU)
-    found = subprocess.run(
-        [python, "-m", "vaswani_plugin.tools.gpu_batch", data_bin, *training],
-        capture_output=True,
-        text=True,
-    )
-    said = found.stderr.strip().splitlines()
-    if found.returncode or not digits(found.stdout.strip()):
-        raise LaunchError(
-            f"MAX_TOKENS_PER_GPU unset and {said[-1] if said else 'no answer'} (vaswani_plugin.tools.gpu_batch)"
-        )
-    say(f"batch: MAX_TOKENS_PER_GPU unset: {said[-1].split(': ', 1)[-1]}")
-    return found.stdout.strip()
+    from vaswani_plugin.tools import gpu_batch  # torch and fairseq
+
+    try:
+        tokens, why = gpu_batch.command_batch([data_bin, *training])
+    except ERRORS.VaswaniConfigError as error:
+        raise LaunchError(f"MAX_TOKENS_PER_GPU unset and {error} ({gpu_batch.PROG})") from None
+    except SystemExit:  # fairseq's parser, its usage and error above
+        raise LaunchError(f"MAX_TOKENS_PER_GPU unset and fairseq cannot parse the command ({gpu_batch.PROG})") from None
+    say(f"batch: MAX_TOKENS_PER_GPU unset: {why}")
+    return str(tokens)
 
 
-def batch_plan(python: str, workers: int, data_bin: str, default_tokens: int, training: List[str] = ()) -> dict:
+def batch_plan(workers: int, data_bin: str, default_tokens: int, training: List[str] = ()) -> dict:
     """§5.1: MAX_TOKENS a worker and UPDATE_FREQ such that one step holds about TOKENS_PER_STEP tokens, however
     many workers there are (each batch at most tokens_per_gpu's); a batch holds the longest sentence (fairseq
     asserts it: train, and valid at the same --max-tokens)."""
-    tokens, per_gpu = env("TOKENS_PER_STEP") or str(default_tokens), tokens_per_gpu(python, data_bin, list(training))
+    from prepare.longest import longest_example
+
+    tokens, per_gpu = env("TOKENS_PER_STEP") or str(default_tokens), tokens_per_gpu(data_bin, list(training))
     if not digits(tokens, per_gpu) or int(tokens) == 0 or int(per_gpu) == 0:
         raise LaunchError(f"TOKENS_PER_STEP={tokens}, MAX_TOKENS_PER_GPU={per_gpu}: use positive numbers of tokens")
     tokens, per_gpu = int(tokens), int(per_gpu)
@@ -400,11 +401,12 @@ def batch_plan(python: str, workers: int, data_bin: str, default_tokens: int, tr
     if env("DRY_RUN") == "1":
         say("batch: whether a batch holds the longest sentence is known once the data is prepared (at run time)")
         return dict(UPDATE_FREQ=update_freq, MAX_TOKENS=max_tokens)
-    found = subprocess.run([python, "-m", "prepare.longest", data_bin], stdout=subprocess.PIPE, text=True)
-    longest, split = (found.stdout.split() + ["", ""])[:2]
-    if found.returncode or not digits(longest):
-        raise LaunchError(f"cannot read the longest sentence of {data_bin}")
-    longest = int(longest)
+    try:
+        longest, split = longest_example(Path(data_bin), ["train", "valid"])
+    except ERRORS.VaswaniConfigError as error:
+        raise LaunchError(f"cannot read the longest sentence of {data_bin}: {error}") from None
+    except OSError as error:
+        raise LaunchError(f"cannot read the longest sentence of {data_bin}: {ERRORS.os_error_message(error)}") from None
     if per_gpu < longest:
         raise LaunchError(
             f"MAX_TOKENS_PER_GPU={per_gpu} is below the longest {split} sentence ({longest} tokens): "

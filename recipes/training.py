@@ -53,12 +53,12 @@ def words(name: str) -> List[str]:
     return shlex.split(stages.env(name))
 
 
-def batch(run: stages.Run, python: str, model: List[str]) -> Tuple[int, int]:
+def batch(run: stages.Run, model: List[str]) -> Tuple[int, int]:
     """(MAX_TOKENS, UPDATE_FREQ) of launch.batch_plan for `model` (fairseq-train's arguments but the data and batch),
     run 0's for every run of the job."""
 
     def decide_here() -> str:
-        plan = launch.batch_plan(python, run.workers, data_bin(), paper.TOKENS_PER_STEP, model)
+        plan = launch.batch_plan(run.workers, data_bin(), paper.TOKENS_PER_STEP, model)
         return f"{plan['MAX_TOKENS']} {plan['UPDATE_FREQ']}"
 
     if stages.env("MAX_TOKENS_PER_GPU") or "--cpu" in model or run.dry_run:
@@ -68,7 +68,7 @@ def batch(run: stages.Run, python: str, model: List[str]) -> Tuple[int, int]:
     return int(max_tokens), int(update_freq)
 
 
-def precision(run: stages.Run, python: str, trained: Optional[str]) -> Tuple[str, str]:
+def precision(run: stages.Run, trained: Optional[str]) -> Tuple[str, str]:
     """(one of PRECISION.PRECISIONS, or auto on a CPU; why, where the recipe chose it) for this run: PRECISION's
     (FP16's, BF16's) if set (launch.devices_plan refused what the devices cannot train in); else its checkpoints'
     (`trained`); else auto, on GPUs decided by run 0 for every run."""
@@ -87,12 +87,8 @@ def precision(run: stages.Run, python: str, trained: Optional[str]) -> Tuple[str
         )
         return "bf16", ""
 
-    def decide_here() -> str:
-        found = subprocess.run([python, "-m", "vaswani_plugin.precision"], capture_output=True, text=True)
-        said_here = found.stderr.strip().splitlines()
-        if found.returncode or found.stdout.split()[:1] == []:
-            raise stages.StageError(f"PRECISION auto: {said_here[-1] if said_here else 'no answer'}")
-        return found.stdout.strip()
+    def decide_here() -> str:  # torch's view of this machine's GPUs, in this process
+        return " ".join(PRECISION.decide("auto", "cuda", PRECISION.visible_gpus()))
 
     chosen, why = stages.agreed(run, "precision", decide_here).split(" ", 1)
     stages.say(f"precision: {chosen} ({said}: {why})")
@@ -112,11 +108,11 @@ def command(run: stages.Run, python: str, save_dir: str, share: str, model: List
         if trained_under is not None and trained_under["optimizer"]["_name"] == "adam":
             training = ["adam" if word == "vaswani_adam" else word for word in training]
         trained = None if trained_under is None else PRECISION.trained_precision(trained_under)
-    chosen, why = precision(run, python, trained)
+    chosen, why = precision(run, trained)
     plugin = str(Path(__file__).resolve().parent.parent / "vaswani_plugin")
     task = ["--user-dir", plugin, "--task", "vaswani_translation", *PRECISION.arguments(chosen)]
     extra = words("DEVICE_ARGS") + model + words("EXTRA_TRAIN_ARGS")
-    max_tokens, update_freq = batch(run, python, task + [SHARING[share]] + extra)
+    max_tokens, update_freq = batch(run, task + [SHARING[share]] + extra)
     line = [python, "-m", "fairseq_cli.train", data_bin(), *task, SHARING[share], *training]
     line += ["--max-tokens", str(max_tokens), "--update-freq", str(update_freq), "--required-batch-size-multiple", "1"]
     line += ["--save-dir", save_dir, "--no-epoch-checkpoints", "--log-format", "simple", "--log-interval", "100"]

@@ -30,7 +30,18 @@ from conftest import lane_job
 from doc_blocks import block, commands, substituted
 from fairseq.data import Dictionary, LanguagePairDataset
 from fairseq.data.indexed_dataset import MMapIndexedDataset
-from test_recipes import CPU_ONLY, LAUNCHED, NEEDS_CPU_PATH, REPO, TINY, hypotheses, launched, run_common, tiny_env
+from test_recipes import (
+    CPU_ONLY,
+    LAUNCHED,
+    NEEDS_CPU_PATH,
+    REPO,
+    TINY,
+    data_bin,
+    hypotheses,
+    launched,
+    run_common,
+    tiny_env,
+)
 from wmt_mirror import build_mirror, newstest2014_sentences
 
 from vaswani_plugin.precision import bf16_autocast_enabled
@@ -380,6 +391,7 @@ def test_bf16_auto_chooses_autocast_for_every_cpu_process(tmp_path):
     """BF16=auto with 1 or 2 nodes: every process's fairseq-train gets --bf16-autocast auto and --cpu, and its task
     decides on the CPU it trains on: autocast where the CPU multiplies bfloat16 natively (flags faked here)."""
     command = 'stages train; detect_devices; echo "$WORKERS"; train "$WORK_DIR/c"'
+    data_bin(tmp_path)
     for settings, workers in (({}, "1"), (NODES, "2")):
         if settings:  # node 1 trains as node 0 decided for this launch (recipes/stages.py)
             (tmp_path / ".stages" / "train.decision").write_text("nodes 2 via 127.0.0.1:29500\trun\n")

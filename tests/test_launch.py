@@ -170,7 +170,7 @@ def brute_force_batch(tokens, per_gpu, workers):
 def test_a_step_holds_tokens_per_step_however_many_workers(environment, tokens, per_gpu, workers):
     """§5.1: about 25,000 tokens a step, the default from vaswani_plugin/paper.py."""
     environment(DRY_RUN=1, MAX_TOKENS_PER_GPU=per_gpu, **({} if tokens == 25000 else {"TOKENS_PER_STEP": tokens}))
-    plan = launch.batch_plan(sys.executable, workers, "unread", default_tokens=25000)
+    plan = launch.batch_plan(workers, "unread", default_tokens=25000)
     assert (plan["UPDATE_FREQ"], plan["MAX_TOKENS"]) == brute_force_batch(tokens, per_gpu, workers)
 
 

@@ -2,7 +2,6 @@
 recipes choose by it). The model against measured peaks: tests/test_host_cost.py (a CPU's), the GPU acceptance."""
 
 import dataclasses
-import sys
 import types
 
 import pytest
@@ -120,26 +119,22 @@ def test_the_one_gpu_default_is_the_papers_step_in_the_fewest_batches(monkeypatc
 def test_run_zero_chooses_the_batch_from_its_gpu_and_every_run_takes_it(reversal_data, tmp_path, monkeypatch, capsys):
     """MAX_TOKENS_PER_GPU unset on GPUs: run 0's card decides (80 GiB: 25,000 tokens over 2 workers in one batch
     each); run 1, on an 8 GiB card, which alone would choose three batches, takes run 0's (recipes/training.py's
-    batch, in process). A dry run says it is chosen at run time."""
-    python = tmp_path / "python"
-    python.write_text(f'#!/bin/sh\nexec {sys.executable} {REPO / "tests" / "fake_gpus.py"} "$@"\n')
-    python.chmod(0o755)
+    batch, sized and checked against the longest sentence in its process). A dry run says it is chosen at run time."""
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "data-bin").symlink_to(reversal_data / "joined")
     monkeypatch.setenv("DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("RECIPE", "test")
-    monkeypatch.setenv("PYTHONPATH", str(REPO))  # as recipes/common.sh exports it: prepare.longest
     for name in ("MAX_TOKENS_PER_GPU", "TOKENS_PER_STEP"):
         monkeypatch.delenv(name, raising=False)
     model = ["--user-dir", str(REPO / "vaswani_plugin"), "--task", "vaswani_translation", "--bf16-autocast", "0"]
     model += ["--share-all-embeddings", "--arch", "vaswani_transformer_big"]
 
     def batch(rank, gib, dry_run=False):
-        monkeypatch.setenv("FAKE_GPUS", f"9.0:Fake GPU {gib}:{gib}")
+        fake(torch, f"9.0:Fake GPU {gib}:{gib}", monkeypatch.setattr)
         monkeypatch.setenv("DRY_RUN", str(int(dry_run)))
         run = stages.Run(tmp_path / "work", rank=rank, name=f"node {rank}", launch_id="job 7", workers=2)
         run = dataclasses.replace(run, dry_run=dry_run)
-        return training.batch(run, str(python), model)
+        return training.batch(run, model)
 
     assert batch(0, 80) == (12500, 1)
     said = capsys.readouterr().err

@@ -16,13 +16,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import sentencepiece
 import torch
 from cli_helpers import TINY_MODEL
 from conftest import lane_job
 from doc_blocks import block, commands
-from fairseq.data import Dictionary
+from fairseq.data import Dictionary, indexed_dataset
 from fairseq.data.indexed_dataset import MMapIndexedDataset
 from wmt_mirror import build_mirror, newstest2014_sentences
 
@@ -320,20 +321,15 @@ def test_table3_needs_a_row():
 
 
 def run_common(tmp_path, commands, gpus=8, **settings):
-    """Source recipes/common.sh and run COMMANDS, with a stand-in python that reports GPUS visible GPUs, a longest
-    training sentence of 100 tokens (prepare.longest), a GPU's batch of 4096 tokens (tools.gpu_batch), runs the
-    stage records and decisions (prepare.records, recipes.stages, recipes.training), the launch plan and paper's
-    settings (recipes.launch) and what PRECISION auto chooses for the GPUs of FAKE_GPUS (tests/fake_gpus.py; by default
-    H200s), and prints any other command it is given (`python ARGS...`) instead of running it."""
+    """Source recipes/common.sh and run COMMANDS, with a stand-in python that reports GPUS visible GPUs, runs the
+    stage records and decisions (prepare.records, recipes.stages), the launch plan and paper's settings
+    (recipes.launch) and the training stage (recipes.training: torch seeing the GPUs of FAKE_GPUS, tests/fake_gpus.py;
+    by default H200s), and prints any other command it is given (`python ARGS...`) instead of running it."""
     fake_python = tmp_path / "python"
     fake_python.write_text(
         f'#!/bin/sh\nif [ "$1" = -c ]; then echo {gpus}; '
-        f'elif [ "$2" = prepare.longest ]; then echo 100 train; '
-        f'elif [ "$2" = vaswani_plugin.tools.gpu_batch ]; then echo 4096; echo "gpu_batch: 4096 '
-        f'tokens a batch fit" >&2; '
-        f'elif [ "$2" = prepare.records ] || [ "${{2%.*}}" = recipes ]; then '
-        f'exec {sys.executable} "$@"; '
-        f'elif [ "$2" = vaswani_plugin.precision ]; then exec {sys.executable} {REPO / "tests" / "fake_gpus.py"} "$@"; '
+        f'elif [ "$2" = recipes.training ]; then exec {sys.executable} {REPO / "tests" / "fake_gpus.py"} "$@"; '
+        f'elif [ "$2" = prepare.records ] || [ "${{2%.*}}" = recipes ]; then exec {sys.executable} "$@"; '
         f'else echo "python $*"; fi\n'
     )
     fake_python.chmod(0o755)
@@ -416,8 +412,22 @@ def test_more_gpus_than_visible_is_an_error(tmp_path):
     assert result.stderr.strip() == "test: error: NUM_GPUS=9 but only 8 GPUs are visible"
 
 
-# What train() runs: fairseq-train's arguments, printed by run_common's stand-in python.
-TRAIN = 'stages train; detect_devices; train "$WORK_DIR/checkpoints" --arch a'
+# What train() runs: fairseq-train's arguments, printed by run_common's stand-in python. Its data: data_bin's; the
+# batch per GPU set (the memory model's, vaswani_plugin/tools/gpu_batch.py, needs a real model: test_memory.py).
+TRAIN = 'stages train; detect_devices; MAX_TOKENS_PER_GPU=4096 train "$WORK_DIR/checkpoints" --arch a'
+
+
+def data_bin(work_dir: Path, longest: int = 100) -> None:
+    """WORK_DIR/data/data-bin with train and valid splits, written by fairseq's own builder, whose longest sentence
+    has `longest` tokens: all that the recipes' batch check reads."""
+    folder = work_dir / "data" / "data-bin"
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, lengths in (("train", (3, longest, 7)), ("valid", (5,))):
+        prefix = folder / f"{split}.src-tgt.src"
+        builder = indexed_dataset.MMapIndexedDatasetBuilder(f"{prefix}.bin", dtype=np.int32)
+        for length in lengths:
+            builder.add_item(torch.arange(length, dtype=torch.int32))
+        builder.finalize(f"{prefix}.idx")
 
 
 H200, V100, P100 = "9.0:NVIDIA H200:141", "7.0:Tesla V100-SXM2-16GB:16", "6.0:Tesla P100-PCIE-16GB:16"
@@ -455,6 +465,7 @@ BF16, FP16, FP32 = "--bf16-autocast on", "--bf16-autocast off --fp16", "--bf16-a
 def test_the_precision_is_chosen_once_from_precision_or_the_gpus(gpus, settings, passed, why, tmp_path):
     """recipes/training.py's command for PRECISION (and FP16, BF16) on the cards of FAKE_GPUS: the arguments it gives
     fairseq-train, and, where it chose, the `precision:` line and why the task is told (VASWANI_PRECISION_DEFAULT)."""
+    data_bin(tmp_path)
     result = run_common(tmp_path, TRAIN, gpus=len(gpus.split(",")) if gpus else 0, FAKE_GPUS=gpus, **settings)
     assert result.returncode == 0, result.stderr
     (command,) = [line for line in result.stdout.splitlines() if line.startswith("python -m fairseq_cli.train ")]
@@ -634,7 +645,7 @@ def batch_for(monkeypatch, data_bin: Path, workers: int, **settings):
         monkeypatch.delenv(name, raising=False)
     for name, value in settings.items():
         monkeypatch.setenv(name, value)
-    plan = launch.batch_plan(sys.executable, workers, str(data_bin), default_tokens=25000)
+    plan = launch.batch_plan(workers, str(data_bin), default_tokens=25000)
     return plan["MAX_TOKENS"], plan["UPDATE_FREQ"]
 
 

@@ -11,7 +11,7 @@ import sys
 import time
 from importlib import metadata
 
-from test_recipes import REPO, run_common
+from test_recipes import REPO, data_bin, run_common
 
 PREPARE = 'stages prepare train; detect_devices; prepare_data multi30k -- --bpe-merges "$M"'
 
@@ -118,7 +118,8 @@ def test_every_other_run_of_a_job_follows_run_0s_decision(tmp_path):
         "nodes 2 via 10.0.0.1:29500\trefuse --dropout is 0.3 now, 0.1 in the checkpoints\n"
     )  # ... and before it, the precision (PRECISION unset: node 0's card chose)
     (tmp_path / ".stages" / "precision.decision").write_text("nodes 2 via 10.0.0.1:29500\tbf16 NVIDIA H200, ...\n")
-    train = 'stages train; detect_devices; train "$WORK_DIR/checkpoints" --arch a'
+    train = 'stages train; detect_devices; MAX_TOKENS_PER_GPU=4096 train "$WORK_DIR/checkpoints" --arch a'
+    data_bin(tmp_path)
     followed = run_common(tmp_path, train, **nodes)
     assert followed.returncode == 1
     assert (
@@ -136,15 +137,15 @@ def test_every_other_run_of_a_job_follows_run_0s_decision(tmp_path):
 def test_a_dictionary_changed_under_the_checkpoints_is_refused(tmp_path):
     """Training's record holds the identity of the data's dictionaries (and the update it resumed from): a dictionary
     that is not the one the checkpoints were trained with stops the recipe in one line, whatever made it."""
-    work, data_bin = tmp_path / "work", tmp_path / "work" / "data" / "data-bin"  # DATA_DIR's default
-    data_bin.mkdir(parents=True)
-    (data_bin / "dict.en.txt").write_text("the 10\n")
-    train = 'stages train; detect_devices; train "$WORK_DIR/checkpoints" --arch a'
+    work, folder = tmp_path / "work", tmp_path / "work" / "data" / "data-bin"  # DATA_DIR's default
+    data_bin(work)
+    (folder / "dict.en.txt").write_text("the 10\n")
+    train = 'stages train; detect_devices; MAX_TOKENS_PER_GPU=4096 train "$WORK_DIR/checkpoints" --arch a'
     assert run_common(work, train, CPU="1").returncode == 0
     record = json.loads((work / ".stages" / "train.json").read_text())
     assert record["inputs"]["dict.en.txt"][0] == 7 and record["started_from"] is None
     (work / "checkpoints" / "checkpoint_last.pt").touch()
-    (data_bin / "dict.en.txt").write_text("der 10\n")
+    (folder / "dict.en.txt").write_text("der 10\n")
     refused = run_common(work, train, CPU="1")
     assert refused.returncode == 1
     assert (
@@ -161,7 +162,8 @@ def test_a_training_recorded_before_the_engine_reads_as_done(tmp_path):
     """The engine before recipes/training.py recorded as a training stage's plan the command quoted by bash's
     `printf %q` (`python -m fairseq_cli.train ... --adam-betas \\(0.9\\,0.98\\) ...`); recipes/training.py builds the
     same words and quotes them as Python's shlex does: such a record reads as done."""
-    train = 'stages train; detect_devices; train "$WORK_DIR/c" --arch a'
+    train = 'stages train; detect_devices; MAX_TOKENS_PER_GPU=4096 train "$WORK_DIR/c" --arch a'
+    data_bin(tmp_path)
     dry = run_common(tmp_path, train, CPU="1", DRY_RUN="1")
     (line,) = [shlex.split(line) for line in dry.stdout.splitlines() if " -m fairseq_cli.train " in line]
     quoted = subprocess.run(

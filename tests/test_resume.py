@@ -436,10 +436,10 @@ def test_a_run_in_progress_goes_on_in_the_precision_its_checkpoints_trained_in(
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("DEVICE_ARGS", "--distributed-world-size 8")  # GPUs (no --cpu)
     why = "PRECISION unset: the precision its checkpoints trained in"
-    assert training.precision(run, "python", "fp16") == ("fp16", why)
-    assert training.precision(run, "python", "fp32") == ("fp32", why)
+    assert training.precision(run, "fp16") == ("fp16", why)
+    assert training.precision(run, "fp32") == ("fp32", why)
     monkeypatch.setenv("BF16", "1")
-    assert training.precision(run, "python", "fp16") == ("bf16", "")
+    assert training.precision(run, "fp16") == ("bf16", "")
 
 
 def test_a_plan_without_checkpoints_runs(training_plan, tmp_path, capsys):

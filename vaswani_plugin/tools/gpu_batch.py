@@ -88,11 +88,17 @@ def main(argv=None):
         prog=PROG, description=__doc__.split("\n")[0], usage="%(prog)s DATA_BIN [fairseq-train arguments]"
     )
     parser.add_argument("training", nargs=argparse.REMAINDER, help="fairseq-train's arguments, DATA_BIN first")
-    run_command(parser, lambda args: print(command_batch(args.training)), argv)
+    run_command(parser, lambda args: print(said(command_batch(args.training))), argv)
 
 
-def command_batch(training) -> int:
-    """The tokens for fairseq-train's arguments `training`, said on stderr."""
+def said(batch) -> int:
+    tokens, why = batch
+    print(f"{PROG}: {why}", file=sys.stderr)
+    return tokens
+
+
+def command_batch(training):
+    """(tokens, why) for fairseq-train's arguments `training` (DATA_BIN first)."""
     vaswani_plugin.register()  # their --user-dir: this package, already imported, is not imported again
     from fairseq import options, tasks
 
@@ -101,9 +107,7 @@ def command_batch(training) -> int:
     sizes = sizes_of(parsed, len(task.source_dictionary), len(task.target_dictionary))
     device, properties = gpu = smallest_gpu()
     capability = (properties.major, properties.minor)
-    tokens, why = largest_on_gpus(sizes, precision_of(parsed, (capability, properties.name)), gpu)
-    print(f"{PROG}: {why}", file=sys.stderr)
-    return tokens
+    return largest_on_gpus(sizes, precision_of(parsed, (capability, properties.name)), gpu)
 
 
 if __name__ == "__main__":
