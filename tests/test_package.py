@@ -9,9 +9,9 @@ import subprocess
 import sys
 import textwrap
 import zipfile
-from pathlib import Path
 
 import doc_blocks
+import grimp
 import numpy
 import pytest
 from cli_helpers import REPO
@@ -49,170 +49,29 @@ SUBPACKAGES = {
 BUILD_INPUTS = ("setup.py", "setup.cfg", "pyproject.toml", "MANIFEST.in", "README.md", "vaswani_plugin", "prepare")
 
 
-def imported_modules(path: Path):
-    """(line, top-level name) of every import in a module, those inside functions too; relative ones excluded."""
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-        if isinstance(node, ast.Import):
-            yield from ((node.lineno, alias.name.split(".")[0]) for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0:
-            yield node.lineno, node.module.split(".")[0]
+def test_the_package_imports_only_itself_fairseq_torch_the_standard_library_and_its_extras():
+    """Every import of the package, a function's too, as grimp (import-linter's graph) reads them. The folders'
+    layers, the models' and criterion's independence of the training's hooks and the absence of import circles are
+    import-linter's contracts (pyproject.toml; `lint-imports`, the README's test command)."""
+    graph = grimp.build_graph("vaswani_plugin", include_external_packages=True)
+    outside = {module for module in graph.modules if graph.is_module_squashed(module)}
+    assert {"fairseq", "torch", "os"} <= outside and "prepare" not in graph.modules
+    assert sorted(outside - ALLOWED - set(sys.stdlib_module_names)) == []
 
 
-def test_the_package_imports_nothing_of_the_repository():
-    allowed = ALLOWED | set(sys.stdlib_module_names)
-    modules = sorted(PACKAGE.rglob("*.py"))
-    assert len(modules) > 20
-    outside = [
-        f"{path.relative_to(REPO)}:{line}: {name}"
-        for path in modules
-        for line, name in imported_modules(path)
-        if name not in allowed
-    ]
-    assert not outside, (
-        "imports outside the package, fairseq, torch, numpy, the standard library and the "
-        "declared extras:\n" + "\n".join(outside)
-    )
-
-
-def test_the_scan_sees_imports(tmp_path):
-    module = tmp_path / "module.py"
-    module.write_text("import os.path\nfrom . import sibling\ndef f():\n    from prepare.bpe import learn\n")
-    assert list(imported_modules(module)) == [(1, "os"), (4, "prepare")]
-
-
-# The repository's folders in their order: each imports only those before it (prepare/ nothing of recipes/, ...).
-LAYERS = ("vaswani_plugin", "prepare", "recipes", "benchmarks", "tests")
-
-
-def upward_imports(root: Path):
-    """`path:line: folder` of each import, in a folder of LAYERS below `root`, of a folder after it."""
-    for index, folder in enumerate(LAYERS):
-        for path in sorted((root / folder).rglob("*.py")):
-            for line, name in imported_modules(path):
-                if name in LAYERS[index + 1 :]:
-                    yield f"{path.relative_to(root)}:{line}: {name}"
-
-
-def test_each_folder_imports_only_the_folders_before_it(tmp_path):
-    assert list(upward_imports(REPO)) == []
-    (tmp_path / "prepare").mkdir()
-    (tmp_path / "prepare" / "steps.py").write_text("import vaswani_plugin\nfrom recipes.stages import Step\n")
-    assert list(upward_imports(tmp_path)) == ["prepare/steps.py:2: recipes"]
-
-
-def package_imports(path: Path, name: str = None):
-    """The package's own modules that module `name` (at `path`) imports, function-level imports included: `from
-    a.b import c` names a.b.c where that is a module, else a.b; relative imports are resolved. A parent package
-    that Python runs first is not counted: only what the module names."""
-    name = name or ".".join(path.relative_to(REPO).with_suffix("").parts)
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    if name.endswith(".__init__"):
-        name = package = name[: -len(".__init__")]
-
-    def is_module(dotted):
-        base = REPO.joinpath(*dotted.split("."))
-        return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
-
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-        if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                base = ".".join(
-                    [*package.split(".")[: len(package.split(".")) - node.level + 1], *base.split(".")]
-                ).strip(".")
-            targets = [f"{base}.{alias.name}" if is_module(f"{base}.{alias.name}") else base for alias in node.names]
-        else:
-            continue
-        yield from (target for target in targets if target.split(".")[0] == "vaswani_plugin" and target != name)
-
-
-def import_cycles(graph):
-    """Every cycle of a {module: imported modules} graph, each once, as a list of modules (Tarjan's components)."""
-    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
-
-    def visit(node):
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        on_stack.add(node)
-        for target in graph.get(node, ()):
-            if target not in index:
-                visit(target)
-                low[node] = min(low[node], low[target])
-            elif target in on_stack:
-                low[node] = min(low[node], index[target])
-        if low[node] == index[node]:
-            component = []
-            while True:
-                member = stack.pop()
-                on_stack.discard(member)
-                component.append(member)
-                if member == node:
-                    break
-            if len(component) > 1:
-                cycles.append(sorted(component))
-
-    for node in sorted(graph):
-        if node not in index:
-            visit(node)
-    return cycles
-
-
-def module_graph():
-    return {
-        ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__"): set(package_imports(path))
-        for path in sorted(PACKAGE.rglob("*.py"))
+def test_the_benchmarks_import_nothing_of_the_tests():
+    """benchmarks/, a folder of scripts above the packages (whose layers import-linter checks), imports no module of
+    tests/ (the folder's own modules and packages import each other by name)."""
+    own = {path.stem for path in (REPO / "tests").glob("*.py")} | {"tests"}
+    imported = {
+        f"{path.name}: {name}"
+        for path in (REPO / "benchmarks").glob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and not getattr(node, "level", 0)
+        for name in ([alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module])
+        if name.split(".")[0] in own
     }
-
-
-def test_no_import_circle_in_the_package():
-    graph = module_graph()
-    assert "vaswani_plugin.checkpoints.storage" in graph["vaswani_plugin.cli"]
-    assert import_cycles(graph) == []
-
-
-def reachable(graph, start):
-    """The modules `start` imports, directly or through others, in a {module: imported modules} graph."""
-    seen, stack = set(), [start]
-    while stack:
-        for target in graph.get(stack.pop(), ()):
-            if target not in seen:
-                seen.add(target)
-                stack.append(target)
-    return seen
-
-
-# The training's hooks (training/) are the task's to attach (tasks/vaswani_translation.py): the model and the
-# criterion compute, and import none of them, neither directly nor through another module.
-HOOKS = "vaswani_plugin.training"
-COMPUTING = ("vaswani_plugin.models", "vaswani_plugin.criterions")
-
-
-def test_the_models_and_the_criterion_import_no_training_hook():
-    graph = module_graph()
-    computing = [module for module in graph if module.startswith(COMPUTING)]
-    assert "vaswani_plugin.criterions.vaswani_label_smoothed_cross_entropy" in computing
-    hooked = {
-        module: sorted(target for target in reachable(graph, module) if target.startswith(HOOKS))
-        for module in computing
-    }
-    assert {module: hooks for module, hooks in hooked.items() if hooks} == {}
-    assert any(target.startswith(HOOKS) for target in reachable(graph, "vaswani_plugin.tasks.vaswani_translation"))
-    assert reachable({"a": {"b"}, "b": {"c"}, "c": {"a"}}, "a") == {"a", "b", "c"}
-
-
-def test_the_circle_check_finds_a_circle_and_a_function_level_import(tmp_path):
-    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    module = PACKAGE / "checkpoints" / "storage.py"
-    found = set(package_imports(module))
-    assert "vaswani_plugin.errors" in found
-    late = tmp_path / "late.py"
-    late.write_text("def f():\n    from vaswani_plugin.checkpoints import storage\n    from . import bleu\n")
-    assert set(package_imports(late, "vaswani_plugin.scoring.late")) == {
-        "vaswani_plugin.checkpoints.storage",
-        "vaswani_plugin.scoring.bleu",
-    }
+    assert "fp16_on_cpu" in own and imported == set()
 
 
 # Run in the installed copy, with prepare/ made unimportable and the editable install's finder removed: the
@@ -411,7 +270,8 @@ REGISTERED = [
 def test_the_package_registers_through_register_or_user_dir_only(how, tmp_path):
     """`import vaswani_plugin` registers nothing and imports no fairseq, whatever the command line (another package
     that imports it registers nothing: its users call register()); register(), or fairseq's --user-dir import of
-    the package's tasks/ and models/, registers the five components and sets fairseq up (cli.set_up_fairseq)."""
+    the package's tasks/ and models/, registers the five components and sets fairseq up
+    (fairseq_setup.set_up_fairseq)."""
     block = doc_blocks.block("docs/reference.md", "test:register")
     done = subprocess.run(
         [sys.executable, "-c", COMPONENTS, how, PACKAGE, block],

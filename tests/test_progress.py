@@ -287,8 +287,7 @@ def test_a_fairseq_train_started_by_hand_writes_its_progress(under_the_plugins_t
 def test_the_options_the_progress_mirrors_are_those_a_resumed_run_compares_where_they_live():
     from dataclasses import fields
 
-    from vaswani_plugin.checkpoints.resume import ALLOWED
-    from vaswani_plugin.training.progress import MIRRORED_OPTIONS
+    from vaswani_plugin.checkpoints.resume import ALLOWED, MIRRORED_OPTIONS
 
     mirrored = [f.name for f in fields(ProgressOptions) if not f.name.startswith("_")]
     assert mirrored == list(MIRRORED_OPTIONS)

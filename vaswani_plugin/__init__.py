@@ -5,7 +5,7 @@ checkpoint's bookkeeping start without fairseq's import (3 s). Two ways register
 
 - fairseq's ``--user-dir``: fairseq imports the package, then every module of its tasks/ and models/ folders
   (fairseq.utils.import_user_module); the task's module imports the criterion, optimizer and scheduler and sets up
-  fairseq (cli.set_up_fairseq).
+  fairseq (fairseq_setup.py).
 - ``vaswani_plugin.register()``, for a library user, and the package's commands that use fairseq's registries.
 
 Either way: the architecture family ``vaswani_transformer``, the LR scheduler ``noam``, the optimizer
@@ -19,7 +19,7 @@ from vaswani_plugin.errors import VaswaniConfigError
 
 
 def register():
-    """Register the plugin's components with fairseq and set fairseq up as --user-dir does (cli.set_up_fairseq);
+    """Register the plugin's components with fairseq and set fairseq up as --user-dir does (fairseq_setup.py);
     a second call does nothing new."""
     try:
         import fairseq  # noqa: F401
@@ -29,8 +29,8 @@ def register():
             f"({error}). Install it with `pip install 'vaswani_plugin[fairseq]'` "
             "(ve-fairseq 0.12.3, for Python 3.11 and 3.12)."
         ) from None
-    from vaswani_plugin.cli import set_up_fairseq
     from vaswani_plugin.criterions import vaswani_label_smoothed_cross_entropy  # noqa: F401
+    from vaswani_plugin.fairseq_setup import set_up_fairseq
     from vaswani_plugin.lr_scheduler import noam  # noqa: F401
     from vaswani_plugin.models import vaswani_transformer  # noqa: F401  (registers the model and archs)
     from vaswani_plugin.optim import vaswani_adam  # noqa: F401  (registers the optimizer)

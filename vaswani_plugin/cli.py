@@ -1,5 +1,5 @@
 """A user's mistake in one line (vaswani_plugin.errors): the package's commands through run_command, fairseq's own
-commands through install_error_hook; and the rest of what fairseq's commands get of the plugin (set_up_fairseq)."""
+commands through install_error_hook (installed with the rest of fairseq's set-up: fairseq_setup.py)."""
 
 import argparse
 import sys
@@ -18,23 +18,21 @@ def run_command(
     run_reported(parser.prog, lambda: command(args))
 
 
-# More exceptions the hook states in one line: each a function of the exception, its line or None (a training's
-# divergence, a save that found no room: training/progress_meter.py adds them while a training is watched).
+# More exceptions the hook states in one line: each a function of the exception, its line or None (a checkpoint
+# fairseq could not read: fairseq_setup.py adds it; a training's divergence, a save that found no room:
+# training/progress_meter.py adds them while a training is watched).
 EXPLAINERS: List[Callable[[BaseException], Optional[str]]] = []
 
 
 def install_error_hook():
-    """For fairseq's own commands: print an uncaught VaswaniConfigError, a checkpoint file fairseq could not read, or
-    what EXPLAINERS explain, as `vaswani_plugin: error: ...`; leave every other exception alone (library callers can
-    catch them)."""
+    """For fairseq's own commands: print an uncaught VaswaniConfigError, or what EXPLAINERS explain, as
+    `vaswani_plugin: error: ...`; leave every other exception alone (library callers can catch them)."""
     previous_hook = sys.excepthook
     if getattr(previous_hook, "_vaswani_plugin", False):
         return
 
     def hook(exc_type, exc, tb):
-        from vaswani_plugin.checkpoints.storage import unreadable_checkpoint_message
-
-        message = str(exc) if issubclass(exc_type, VaswaniConfigError) else unreadable_checkpoint_message(exc)
+        message = str(exc) if issubclass(exc_type, VaswaniConfigError) else None
         for explain in EXPLAINERS:
             message = message or explain(exc)
         if message is not None:
@@ -44,18 +42,3 @@ def install_error_hook():
 
     hook._vaswani_plugin = True
     sys.excepthook = hook
-
-
-def set_up_fairseq():
-    """What fairseq's commands get of the plugin besides its components, once a process (a second call does nothing
-    new): the error hook above, fairseq's checkpoint classes allow-listed for torch's safe (weights_only) loading,
-    fairseq-train's checkpoints written durably (checkpoints/storage.py) and the checkpoint state rank 0 broadcasts
-    read whole by the others (fairseq_internals.trusted_broadcasts). Called by the task's module at its import
-    (fairseq's --user-dir imports it) and by vaswani_plugin.register()."""
-    from vaswani_plugin.checkpoints.storage import allow_fairseq_checkpoint_classes, durable_fairseq_checkpoints
-    from vaswani_plugin.fairseq_internals import trusted_broadcasts
-
-    install_error_hook()
-    allow_fairseq_checkpoint_classes()
-    durable_fairseq_checkpoints()
-    trusted_broadcasts()

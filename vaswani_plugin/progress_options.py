@@ -3,7 +3,7 @@ configuration as interpolations of fairseq's: no options of their own, nothing o
 configuration mirrors them for the progress; the criterion's still carries them, unused, because checkpoints
 written while the criterion watched training hold them in their criterion section, which fairseq-validate merges
 into the criterion's configuration (a key it lacks would be an error). Their names, without fairseq:
-training/progress.py's MIRRORED_OPTIONS, which a resumed run compares where they live (checkpoints/resume.py)."""
+checkpoints/resume.py's MIRRORED_OPTIONS, which a resumed run compares where they live."""
 
 from dataclasses import dataclass
 

@@ -30,7 +30,6 @@ from vaswani_plugin.checkpoints.storage import (
 from vaswani_plugin.cli import run_command
 from vaswani_plugin.durable import temporaries
 from vaswani_plugin.errors import VaswaniConfigError
-from vaswani_plugin.training.progress import MIRRORED_OPTIONS
 
 PROG = "vaswani_plugin.checkpoints.resume"
 
@@ -70,6 +69,17 @@ def resume(save_dir) -> None:
     print(f"{PROG}: resuming from {path.name} (update {updates}), copied to checkpoint_last.pt")
 
 
+# fairseq's own options that the task's configuration mirrors for the progress (vaswani_plugin/progress_options.py's
+# ProgressOptions, in the criterion's too): compared where they live, in fairseq's groups
+MIRRORED_OPTIONS = (
+    "save_dir",
+    "no_save",
+    "max_update",
+    "max_epoch",
+    "stop_time_hours",
+    "distributed_world_size",
+    "valid_subset",
+)
 # What a resumed run may change: fairseq's configuration groups compared field by field, and the fields of the
 # other groups that are compared too. Fields one side lacks (another fairseq or plugin version) are not compared.
 COMPARED_GROUPS = ("model", "criterion", "optimizer", "lr_scheduler", "task")

@@ -152,7 +152,7 @@ def copy_atomically(source, target) -> None:
 def durable_fairseq_checkpoints() -> None:
     """fairseq-train's checkpoints written as the plugin writes its own: checkpoint_N.pt and the copies fairseq
     makes of it (checkpoint_last.pt, checkpoint_best.pt) each through a temporary, fsynced, renamed, the folder
-    fsynced (fairseq_internals.replace_checkpoint_writes). Called by cli.set_up_fairseq."""
+    fsynced (fairseq_internals.replace_checkpoint_writes). Called by fairseq_setup.set_up_fairseq."""
     replace_checkpoint_writes(save_atomically, copy_atomically)
 
 

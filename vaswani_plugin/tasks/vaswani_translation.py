@@ -9,7 +9,7 @@ summed with the logging outputs). The recipes' own rules are a line at each hook
 own: --leave-epochs (tasks/leave_epochs.py) and the tree constraint (generation/tree_constraint.py).
 
 fairseq's --user-dir imports this module (every module of tasks/ and models/: fairseq.utils.import_user_module), and
-with it the plugin's criterion, optimizer and scheduler; importing it sets fairseq up (cli.set_up_fairseq): the same
+with it the plugin's criterion, optimizer and scheduler; importing it sets fairseq up (fairseq_setup.py): the same
 as vaswani_plugin.register()."""
 
 import logging
@@ -24,10 +24,10 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from vaswani_plugin import paper
-from vaswani_plugin.cli import set_up_fairseq
 from vaswani_plugin.criterions import vaswani_label_smoothed_cross_entropy  # noqa: F401  (registers the criterion)
 from vaswani_plugin.errors import VaswaniConfigError
 from vaswani_plugin.fairseq_internals import fairseq_precision
+from vaswani_plugin.fairseq_setup import set_up_fairseq
 from vaswani_plugin.generation.beam_search import BeamSearchGenerator
 from vaswani_plugin.generation.generators import (
     GnmtSequenceGenerator,

@@ -18,19 +18,6 @@ DEV_SCORES = {"bleu": "sacreBLEU", "tok_bleu": "tokenised BLEU", "f1": "F1"}  # 
 RATE_WINDOW = 5  # intervals the update rate is measured over (validations and saves included)
 
 
-# fairseq's own options that the task's configuration mirrors for the progress (vaswani_plugin/progress_options.py's
-# ProgressOptions, in the criterion's too): a resumed run compares them where they live (checkpoints/resume.py)
-MIRRORED_OPTIONS = (
-    "save_dir",
-    "no_save",
-    "max_update",
-    "max_epoch",
-    "stop_time_hours",
-    "distributed_world_size",
-    "valid_subset",
-)
-
-
 @dataclass
 class Target:
     """What ends the training (fairseq's --max-update, --max-epoch, --stop-time-hours; 0: not set)."""
