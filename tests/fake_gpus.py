@@ -2,6 +2,7 @@
 MODULE with torch seeing the GPUs of FAKE_GPUS, e.g. "8.0:NVIDIA A100-SXM4-40GB:40,7.0:Tesla V100-SXM2-16GB:16"
 (compute capability, name and GiB of each; their properties only: nothing runs on them)."""
 
+import importlib.util
 import os
 import runpy
 import sys
@@ -31,11 +32,27 @@ def fake(torch, spec: str, setattr=setattr) -> None:
     setattr(torch.cuda, "get_device_name", lambda device=None: properties(device).name)
 
 
+class FakeWhenImported:
+    """Fakes torch.cuda as torch is first imported, so that a module that never imports torch never pays for it."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        execute = spec.loader.exec_module
+
+        def exec_module(module):
+            execute(module)
+            fake(module, os.environ.get("FAKE_GPUS", ""))
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] != ["-m"]:
         sys.exit(f"fake_gpus.py: give -m MODULE, not {sys.argv[1:]}")
-    import torch
-
-    fake(torch, os.environ.get("FAKE_GPUS", ""))
+    sys.meta_path.insert(0, FakeWhenImported())
     sys.argv = sys.argv[2:]
     runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)

@@ -2,11 +2,13 @@
 scipy.stats, which fairseq imports as it starts (its sentence-prediction criterion and audio-classification task)
 and which no test uses, are imported at their first use instead: about 1.3 of the 4-5 CPU seconds a fairseq
 process takes to start (docs/results.md, "Test suite time"). Until then each is a stand-in module whose attributes
-import the real module when they are called or read."""
+import the real module when they are called or read. With VASWANI_SUITE_PROCESSES=FILE each process also appends
+what it cost as it exits (account)."""
 
 import importlib
 import importlib.abc
 import importlib.machinery
+import os
 import sys
 import types
 
@@ -78,3 +80,27 @@ def real(name: str):
 
 
 sys.meta_path.insert(0, FINDER)
+
+
+def account(path: str) -> None:
+    """VASWANI_SUITE_PROCESSES=FILE: each process appends, as it exits, its CPU seconds (user, system), its wall
+    seconds, whether it imported fairseq and its command line: where the suite's subprocess time goes."""
+    import atexit
+    import resource
+    import time
+
+    started = time.monotonic()
+
+    def write():
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        command = " ".join(sys.orig_argv)[:300].replace("\t", " ").replace("\n", " ")
+        line = f"{usage.ru_utime:.2f}\t{usage.ru_stime:.2f}\t{time.monotonic() - started:.2f}\t"
+        line += f"{int('fairseq' in sys.modules)}\t{command}\n"
+        with open(path, "a", encoding="utf-8") as log:
+            log.write(line)
+
+    atexit.register(write)
+
+
+if os.environ.get("VASWANI_SUITE_PROCESSES"):
+    account(os.environ["VASWANI_SUITE_PROCESSES"])
