@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 from argparse import Namespace
 from pathlib import Path
 
@@ -526,7 +525,6 @@ def test_en_fr_end_to_end(en_fr):
 def test_a_rerun_skips_every_stage(run, request):
     prepared = request.getfixturevalue(run)
     before = {p.name: p.stat().st_mtime_ns for p in (prepared.work / "data-bin").iterdir()}
-    started = time.monotonic()
     result = prepare_cli(
         "--pair",
         prepared.pair,
@@ -539,7 +537,6 @@ def test_a_rerun_skips_every_stage(run, request):
         *prepared.options,
     )
     assert result.returncode == 0, result.stderr
-    assert time.monotonic() - started < 10
     skipped = re.findall(r"^\[(\d)/7\] (\w+): .*: done before, skipping", result.stderr, re.M)
     assert [name for _, name in skipped] == ["download", "extract", "tokenize", "learn", "apply", "clean", "binarize"]
     assert "finished in" not in result.stderr
