@@ -25,6 +25,7 @@ import time
 
 import pytest
 import torch
+from conftest import lane_job, reversal_corpus
 from test_recipes import NEEDS_CPU_PATH, REPO, TINY
 
 from vaswani_plugin.training import preemption
@@ -335,7 +336,15 @@ def test_a_stop_after_training_ends_its_stage_and_the_stage_runs_again(name, rev
 
 
 @NEEDS_CPU_PATH
-def test_a_signal_to_one_node_stops_both_and_a_frozen_or_killed_node_ends_the_other(reversal_data, tmp_path):
+@pytest.mark.lane("two_nodes_stopped_frozen_and_killed")
+def test_a_signal_to_one_node_stops_both_and_a_frozen_or_killed_node_ends_the_other(lane):
+    """two_nodes_stopped_frozen_and_killed, on the second lane: its runs mostly wait (for a stall, two beats), which
+    the other lane's work fills; its checks fail there, and here."""
+    lane["two_nodes_stopped_frozen_and_killed"].result()
+
+
+@lane_job
+def two_nodes_stopped_frozen_and_killed(tmp_path_factory, lane):
     """Two runs of two nodes at once, node 1 hit at update 3. A simulated srun step (srun's variables, a stand-in
     scontrol recording what it is asked; test_data_parallel.py's), the job allowing a requeue: SIGUSR1 to every
     process of node 1's recipe (its shell, recipes/training.py, fairseq-train, its data workers), none to node 0: the
@@ -346,6 +355,16 @@ def test_a_signal_to_one_node_stops_both_and_a_frozen_or_killed_node_ends_the_ot
     of 3 s, a stall at 18 s): node 1's fairseq-train killed (SIGKILL, its data workers too) at an update: node 0's
     collective fails at once, and it ends two beats later in one line naming rank 1 as the lost peer. Both again: they
     resume and finish."""
+    tmp_path = tmp_path_factory.mktemp("two_nodes")
+    try:
+        two_nodes(tmp_path, reversal_corpus(tmp_path_factory))
+    finally:  # what a failure left running (a node waiting for gloo's 30 minutes, a frozen one)
+        for pid in naming(tmp_path):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def two_nodes(tmp_path, reversal_data):
     from test_data_parallel import free_port, slurm_step
 
     signalled, frozen = (with_data(tmp_path / name, reversal_data) for name in ("signal", "frozen"))
