@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -75,9 +76,9 @@ def output(run):
     return run.output.with_suffix(".out").read_text(), run.output.with_suffix(".err").read_text()
 
 
-def wait_until(seen, runs):
-    """Until seen() is true; else, after 120 s or once one of `runs` ends, every run killed (a node left alone would
-    wait for gloo's 30-minute timeout) and the ends of their output and errors."""
+def wait_until(seen, runs, poll=0.1):
+    """Until seen() is true, asked every `poll` seconds; else, after 120 s or once one of `runs` ends, every run
+    killed (a node left alone would wait for gloo's 30-minute timeout) and the ends of their output and errors."""
     deadline = time.monotonic() + 120
     while not seen():
         if any(run.poll() is not None for run in runs) or time.monotonic() > deadline:
@@ -85,17 +86,25 @@ def wait_until(seen, runs):
                 if run.poll() is None:
                     os.killpg(run.pid, signal.SIGKILL)
             pytest.fail("\n".join(out[-800:] + err[-1200:] for out, err in map(output, runs)))
-        time.sleep(0.1)
+        time.sleep(poll)
 
 
 def text(path, start=0):
     return path.read_text()[start:] if path.exists() else ""
 
 
-def wait_for_update(update, folders, runs, start=0):
+def wait_for_update(update, folders, runs, start=0, poll=0.1):
     """Until each folder's train.log shows `update` (past its first `start` characters); see wait_until."""
     for log in (folder / "c" / "train.log" for folder in folders):
-        wait_until(lambda log=log: f"num_updates={update}," in text(log, start), runs)
+        wait_until(lambda log=log: f"num_updates={update}," in text(log, start), runs, poll)
+
+
+def pending(pid, number) -> bool:
+    """Whether signal `number` waits to be handled by process `pid` (stopped, it handles none)."""
+    (mask,) = [
+        line.split()[1] for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("ShdPnd:")
+    ]
+    return bool(int(mask, 16) & (1 << (number - 1)))
 
 
 def ended(run, status, within=120):
@@ -116,21 +125,29 @@ def test_sigterm_to_the_recipe_stops_after_the_next_update_and_the_reruns_end_wi
     reversal_data, reversal_training, tmp_path
 ):
     """SIGTERM to the recipe's shell at update 2 (SIGUSR1's path: both trapped by common.sh's train), training as the
-    README's own pipeline does (conftest's reversal_training: 6 updates of 1000 tokens). Then, from copies of what
+    README's own pipeline does (conftest's reversal_training: 6 updates of 1000 tokens): fairseq-train held (SIGSTOP)
+    as soon as its log shows update 2 and let go once the signal, passed on, waits for it, so that a fast machine's
+    updates cannot run to the end first. Then, from copies of what
     it left: the same command under `ulimit -f` below a checkpoint's size (a full disk): it resumes, and its save
     fails in one line, checkpoint_last.pt intact; and the same command: it ends with the model of the README's
     run, never stopped (test_resume.py's criterion: on one thread, the same tensors)."""
     stopped = with_data(tmp_path / "stopped", reversal_data)
     as_readme = dict(train="--max-update 6 --save-interval-updates 50", TOKENS_PER_STEP="1000")
     recipe, checkpoints = start(stopped, "stop", **as_readme), stopped / "c"
-    wait_for_update(2, [stopped], [recipe])
+    wait_for_update(2, [stopped], [recipe], poll=0.005)
+    held = training_processes(recipe)  # fairseq-train and its data workers
+    for pid in held:
+        os.kill(pid, signal.SIGSTOP)
     os.kill(recipe.pid, signal.SIGTERM)  # the recipe's shell, as SLURM's --signal=B:TERM@N does
+    wait_until(lambda: pending(min(held), signal.SIGTERM), [recipe])  # passed on by recipes/training.py
+    for pid in held:
+        os.kill(pid, signal.SIGCONT)
     _, last = ended(recipe, preemption.EXIT_STATUS, within=60)
     assert last.startswith("test: stopped: training stopped by SIGTERM at update "), last
     assert last.endswith("; run the same command again")
     assert left(recipe, stopped) == {}
     saved = updates_of(checkpoints / "checkpoint_last.pt")
-    assert 2 <= saved < 6 and f"SIGTERM at update {saved};" in last
+    assert 3 <= saved < 6 and f"SIGTERM at update {saved};" in last
     assert sorted(path.name for path in checkpoints.glob("checkpoint_*_*.pt")) == []  # no interval one in between
     after_the_stop = (checkpoints / "train.log").read_text().split(f"training stops after update {saved}")[1]
     assert "begin validation" not in after_the_stop  # (an epoch ends every 2 updates: one may have validated before)
