@@ -87,10 +87,7 @@ def precision(run: stages.Run, trained: Optional[str]) -> Tuple[str, str]:
         )
         return "bf16", ""
 
-    def decide_here() -> str:  # torch's view of this machine's GPUs, in this process
-        return " ".join(PRECISION.decide("auto", "cuda", PRECISION.visible_gpus()))
-
-    chosen, why = stages.agreed(run, "precision", decide_here).split(" ", 1)
+    chosen, why = stages.agreed(run, "precision", PRECISION.on_these_gpus).split(" ", 1)
     stages.say(f"precision: {chosen} ({said}: {why})")
     return chosen, f"{said}: {why}"
 

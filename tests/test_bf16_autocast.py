@@ -382,7 +382,8 @@ def test_the_precision_a_checkpoint_trained_in_is_the_one_its_arguments_give(com
     ],
 )
 def test_the_command_says_what_auto_chooses_on_the_visible_gpus(monkeypatch, capsys, spec, printed):
-    """`python -m vaswani_plugin.precision`, which run 0 of a recipe asks, on faked cards (tests/fake_gpus.py)."""
+    """`python -m vaswani_plugin.precision` (on_these_gpus, which run 0 of a recipe asks in its process), on faked
+    cards (tests/fake_gpus.py)."""
     from fake_gpus import fake
 
     fake(torch, spec, monkeypatch.setattr)

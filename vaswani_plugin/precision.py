@@ -203,13 +203,18 @@ def visible_gpus() -> List[Tuple[Tuple[int, int], str]]:
     ]
 
 
+def on_these_gpus() -> str:
+    """What auto chooses on this machine's GPUs, `PRECISION why`: the recipes' run 0 decides by it, in its process."""
+    return " ".join(decide("auto", "cuda", visible_gpus()))
+
+
 def main(argv=None) -> None:
     import argparse
 
     from vaswani_plugin.cli import run_command
 
     parser = argparse.ArgumentParser(prog="vaswani_plugin.precision", description=__doc__.split("\n")[0])
-    run_command(parser, lambda args: print(" ".join(decide("auto", "cuda", visible_gpus()))), argv)
+    run_command(parser, lambda args: print(on_these_gpus()), argv)
 
 
 if __name__ == "__main__":
