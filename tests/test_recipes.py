@@ -417,12 +417,12 @@ def test_more_gpus_than_visible_is_an_error(tmp_path):
 TRAIN = 'stages train; detect_devices; MAX_TOKENS_PER_GPU=4096 train "$WORK_DIR/checkpoints" --arch a'
 
 
-def data_bin(work_dir: Path, longest: int = 100) -> None:
+def data_bin(work_dir: Path) -> None:
     """WORK_DIR/data/data-bin with train and valid splits, written by fairseq's own builder, whose longest sentence
-    has `longest` tokens: all that the recipes' batch check reads."""
+    has 100 tokens: all that the recipes' batch check reads."""
     folder = work_dir / "data" / "data-bin"
     folder.mkdir(parents=True, exist_ok=True)
-    for split, lengths in (("train", (3, longest, 7)), ("valid", (5,))):
+    for split, lengths in (("train", (3, 100, 7)), ("valid", (5,))):
         prefix = folder / f"{split}.src-tgt.src"
         builder = indexed_dataset.MMapIndexedDatasetBuilder(f"{prefix}.bin", dtype=np.int32)
         for length in lengths:

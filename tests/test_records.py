@@ -11,7 +11,7 @@ import sys
 import time
 from importlib import metadata
 
-from test_recipes import REPO, data_bin, run_common
+from test_recipes import REPO, TRAIN, data_bin, run_common
 
 PREPARE = 'stages prepare train; detect_devices; prepare_data multi30k -- --bpe-merges "$M"'
 
@@ -118,9 +118,8 @@ def test_every_other_run_of_a_job_follows_run_0s_decision(tmp_path):
         "nodes 2 via 10.0.0.1:29500\trefuse --dropout is 0.3 now, 0.1 in the checkpoints\n"
     )  # ... and before it, the precision (PRECISION unset: node 0's card chose)
     (tmp_path / ".stages" / "precision.decision").write_text("nodes 2 via 10.0.0.1:29500\tbf16 NVIDIA H200, ...\n")
-    train = 'stages train; detect_devices; MAX_TOKENS_PER_GPU=4096 train "$WORK_DIR/checkpoints" --arch a'
     data_bin(tmp_path)
-    followed = run_common(tmp_path, train, **nodes)
+    followed = run_common(tmp_path, TRAIN, **nodes)
     assert followed.returncode == 1
     assert (
         followed.stderr.strip()
@@ -129,7 +128,7 @@ def test_every_other_run_of_a_job_follows_run_0s_decision(tmp_path):
     )
     # Another launch's decision is not this one's: node 1 waits, then says so.
     timed_out = run_common(
-        tmp_path, train, **{**nodes, "MASTER_PORT": "29501", "DECISION_WAIT": "1", "PRECISION": "bf16"}
+        tmp_path, TRAIN, **{**nodes, "MASTER_PORT": "29501", "DECISION_WAIT": "1", "PRECISION": "bf16"}
     )  # (a precision set: no decision of node 0's on it to wait for first)
     assert timed_out.returncode == 1 and "decided nothing on stage train" in timed_out.stderr
 
@@ -140,13 +139,12 @@ def test_a_dictionary_changed_under_the_checkpoints_is_refused(tmp_path):
     work, folder = tmp_path / "work", tmp_path / "work" / "data" / "data-bin"  # DATA_DIR's default
     data_bin(work)
     (folder / "dict.en.txt").write_text("the 10\n")
-    train = 'stages train; detect_devices; MAX_TOKENS_PER_GPU=4096 train "$WORK_DIR/checkpoints" --arch a'
-    assert run_common(work, train, CPU="1").returncode == 0
+    assert run_common(work, TRAIN, CPU="1").returncode == 0
     record = json.loads((work / ".stages" / "train.json").read_text())
     assert record["inputs"]["dict.en.txt"][0] == 7 and record["started_from"] is None
     (work / "checkpoints" / "checkpoint_last.pt").touch()
     (folder / "dict.en.txt").write_text("der 10\n")
-    refused = run_common(work, train, CPU="1")
+    refused = run_common(work, TRAIN, CPU="1")
     assert refused.returncode == 1
     assert (
         refused.stderr.strip()
