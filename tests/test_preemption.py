@@ -40,7 +40,12 @@ def nothing_left(tmp_path):
     """After each test, whatever of its recipes a failure left running (a node waiting for gloo's 30 minutes, a
     frozen one, a stage held by a FIFO) killed."""
     yield
-    for pid in naming(tmp_path):
+    kill_what_names(tmp_path)
+
+
+def kill_what_names(folder):
+    """Every process whose command line names `folder` (naming's) killed."""
+    for pid in naming(folder):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
 
@@ -376,9 +381,7 @@ def two_nodes_stopped_frozen_and_killed(tmp_path_factory, lane):
     try:
         two_nodes(tmp_path, reversal_corpus(tmp_path_factory))
     finally:  # what a failure left running (a node waiting for gloo's 30 minutes, a frozen one)
-        for pid in naming(tmp_path):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        kill_what_names(tmp_path)
 
 
 def two_nodes(tmp_path, reversal_data):
