@@ -293,8 +293,8 @@ def test_a_bare_option_means_on_and_none_off():
     """Each spelling as the parser reads it; the bare option's also through fairseq's configuration (hydra's
     composition, 0.7-1.5 s a call, once)."""
     assert parsed().bf16_autocast == "off"
-    assert parsed("--bf16-autocast").bf16_autocast == "on"
-    assert convert_namespace_to_omegaconf(parsed("--bf16-autocast")).task.bf16_autocast == "on"
+    bare = parsed("--bf16-autocast")
+    assert bare.bf16_autocast == "on" and convert_namespace_to_omegaconf(bare).task.bf16_autocast == "on"
     for value in ("auto", "on", "off", "1", "0"):
         assert parsed("--bf16-autocast", value).bf16_autocast == value
 
