@@ -112,6 +112,15 @@ def pending(pid, number) -> bool:
     return bool(int(mask, 16) & (1 << (number - 1)))
 
 
+def stopped_now(pid) -> bool:
+    """Whether process `pid` is stopped by a signal now (state T in /proc/PID/stat), not only asked to stop; an
+    ended process counts as stopped (nothing of it left to take a signal)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+    except FileNotFoundError:
+        return True
+
+
 def ended(run, status, within=120):
     """The run's last line on stdout and on stderr ("" for none), once it has ended with `status` within `within`
     seconds (else its group killed: a stage held by a test waits forever)."""
@@ -143,6 +152,8 @@ def test_sigterm_to_the_recipe_stops_after_the_next_update_and_the_reruns_end_wi
     held = training_processes(recipe)  # fairseq-train and its data workers
     for pid in held:
         os.kill(pid, signal.SIGSTOP)
+    # Stopped for real first: a process that has not run since SIGSTOP came would take a later SIGTERM first.
+    wait_until(lambda: all(stopped_now(pid) for pid in held), [recipe])
     os.kill(recipe.pid, signal.SIGTERM)  # the recipe's shell, as SLURM's --signal=B:TERM@N does
     wait_until(lambda: pending(min(held), signal.SIGTERM), [recipe])  # passed on by recipes/training.py
     for pid in held:
