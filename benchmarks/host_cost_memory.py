@@ -41,10 +41,13 @@ def float_storages() -> dict:
     import gc
 
     import torch
+    from torch._subclasses.fake_tensor import FakeTensor
 
     storages = {}
     for thing in gc.get_objects():
-        try:  # torch.compile leaves dead weak proxies (ReferenceError) and FakeTensors without storage (RuntimeError)
+        try:  # torch.compile leaves dead weak proxies (ReferenceError) and FakeTensors ("cpu" ones hold nothing)
+            if isinstance(thing, FakeTensor):
+                continue
             if isinstance(thing, torch.Tensor) and thing.device.type == "cpu" and thing.is_floating_point():
                 storage = thing.untyped_storage()
                 storages[storage.data_ptr()] = storage.nbytes()
