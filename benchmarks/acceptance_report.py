@@ -207,7 +207,7 @@ def host_cost_section(runs, device, why):
             f"{row['wall_ms']:.1f} | "
             f"{row['forward_backward_ms']:.1f} | "
             f"{row['optimizer_ms']:.1f} | {_f(row['idle_ms'], '.1f')} | {row['wait_ms']:.2f} | "
-            f"{row['calls']:.0f} | {row['syncs']:.0f} |"
+            f"{row['calls']:.0f} | {_f(row['syncs'], '.0f')} |"
         )
     lines += ["", "Issue 50's and 65's targets on one GPU:", ""]
     lines += [

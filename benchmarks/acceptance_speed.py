@@ -22,8 +22,8 @@ HOST_COST_TOKENS = re.compile(r"^host cost of an update: .*, (\d+) tokens a batc
 HOST_COST_PRODUCTS = re.compile(r"the matrix products at ([\d.]+) TFLOP/s", re.M)  # the kernel-time breakdown's
 HOST_COST_CALLS = re.compile(
     r"^(float32|fp16|amp|bf16) +(transformer|vaswani_transformer) +(adam|vaswani_adam) +"
-    r"([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +"
-    r"([\d.]+)$",
+    r"([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+|-) +"
+    r"([\d.]+|-)$",  # syncs: '-' under --compile-layers
     re.M,
 )
 
@@ -32,7 +32,8 @@ def parse_host_cost(text):
     """benchmarks/host_cost.py's row of one configuration: its tokens a batch, its device table (updates, tokens/s,
     MFU and busy as shares, peak MB, the memory model's MB and their ratio, wall ms, the host's ms in forward and
     backward and in the optimizer, the device's idle ms; None for '-'), its host table (host ms, data wait ms,
-    kernel-like calls, syncs) and the matrix products' TFLOP/s (its kernel time by kind); None without one."""
+    kernel-like calls, syncs: None where not counted) and the matrix products' TFLOP/s (its kernel time by kind);
+    None without one."""
 
     def value(word, share=False):
         return None if word == "-" else float(word.rstrip("%")) / (100 if share else 1)
@@ -61,7 +62,7 @@ def parse_host_cost(text):
         host_ms=float(host.group(4)),
         wait_ms=float(host.group(5)),
         calls=float(host.group(10)),
-        syncs=float(host.group(11)),
+        syncs=value(host.group(11)),
         products_tflops=float(products.group(1)) if products else None,
     )
 

@@ -93,9 +93,11 @@ COLUMNS = ("fwd+bwd", "grads", "optimizer", "other")
 
 
 class HostSyncs:
-    """A TorchFunctionMode that counts the calls in SYNCING by the first plugin or fairseq frame that made them."""
+    """A TorchFunctionMode that counts the calls in SYNCING by the first plugin or fairseq frame that made them.
+    counting False (a run under --compile-layers): nothing entered, calls None. dynamo would trace the mode into
+    the compiled layers and compile them again each time its counter changed, up to its recompile limit."""
 
-    def __init__(self):
+    def __init__(self, counting=True):
         from torch.overrides import TorchFunctionMode
 
         syncs = self
@@ -115,15 +117,16 @@ class HostSyncs:
                     syncs.calls[(name, caller())] += 1
                 return func(*args, **(kwargs or {}))
 
-        self.calls = Counter()
-        self.mode = Mode()
+        self.calls = Counter() if counting else None
+        self.mode = Mode() if counting else None
 
     def __enter__(self):
-        self.mode.__enter__()
+        if self.mode is not None:
+            self.mode.__enter__()
         return self
 
     def __exit__(self, *exc):
-        return self.mode.__exit__(*exc)
+        return None if self.mode is None else self.mode.__exit__(*exc)
 
 
 def caller() -> str:

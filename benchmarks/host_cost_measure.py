@@ -276,7 +276,8 @@ def profiled(spec, run, precision, implementation, excluded=frozenset()) -> dict
 
     from torch.profiler import ProfilerActivity, profile
 
-    syncs, cuda = HostSyncs(), run.cuda
+    compiled = implementation in PLUGIN_MODELS and spec.compile_layers != "off"
+    syncs, cuda = HostSyncs(counting=not compiled), run.cuda
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     if not cuda:  # the profiler records no free of a block allocated before it started: the gradients go first,
         run.trainer.zero_grad()  # as train_step's first act would free them
@@ -301,7 +302,7 @@ def profiled(spec, run, precision, implementation, excluded=frozenset()) -> dict
     return dict(
         calls={column: calls[column] / spec.profiled for column in COLUMNS},
         operators={key: count / spec.profiled for key, count in calls.items() if isinstance(key, tuple)},
-        syncs={site: count / spec.profiled for site, count in syncs.calls.items()},
+        syncs=None if syncs.calls is None else {site: count / spec.profiled for site, count in syncs.calls.items()},
         host_ranges={column: host_ranges[column] for column in ("fwd+bwd", "grads", "optimizer")},
         # the device's own time per update, against the unprofiled updates' wall time
         device_ms=device_busy_us(events) / 1000 / spec.profiled if cuda else None,

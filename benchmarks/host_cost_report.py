@@ -18,7 +18,10 @@ def figure(value, spec) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def sync_total(result, who=None) -> float:
+def sync_total(result, who=None):
+    """The syncs per update (those of `who`'s frames: 'plugin' or 'fairseq'); None where they were not counted."""
+    if result["syncs"] is None:
+        return None
     return sum(count for (_, site), count in result["syncs"].items() if who is None or site.startswith(who + " "))
 
 
@@ -34,7 +37,8 @@ def report(results, spec):
         print(
             f"{precision:<9} {implementation:<20} {optimizer:<12} {result['host_ms']:8.1f} {result['wait_ms']:8.2f} "
             + " ".join(f"{calls[column]:9.0f}" for column in COLUMNS)
-            + f" {sum(calls.values()):7.0f} {sync_total(result):6.1f} {sync_total(result, 'plugin'):6.1f}"
+            + f" {sum(calls.values()):7.0f} {figure(sync_total(result), '6.1f'):>6}"
+            + f" {figure(sync_total(result, 'plugin'), '6.1f'):>6}"
         )
     print(
         f"{'precision':<9} {'implementation':<20} {'optimizer':<12} {'updates':>7} {'tok/s':>9} {'MFU':>6} "
@@ -64,7 +68,7 @@ def report(results, spec):
             f"{cpu_headline(ours['rounds'], reference['rounds'])}"
             f"kernel-like calls {total:.2f}, in forward and backward {forward_backward:.2f}, "
             f"host ms {ours['host_ms'] / reference['host_ms']:.2f}; the plugin's own syncs "
-            f"{sync_total(ours, 'plugin'):.0f}"
+            f"{figure(sync_total(ours, 'plugin'), '.0f')}"
         )
     for (precision, implementation, optimizer), result in results.items():
         if result["model_mb"] is not None and result["peak_mb"]:
@@ -82,6 +86,9 @@ def report(results, spec):
             )
     print("syncs per update, by the frame that made them:")
     for (precision, implementation, optimizer), result in results.items():
+        if result["syncs"] is None:
+            print(f"  {precision} {implementation} {optimizer}: not counted under --compile-layers (-)")
+            continue
         for (name, site), count in sorted(result["syncs"].items(), key=lambda item: item[0][1]):
             print(f"  {precision} {implementation} {optimizer}: {count:g} x {name} in {site}")
     report_kinds(results, spec)

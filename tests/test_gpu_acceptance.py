@@ -259,6 +259,8 @@ def test_host_cost_rows_and_the_targets_they_hold():
         products_tflops=412.5,
     )
     assert acceptance_speed.parse_host_cost("no table") is None
+    uncounted = HOST_COST_OUTPUT.replace("797    6.0    0.0", "797      -      -")  # under --compile-layers
+    assert acceptance_speed.parse_host_cost(uncounted) == dict(row, syncs=None)
     bf16 = acceptance_speed.parse_host_cost(HOST_COST_OUTPUT.replace("amp       vaswani", "bf16      vaswani"))
     assert bf16["precision"] == "bf16" and bf16["tokens_per_s"] == 33000  # the recipes' default from 8.0
     assert acceptance_speed.parse_host_cost(HOST_COST_OUTPUT.split("kernel time")[0])["products_tflops"] is None
@@ -1183,6 +1185,8 @@ def test_stand_in_runs_the_levers_a_cpu_can(lane):
         row = acceptance_speed.parse_host_cost(printed)
         assert printed.rstrip() in report and row["max_tokens"] == acceptance_plan.TINY.host_cost_tokens[which]
         assert which == against  # the same size
+        assert (row["syncs"] is None) == ("--compile-layers" in options)  # uncounted: dynamo would trace the counter
+        assert "recompile_limit" not in printed  # the compiled layers never fell back to eager
         assert cells[1:4] == [
             str(row["max_tokens"]),
             f"{row['tokens_per_s']:.0f}",

@@ -177,6 +177,10 @@ def test_host_syncs_are_named_by_their_callers_frame():
         value + 1  # no sync
     assert sorted(name for name, _ in syncs.calls) == ["__bool__", "item", "tolist"]
     assert {site for _, site in syncs.calls} == {"other"}  # neither the plugin nor fairseq made them
+    with host_cost_counts.HostSyncs(counting=False) as uncounted:  # a run under --compile-layers: no mode entered
+        assert not torch.overrides._get_current_function_mode_stack()
+        torch.ones(1).item()
+    assert uncounted.calls is None
 
 
 def test_device_busy_is_the_union_of_kernels_and_copies_without_annotations():
