@@ -120,10 +120,11 @@ def test_a_stop_ends_as_it_should_only_with_75_the_line_and_no_process_left(tmp_
 def test_a_run_that_fails_on_its_own_or_ends_first_is_no_interruption(tmp_path):
     run, late = stand_in(tmp_path, seconds=0), chaos.Instant("score", fraction=0.99)
     done = chaos.attempt(run, tmp_path / "logs" / "1", late, dict.fromkeys(chaos.STAGES, 60.0))
-    assert done.sent is None and chaos.judged(run, late, done) == ("ended before the instant", "missed")
+    assert done.sent is None and chaos.judged(run, late, done)[1] == "missed"
     broken = dataclasses.replace(run, command=["bash", "-c", "echo 'stand_in: error: no data' >&2; exit 1"])
     done = chaos.attempt(broken, tmp_path / "logs" / "2", late)
-    assert chaos.judged(broken, late, done) == ("failed on its own, status 1: stand_in: error: no data", "failed")
+    what, verdict = chaos.judged(broken, late, done)
+    assert verdict == "failed" and "status 1" in what and what.endswith("stand_in: error: no data"), what
 
 
 def test_a_series_runs_the_command_again_after_each_interruption_and_compares_at_the_end(tmp_path):
@@ -140,8 +141,8 @@ def test_a_series_runs_the_command_again_after_each_interruption_and_compares_at
     done = chaos.series(run, reference, instants, tmp_path / "logs", seed=7, say=said.append)
     assert [verdict for *_, verdict in done.done] == ["interrupted", "interrupted"] and done.ok, said
     assert [attempt.landed for _, attempt, *_ in done.done] == ["train", "translate"]
-    assert said[0].startswith("seed 7 kill 1/2: SIGKILL at 'train is', at ") and " s in train: interrupted: " in said[0]
-    assert said[-1] == "seed 7 kills: finished; outputs equal"
+    assert all(part in said[0] for part in ("seed 7", "SIGKILL", "'train is'")), said[0]
+    assert done.final.status == 0 and not done.differ, said[-1]
     skipped = done.final.output()[1]
     assert all(f"stage {stage}: done before, skipped" in skipped for stage in ("prepare", "train", "average"))
     assert "| 7 | kills (SIGKILL 1, SIGTERM 1) | 2 | 0 | 1 | 0 | 1 | 0 | 0 | 0 | equal |" in chaos.table([done], {})
