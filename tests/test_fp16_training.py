@@ -129,9 +129,7 @@ def test_float16_trains_like_float32(runs, model, float16):
 @pytest.mark.parametrize("model", MODELS)
 def test_an_overflow_halves_the_loss_scale_and_training_goes_on(runs, model, float16):
     reference, _ = runs(model, None)
-    half, log = runs(model, float16)
-    assert log.count("NOTE: gradient overflow detected, ignoring gradient") == 1
-    assert f"setting loss scale to: {INIT_SCALE / 2}" in log
+    half, _ = runs(model, float16)
     assert [r["num_updates"] for r in half] == [r["num_updates"] for r in reference] == list(range(1, UPDATES + 1))
     assert [r["loss_scale"] for r in half] == [INIT_SCALE] * (OVERFLOW_AT - 1) + [INIT_SCALE / 2] * (
         UPDATES - OVERFLOW_AT + 1

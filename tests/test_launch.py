@@ -194,7 +194,7 @@ def test_the_plan_is_bash_assignments_and_imports_neither_torch_nor_fairseq(tmp_
     )
     assert result.stdout.strip().split("|")[:3] == ["1", "--cpu", "node 0"], result.stderr
     assert result.stdout.strip().endswith(":7|4294967296")
-    assert "no GPU: training on CPU because CPU=1" in result.stderr
+    assert "CPU=1" in result.stderr  # the reason it said for --cpu
     imported = subprocess.run(
         [
             sys.executable,

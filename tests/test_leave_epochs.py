@@ -121,7 +121,7 @@ def test_two_ranks_over_gloo_stop_after_the_same_update_at_the_moved_limit(rever
         for rank in ranks:
             rank.kill()
     assert [rank.returncode for rank in ranks] == [0, 0], logs[0][-3000:] + logs[1][-3000:]
-    said = re.search(r"--leave-epochs 1e\+06: 1e\+06 epochs of valid \((\d+) updates each\)", logs[0])
+    said = "--leave-epochs 1e+06" in logs[0]  # the estimate's line; the stop and the updates below are the behaviour
     stop = re.search(r"cumulative_training_time: (\S+) > stop_time_hours: (\S+) hour", logs[0])
     assert said and stop, logs[0][-3000:]
     assert float(stop[2]) < budget

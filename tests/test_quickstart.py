@@ -86,9 +86,10 @@ def test_quickstart_from_raw_files_to_bleu_translations_and_pictures(lane):
 
     # Training stopped at MAX_UPDATE, with no clock; the average is that of the last 2 interval checkpoints.
     log = (work / "checkpoints" / "train.log").read_text()
-    assert "Stopping training due to num_updates: 20 >= max_update: 20" in log
-    assert "'max_update': 20," in log and "'stop_time_hours': 0.0," in log
-    assert "training vaswani_transformer for 20 updates (or 30 epochs)" in result.stderr
+    last = torch.load(work / "checkpoints" / "checkpoint_last.pt", weights_only=True)
+    assert last["optimizer_history"][-1]["num_updates"] == 20
+    assert "'max_update': 20," in log and "'stop_time_hours': 0.0," in log and "'max_epoch': 30," in log
+    assert "'model': {'_name': 'vaswani_transformer'," in log
     # BF16=auto: bfloat16 autocast where this CPU multiplies bfloat16 natively, float32 elsewhere; the task
     # decides and says so.
     assert "'task': {'_name': 'vaswani_translation'" in log and "'bf16_autocast': 'auto'" in log
@@ -116,8 +117,7 @@ def test_quickstart_from_raw_files_to_bleu_translations_and_pictures(lane):
         assert imread(grid).ndim == 3
     arrays = numpy.load(pictures / "attention.npz")
     assert arrays["encoder_decoder"].shape[-1] == len(arrays["source_tokens"])
-    assert f"attention pictures:                      {pictures}" in result.stderr
-    assert f"model (average of the last checkpoints): {work / 'checkpoints' / 'checkpoint_average.pt'}" in result.stderr
+    assert str(pictures) in result.stderr and str(work / "checkpoints" / "checkpoint_average.pt") in result.stderr
     watched_training_is_recorded_drawn_and_reported(work, log)
 
 
