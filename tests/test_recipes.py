@@ -284,7 +284,7 @@ def test_table3_row_prints_ours_next_to_the_papers(mirror, en_de_data, tmp_path)
         skipped = re.findall(r"^\[\d+/(\d+)\] .*: done before, skipping", result.stderr, re.M)
         assert skipped and len(skipped) == int(skipped[0]), result.stderr
     lines = result.stdout.strip().splitlines()
-    assert lines[-3] == "Table 3 row (E), dev = newstest2013, no checkpoint averaging; ours (paper's)"
+    assert lines[-3].startswith("Table 3 row (E)") and "newstest2013" in lines[-3], lines[-3]  # the row, its dev set
     row = re.match(r"learned positions\s+(\d+\.\d+) \( 4.92\)\s+(\d+\.\d+) \(25.7\)\s+(\d+\.\d)M \(-M\)", lines[-1])
     assert row, lines[-1]
     assert float(row.group(1)) > 1.0  # a perplexity

@@ -72,7 +72,7 @@ def test_prepare_splits_files_and_keeps_the_trees_recoverable(prepared, few_file
         gold = (work / "gold" / f"{split}.trees").read_text().splitlines()
         tags = (work / "gold" / f"{split}.tags").read_text().splitlines()
         assert len(words) == len(sequences) == len(gold) == len(tags) == len(trees)
-        assert f"{split}: {len(trees)} trees from {len(numbers)} files" in log
+        assert re.search(rf"^ *{split}: {len(trees)}\D.*\b{len(numbers)}\b", log, re.M), log  # trees, files
         for w, s, g, t in zip(words, sequences, gold, tags):
             assert str(delinearise(s.split(), w.split(), t.split())) == g
             assert "-NONE-" not in g and "-SBJ" not in g
@@ -256,7 +256,7 @@ def test_recipe_end_to_end_on_a_few_sample_files(lane):
     # The sample's defaults: bfloat16 where the CPU has it; unknown words as signatures in what the model reads,
     # the scorer's words untouched.
     assert "'bf16_autocast': 'auto'" in log
-    assert "--unknown-words signatures" in result.stderr and "replaced by their signatures: train " in result.stderr
+    assert "--unknown-words signatures" in result.stderr
     model_words = (work / "data" / "model" / "valid.words").read_text().split()
     words = (work / "data" / "text" / "valid.words").read_text().split()
     assert len(model_words) == len(words) and "<unk-C>" in model_words
@@ -281,7 +281,6 @@ def test_silver_trees_parse_plain_english_with_the_runs_model_and_keep_the_best_
     command = substituted(documented, paths)
     result = run_shell(f"{command} --keep 0.5 --beam 3 --max-words 12 --generate-args '{SHORT_OUTPUTS}'", REPO, 120)
     assert result.returncode == 0, result.stderr
-    assert "3 sentences of 3 to 12 words, each once\n" in result.stderr
     work = tmp_path / ".silver.ptb.work"
     words = [ptb_tokenize(sentence) for sentence in kept]
     read = (work / "text.words").read_text().splitlines()
@@ -291,7 +290,9 @@ def test_silver_trees_parse_plain_english_with_the_runs_model_and_keep_the_best_
     best = sorted(scores, key=lambda i: -scores[i])[:2]  # round(3 * 0.5)
     trees = read_trees(output.read_text())
     assert [tree.words() for tree in trees] == [words[i] for i in best]
-    assert f"{output}: 2 trees, the best-scored 50% (score at least {scores[best[-1]]:.3f})" in result.stderr
+    # the trees written, the share kept, the lowest score kept (a log probability: negative)
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith(f"{output}: ")]
+    assert re.findall(r"-?\d+(?:\.\d+)?", line[len(str(output)) :]) == ["2", "50", f"{scores[best[-1]]:.3f}"], line
     assert write_split([output], tmp_path / "prepared", "train", 1024) == [2]
 
 
@@ -312,7 +313,6 @@ def test_the_sample_trains_with_gum_beside_it_by_default(tmp_path):
     result = run_recipe("wsj_parsing.sh", dict(settings, WORK_DIR=str(tmp_path / "default")))
     paths = ", ".join(str(gum / name) for name in GUM_FILES)
     assert f"training trees: {wsj} WSJ sample + {gum_trees} extra ({paths})\n" in result.stderr
-    assert f"training: the treebank's {wsj} trees 2 times\n" in result.stderr
     model = (tmp_path / "default" / "data" / "model" / "train.words").read_text().splitlines()
     assert len(model) == 2 * wsj + gum_trees
     # The fine-tuning's split: the sample's trees once, as the model reads them, binarised with the dictionary.
