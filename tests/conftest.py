@@ -7,6 +7,10 @@ import signal
 # in the foreground share CI's 2 cores, and OpenMP threads that outnumber the cores spin instead of working (the
 # suite took 15 minutes so, 9 on one thread each).
 os.environ["OMP_NUM_THREADS"] = "1"
+# inductor's C++ kernels without SIMD, in the test process and every command it starts (--compile-layers: its tests
+# and the GPU acceptance's CPU stand-in): the same graphs, lowering and fusions (a GPU's kernels are Triton's either
+# way) in about two thirds of the CPU time (a stand-in's compiled lever run: 21 CPU-s against 32, cold cache).
+os.environ["TORCHINDUCTOR_VEC_ISA_OK"] = "0"
 # Their Python processes import scikit-learn and scipy.stats, which fairseq imports as it starts and no test uses, only
 # at a first use (tests/startup/sitecustomize.py: 1.3 of the 4-5 CPU seconds of a fairseq process's start).
 STARTUP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "startup")

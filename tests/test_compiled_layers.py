@@ -81,14 +81,6 @@ def assert_same_step(compiled, eager):
         torch.testing.assert_close(gradient, eager[1][name], **TOLERANCE, msg=name)
 
 
-@pytest.fixture(autouse=True)
-def scalar_kernels():
-    """inductor's C++ kernels without SIMD: half the compile time of the first step here (about 30 s against 65 on
-    2 cores); the same graphs, lowering and fusions (a GPU's kernels are Triton's either way)."""
-    with torch._inductor.config.patch({"cpp.vec_isa_ok": False}):
-        yield
-
-
 def graphs():
     """How many graphs dynamo has compiled in this process."""
     return counters["stats"]["unique_graphs"]
