@@ -174,14 +174,11 @@ def check_parsed_and_scored(work, log):
 
 @lane_job
 def wsj_sample_run(tmp_path_factory, lane):
-    """The recipe on five files of the sample (SAMPLE_DIR) and two of GUM's (EXTRA_TRAIN_TREES, a folder), with
-    MAX_UPDATE updates of training (counted: the same run on any machine), the last FINETUNE_EPOCHS epochs' worth on
-    the sample alone."""
+    """The documented line for anyone (SAMPLE_DIR alone) on five files of the sample, with two of GUM's in the
+    gum_const/const folder beside it (../shared/data's layout: the default extra trees), MAX_UPDATE updates of
+    training (counted: the same run on any machine), the last FINETUNE_EPOCHS epochs' worth on the sample alone."""
     root = tmp_path_factory.mktemp("wsj-sample")
-    copy_sample_files(root / "ptb", FIVE_FILES)
-    (root / "gum").mkdir()
-    for name in GUM_FILES:
-        shutil.copy(SHARED_DATA / "gum_const" / "const" / name, root / "gum")
+    sample, gum = sample_and_gum(root / "data")
     # No interval checkpoint (the recipe then decodes checkpoint_last.pt; the LDC run below averages).
     env = dict(
         WORK_DIR=str(root / "work"),
@@ -191,11 +188,21 @@ def wsj_sample_run(tmp_path_factory, lane):
         SAVE_INTERVAL_UPDATES="1000",
         AVERAGE_LAST="2",
         EXTRA_TRAIN_ARGS=" ".join(TINY_MODEL),
-        EXTRA_TRAIN_TREES=str(root / "gum"),
         EXTRA_GENERATE_ARGS=SHORT_OUTPUTS,
     )
-    sample = commands(block("docs/parsing.md", "test:parsing"))[1]  # the line for anyone, with this sample
-    return root, run_recipe("wsj_parsing.sh", env, command=substituted(sample, {SAMPLE: str(root / "ptb")}))
+    line = commands(block("docs/parsing.md", "test:parsing"))[1]  # the line for anyone, with this sample
+    return root, run_recipe("wsj_parsing.sh", env, command=substituted(line, {SAMPLE: str(sample)}))
+
+
+def sample_and_gum(data):
+    """FIVE_FILES of the sample in DATA/ptb_sample and GUM_FILES in DATA/gum_const/const, as ../shared/data holds
+    them: (the sample's folder, GUM's)."""
+    copy_sample_files(data / "ptb_sample", FIVE_FILES)
+    gum = data / "gum_const" / "const"
+    gum.mkdir(parents=True)
+    for name in GUM_FILES:
+        shutil.copy(SHARED_DATA / "gum_const" / "const" / name, gum)
+    return data / "ptb_sample", gum
 
 
 @pytest.mark.e2e
@@ -245,13 +252,10 @@ def test_recipe_end_to_end_on_a_few_sample_files(lane):
     (resumed,) = [r for r in read_records(work / "checkpoints" / "progress.jsonl") if r["kind"] == "resumed"]
     assert resumed["training_seconds"] == round(pretrained["extra_state"]["previous_training_time"], 3)
     # The data the model saw: the sample's training files and GUM's trees, for training only.
-    wsj = sum(len(read_trees((root / "ptb" / f"wsj_{n}.mrg").read_text())) for n in FILES["train"])
-    gum = sum(len(read_trees((root / "gum" / name).read_text())) for name in GUM_FILES)
-    paths = ", ".join(str(root / "gum" / name) for name in GUM_FILES)
-    assert f"training trees: {wsj} WSJ sample + {gum} extra ({paths})\n" in result.stderr
+    wsj, gum = tree_counts(root / "data")
     assert len((work / "data" / "text" / "train.words").read_text().splitlines()) == wsj + gum
     assert len((work / "data" / "text" / "valid.words").read_text().splitlines()) == len(
-        read_trees((root / "ptb" / "wsj_0150.mrg").read_text())
+        read_trees((root / "data" / "ptb_sample" / "wsj_0150.mrg").read_text())
     )
     # The sample's defaults: bfloat16 where the CPU has it; unknown words as signatures in what the model reads,
     # the scorer's words untouched.
@@ -296,31 +300,35 @@ def test_silver_trees_parse_plain_english_with_the_runs_model_and_keep_the_best_
     assert write_split([output], tmp_path / "prepared", "train", 1024) == [2]
 
 
+def tree_counts(data):
+    """(the training trees of the sample's files in DATA/ptb_sample, GUM's in DATA/gum_const/const)."""
+    sample, gum = data / "ptb_sample", data / "gum_const" / "const"
+    wsj = sum(len(read_trees((sample / f"wsj_{n}.mrg").read_text())) for n in FILES["train"])
+    return wsj, sum(len(read_trees((gum / name).read_text())) for name in GUM_FILES)
+
+
 @pytest.mark.shared_data
 @NEEDS_CPU_PATH
-def test_the_sample_trains_with_gum_beside_it_by_default(tmp_path):
-    """SAMPLE_DIR alone: GUM's trees from the gum_const/const folder beside the sample (../shared/data's layout),
-    the sample's trees twice; EXTRA_TRAIN_TREES=none: the sample alone; no GUM there: one line, nothing run."""
-    copy_sample_files(tmp_path / "data" / "ptb_sample", FIVE_FILES)
-    gum = tmp_path / "data" / "gum_const" / "const"
-    gum.mkdir(parents=True)
-    for name in GUM_FILES:
-        shutil.copy(SHARED_DATA / "gum_const" / "const" / name, gum)
-    sample = tmp_path / "data" / "ptb_sample"
-    wsj = sum(len(read_trees((sample / f"wsj_{n}.mrg").read_text())) for n in FILES["train"])
-    gum_trees = sum(len(read_trees((gum / name).read_text())) for name in GUM_FILES)
-    settings = dict(SAMPLE_DIR=str(sample), STOP_AFTER="prepare")
-    result = run_recipe("wsj_parsing.sh", dict(settings, WORK_DIR=str(tmp_path / "default")))
-    paths = ", ".join(str(gum / name) for name in GUM_FILES)
+@pytest.mark.lane("wsj_sample_run")
+def test_the_sample_trains_with_gum_beside_it_by_default(lane, tmp_path):
+    """SAMPLE_DIR alone (the sample's run above): GUM's trees from the gum_const/const folder beside the sample
+    (../shared/data's layout), the sample's trees twice; EXTRA_TRAIN_TREES=none: the sample alone; no GUM there:
+    one line, nothing run."""
+    root, result = lane["wsj_sample_run"].result()
+    wsj, gum_trees = tree_counts(root / "data")
+    paths = ", ".join(str(root / "data" / "gum_const" / "const" / name) for name in GUM_FILES)
     assert f"training trees: {wsj} WSJ sample + {gum_trees} extra ({paths})\n" in result.stderr
-    model = (tmp_path / "default" / "data" / "model" / "train.words").read_text().splitlines()
+    model = (root / "work" / "data" / "model" / "train.words").read_text().splitlines()
     assert len(model) == 2 * wsj + gum_trees
     # The fine-tuning's split: the sample's trees once, as the model reads them, binarised with the dictionary.
-    own = (tmp_path / "default" / "data" / "model" / "train_treebank.words").read_text().splitlines()
+    own = (root / "work" / "data" / "model" / "train_treebank.words").read_text().splitlines()
     assert own == model[:wsj]
-    data_bin = tmp_path / "default" / "data" / "data-bin"
+    data_bin = root / "work" / "data" / "data-bin"
     assert binarized_sentences(data_bin / "train_treebank.words-tree.tree.idx") == wsj
     assert sorted(path.name for path in data_bin.glob("dict.*")) == ["dict.tree.txt", "dict.words.txt"]
+    sample, gum = sample_and_gum(tmp_path / "data")  # the other runs' own copies (the last one removes GUM's)
+    paths = ", ".join(str(gum / name) for name in GUM_FILES)
+    settings = dict(SAMPLE_DIR=str(sample), STOP_AFTER="prepare")
     ldc_with_gum, alone = commands(block("docs/parsing.md", "test:parsing-extra-trees"))
     result = run_recipe(
         "wsj_parsing.sh",
