@@ -95,6 +95,11 @@ def synthetic_dataset(task, sentences: int, seed: int):
 CONFIGS = {}  # (implementation, optimizer): fairseq's configuration in float32
 
 
+def compiles_layers(spec, implementation) -> bool:
+    """Whether this configuration trains with the plugin task's --compile-layers (torch.compile of its layers)."""
+    return implementation in PLUGIN_MODELS and spec.compile_layers != "off"
+
+
 def arguments(spec, data_dir, implementation, optimizer):
     """fairseq-train's arguments of one configuration in float32: the paper's Adam and label smoothing with fairseq's
     inverse_sqrt schedule, the model of spec's size, the synthetic data's dictionaries, no checkpoint or log."""
@@ -139,7 +144,7 @@ def arguments(spec, data_dir, implementation, optimizer):
         "1",
     ]
     words += ["--cpu"] if spec.device == "cpu" else []
-    if implementation in PLUGIN_MODELS and spec.compile_layers != "off":  # the task's torch.compile lever
+    if compiles_layers(spec, implementation):  # the task's torch.compile lever
         words += ["--compile-layers", spec.compile_layers]
     if implementation in PLUGIN_MODELS and spec.length_buckets:  # padded batch shapes (issue 65)
         words += ["--length-buckets", spec.length_buckets]
@@ -276,8 +281,7 @@ def profiled(spec, run, precision, implementation, excluded=frozenset()) -> dict
 
     from torch.profiler import ProfilerActivity, profile
 
-    compiled = implementation in PLUGIN_MODELS and spec.compile_layers != "off"
-    syncs, cuda = HostSyncs(counting=not compiled), run.cuda
+    syncs, cuda = HostSyncs(counting=not compiles_layers(spec, implementation)), run.cuda
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     if not cuda:  # the profiler records no free of a block allocated before it started: the gradients go first,
         run.trainer.zero_grad()  # as train_step's first act would free them

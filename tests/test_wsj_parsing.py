@@ -178,7 +178,7 @@ def wsj_sample_run(tmp_path_factory, lane):
     gum_const/const folder beside it (../shared/data's layout: the default extra trees), MAX_UPDATE updates of
     training (counted: the same run on any machine), the last FINETUNE_EPOCHS epochs' worth on the sample alone."""
     root = tmp_path_factory.mktemp("wsj-sample")
-    sample, gum = sample_and_gum(root / "data")
+    sample, _ = sample_and_gum(root / "data")
     # No interval checkpoint (the recipe then decodes checkpoint_last.pt; the LDC run below averages).
     env = dict(
         WORK_DIR=str(root / "work"),
@@ -194,15 +194,19 @@ def wsj_sample_run(tmp_path_factory, lane):
     return root, run_recipe("wsj_parsing.sh", env, command=substituted(line, {SAMPLE: str(sample)}))
 
 
+def sample_and_gum_folders(data):
+    """(DATA/ptb_sample, DATA/gum_const/const): the sample and GUM's trees beside it, as ../shared/data holds them."""
+    return data / "ptb_sample", data / "gum_const" / "const"
+
+
 def sample_and_gum(data):
-    """FIVE_FILES of the sample in DATA/ptb_sample and GUM_FILES in DATA/gum_const/const, as ../shared/data holds
-    them: (the sample's folder, GUM's)."""
-    copy_sample_files(data / "ptb_sample", FIVE_FILES)
-    gum = data / "gum_const" / "const"
+    """FIVE_FILES of the sample and GUM_FILES in DATA's sample_and_gum_folders: those folders."""
+    sample, gum = sample_and_gum_folders(data)
+    copy_sample_files(sample, FIVE_FILES)
     gum.mkdir(parents=True)
     for name in GUM_FILES:
         shutil.copy(SHARED_DATA / "gum_const" / "const" / name, gum)
-    return data / "ptb_sample", gum
+    return sample, gum
 
 
 @pytest.mark.e2e
@@ -255,7 +259,7 @@ def test_recipe_end_to_end_on_a_few_sample_files(lane):
     wsj, gum = tree_counts(root / "data")
     assert len((work / "data" / "text" / "train.words").read_text().splitlines()) == wsj + gum
     assert len((work / "data" / "text" / "valid.words").read_text().splitlines()) == len(
-        read_trees((root / "data" / "ptb_sample" / "wsj_0150.mrg").read_text())
+        read_trees((sample_and_gum_folders(root / "data")[0] / "wsj_0150.mrg").read_text())
     )
     # The sample's defaults: bfloat16 where the CPU has it; unknown words as signatures in what the model reads,
     # the scorer's words untouched.
@@ -302,7 +306,7 @@ def test_silver_trees_parse_plain_english_with_the_runs_model_and_keep_the_best_
 
 def tree_counts(data):
     """(the training trees of the sample's files in DATA/ptb_sample, GUM's in DATA/gum_const/const)."""
-    sample, gum = data / "ptb_sample", data / "gum_const" / "const"
+    sample, gum = sample_and_gum_folders(data)
     wsj = sum(len(read_trees((sample / f"wsj_{n}.mrg").read_text())) for n in FILES["train"])
     return wsj, sum(len(read_trees((gum / name).read_text())) for name in GUM_FILES)
 
@@ -316,7 +320,7 @@ def test_the_sample_trains_with_gum_beside_it_by_default(lane, tmp_path):
     one line, nothing run."""
     root, result = lane["wsj_sample_run"].result()
     wsj, gum_trees = tree_counts(root / "data")
-    paths = ", ".join(str(root / "data" / "gum_const" / "const" / name) for name in GUM_FILES)
+    paths = ", ".join(str(sample_and_gum_folders(root / "data")[1] / name) for name in GUM_FILES)
     assert f"training trees: {wsj} WSJ sample + {gum_trees} extra ({paths})\n" in result.stderr
     model = (root / "work" / "data" / "model" / "train.words").read_text().splitlines()
     assert len(model) == 2 * wsj + gum_trees
