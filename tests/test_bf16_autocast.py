@@ -320,6 +320,26 @@ def test_the_recipes_precision_and_its_older_spellings(environ, setting):
 
 
 @pytest.mark.parametrize(
+    "environ,passed",
+    [
+        ({"PRECISION": "bf16"}, "--bf16-autocast on"),
+        ({"PRECISION": "fp32"}, "--bf16-autocast off"),
+        ({"PRECISION": "tf32"}, "--bf16-autocast off --tf32"),
+        ({"PRECISION": "amp"}, "--bf16-autocast off --amp"),
+        ({"PRECISION": "fp16"}, "--bf16-autocast off --fp16"),
+        ({"FP16": "1"}, "--bf16-autocast off --fp16"),
+        ({"FP16": "1", "BF16": "0"}, "--bf16-autocast off --fp16"),
+        ({"BF16": "1"}, "--bf16-autocast on"),
+        ({"BF16": "0"}, "--bf16-autocast off"),
+    ],
+)
+def test_a_set_precision_gives_fairseq_train_its_arguments_on_any_device(environ, passed):
+    """What recipes/training.py passes for a set PRECISION (FP16, BF16), on GPUs and CPUs alike: arguments() of
+    recipe_setting()'s value (test_recipes.py runs three such settings through the recipe)."""
+    assert precision.arguments(precision.recipe_setting(environ)[0]) == passed.split()
+
+
+@pytest.mark.parametrize(
     "gpus,chosen",
     [
         ([], None),

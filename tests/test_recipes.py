@@ -443,14 +443,9 @@ BF16, FP16, FP32 = "--bf16-autocast on", "--bf16-autocast off --fp16", "--bf16-a
         (V100, {}, FP16, "Tesla V100-SXM2-16GB, compute capability 7.0: float16 tensor cores, no bfloat16 ones"),
         (f"{H200},{V100}", {}, FP16, "Tesla V100-SXM2-16GB, compute capability 7.0"),
         (P100, {}, FP32, "compute capability 6.0: no tensor cores for mixed precision, so float32"),
-        # Set: as said, on any card; the older spellings as before (BF16=0: float32).
-        (V100, {"PRECISION": "bf16"}, BF16, None),
-        (H200, {"PRECISION": "fp32"}, FP32, None),
-        (H200, {"PRECISION": "tf32"}, "--bf16-autocast off --tf32", None),
+        # Set: as said, on any card, and no line; an older spelling as before (BF16=0: float32). Every other
+        # spelling's arguments: tests/test_bf16_autocast.py, in process (the same two functions this command calls).
         (H200, {"PRECISION": "amp"}, "--bf16-autocast off --amp", None),
-        (H200, {"FP16": "1"}, FP16, None),
-        (H200, {"FP16": "1", "BF16": "0"}, FP16, None),
-        (H200, {"BF16": "1"}, BF16, None),
         (H200, {"BF16": "0"}, FP32, None),
         (V100, {"BF16": "auto"}, FP16, "compute capability 7.0"),
         # A CPU: float32 unless auto is asked for (the quickstart's default): then the task's own, by the CPU's flags
@@ -458,7 +453,6 @@ BF16, FP16, FP32 = "--bf16-autocast on", "--bf16-autocast off --fp16", "--bf16-a
         ("", {"CPU": "1"}, FP32, None),
         ("", {"CPU": "1", "PRECISION": "auto"}, "--bf16-autocast auto", None),
         ("", {"CPU": "1", "BF16": "auto"}, "--bf16-autocast auto", None),
-        ("", {"CPU": "1", "BF16": "0"}, FP32, None),
         ("", {"CPU": "1", "PRECISION": "bf16"}, BF16, None),
     ],
 )
