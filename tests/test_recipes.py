@@ -444,7 +444,7 @@ BF16, FP16, FP32 = "--bf16-autocast on", "--bf16-autocast off --fp16", "--bf16-a
         (f"{H200},{V100}", {}, FP16, "Tesla V100-SXM2-16GB, compute capability 7.0"),
         (P100, {}, FP32, "compute capability 6.0: no tensor cores for mixed precision, so float32"),
         # Set: as said, on any card, and no line; an older spelling as before (BF16=0: float32). Every other
-        # spelling's arguments: tests/test_bf16_autocast.py, in process (the same two functions this command calls).
+        # spelling's arguments: tests/test_bf16_autocast.py, in process (the two functions this command calls for them).
         (H200, {"PRECISION": "amp"}, "--bf16-autocast off --amp", None),
         (H200, {"BF16": "0"}, FP32, None),
         (V100, {"BF16": "auto"}, FP16, "compute capability 7.0"),
