@@ -24,7 +24,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 import shlex  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
-from concurrent.futures import ThreadPoolExecutor  # noqa: E402
+from concurrent.futures import Future, ThreadPoolExecutor  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
 
 import pytest  # noqa: E402
@@ -291,7 +291,9 @@ def lane(request, tmp_path_factory):
     """The second lane: a thread that runs, from the start of the session and in the order of the selected tests
     that check them, the slow jobs (whole recipe runs) marked on those tests. A recipe run is mostly Python
     start-up on one core (importing fairseq takes 3.5 s), so beside the tests in the foreground it costs
-    almost no wall time on CI's 2 cores; the suite would take minutes longer with them one after another."""
+    almost no wall time on CI's 2 cores; the suite would take minutes longer with them one after another. A job the
+    foreground reads before the lane has started it, the foreground runs itself (the lane skips it): whichever of
+    the two is free takes the next job, so that they end together on a VM where either is the longer."""
     wanted = []
     for item in request.session.items:
         if not _skipped(item):
@@ -302,44 +304,62 @@ def lane(request, tmp_path_factory):
     tmp_path_factory.getbasetemp()
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="second-lane")
     for name in wanted:
-        futures[name] = _Waited(name, pool.submit(_timed, name, tmp_path_factory, futures))
+        futures[name] = _Job(name, pool, (tmp_path_factory, futures))
     yield futures
     pool.shutdown(cancel_futures=True)  # jobs of tests that never ran (-x, Ctrl-C) are dropped
 
 
 LANE_SECONDS = {}
+FOREGROUND_SECONDS = {}  # the jobs the foreground ran itself
 FOREGROUND_WAITS = {}
 
 
-class _Waited:
-    """A job's future whose result() counts how long the foreground waited for it (the lane's own reads of earlier
-    jobs never wait: it runs them in order)."""
+class _Job:
+    """A job of the second lane, queued there. result(), from the foreground, runs it at once in the foreground if
+    the lane has not started it yet, and counts how long the foreground waited for it otherwise (a job reads the
+    jobs before it: the lane's reads never wait, and a job run in the foreground reads them as it would)."""
 
-    def __init__(self, name, future):
-        self.name, self.future = name, future
+    def __init__(self, name, pool, args):
+        self.name, self.args, self.lock = name, args, threading.Lock()
+        self.future = pool.submit(_timed, LANE_SECONDS, name, *args)
 
     def result(self):
+        foreground = threading.current_thread() is threading.main_thread()
+        with self.lock:
+            stolen = foreground and self.future.cancel()
+            if stolen:
+                self.future = Future()
+            future = self.future
+        if stolen:
+            try:
+                done = _timed(FOREGROUND_SECONDS, self.name, *self.args)
+            except BaseException as error:  # every later reader gets it too, as from the lane
+                future.set_exception(error)
+                raise
+            future.set_result(done)
+            return done
         start = time.monotonic()
         try:
-            return self.future.result()
+            return future.result()
         finally:
-            if threading.current_thread() is threading.main_thread():
-                waited = time.monotonic() - start
-                FOREGROUND_WAITS[self.name] = FOREGROUND_WAITS.get(self.name, 0) + waited
+            if foreground:
+                FOREGROUND_WAITS[self.name] = FOREGROUND_WAITS.get(self.name, 0) + time.monotonic() - start
 
 
-def _timed(name, *args):
+def _timed(seconds, name, *args):
     start = time.monotonic()
     try:
         return LANE_JOBS[name](*args)
     finally:
-        LANE_SECONDS[name] = time.monotonic() - start
+        seconds[name] = time.monotonic() - start
 
 
 def pytest_terminal_summary(terminalreporter):
-    """How long each job of the second lane took, to balance the two lanes against the suite's 10 minutes."""
-    if LANE_SECONDS:
-        jobs = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in LANE_SECONDS.items())
-        terminalreporter.write_line(f"second lane: {sum(LANE_SECONDS.values()):.0f} s: {jobs}")
+    """How long each job of the second lane took, where it ran, and how long the foreground waited for the lane."""
+    for where, seconds in (("second lane", LANE_SECONDS), ("the foreground ran", FOREGROUND_SECONDS)):
+        if seconds:
+            jobs = ", ".join(f"{name} {took:.0f} s" for name, took in seconds.items())
+            terminalreporter.write_line(f"{where}: {sum(seconds.values()):.0f} s: {jobs}")
+    if LANE_SECONDS or FOREGROUND_SECONDS:
         waits = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in FOREGROUND_WAITS.items() if seconds >= 1)
         terminalreporter.write_line(f"the foreground waited {sum(FOREGROUND_WAITS.values()):.0f} s for it: {waits}")

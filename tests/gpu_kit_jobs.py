@@ -100,6 +100,7 @@ def gpu_acceptance_without_gpu(tmp_path_factory, lane):
     """In the clone, after the stand-in: `bash benchmarks/gpu_acceptance.sh` with no GPU visible and no WORK_DIR,
     as a user would first try it (its report in benchmarks/): (its CompletedProcess, `git status` after)."""
     clone = lane["gpu_kit"].result()[0]
+    lane["gpu_acceptance_stand_in"].result()  # done first: the same clone
     env = {key: value for key, value in os.environ.items() if key not in ("WORK_DIR", "GPU_ACCEPTANCE_STAND_IN")}
     command = commands(block("docs/recipes.md", "test:gpu-acceptance"))[0]  # bash benchmarks/gpu_acceptance.sh
     done = subprocess.run(

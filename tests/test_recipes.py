@@ -97,17 +97,19 @@ def tiny_env(work_dir, raw_dir, data_dir, **more):
     return {key: str(value) for key, value in settings.items()}
 
 
-@pytest.fixture(scope="module")
-def mirror(tmp_path_factory):
-    root = tmp_path_factory.mktemp("mirror")
-    build_mirror(root / "en-de", "en-de")
-    return root
+def whole_en_de_mirror(tmp_path_factory):
+    """(the whole En-De mirror, an empty DATA_DIR)."""
+    mirror = tmp_path_factory.mktemp("mirror") / "en-de"
+    build_mirror(mirror, "en-de")
+    return mirror, tmp_path_factory.mktemp("data-en-de")
 
 
-@pytest.fixture(scope="module")
-def en_de_data(tmp_path_factory):
-    """One DATA_DIR for the base and Table 3 runs, as the README suggests: prepared by the first, reused after."""
-    return tmp_path_factory.mktemp("data-en-de")
+def en_de_data(tmp_path_factory, lane):
+    """(the whole mirror, a DATA_DIR): the base recipe's job's, which prepared it, as the README suggests the base
+    and Table 3 runs share one; where the base test is not selected, a new one to prepare."""
+    if "en_de_base_runs" in lane:
+        return lane["en_de_base_runs"].result()
+    return whole_en_de_mirror(tmp_path_factory)
 
 
 def hypotheses(generate_output: Path):
@@ -141,24 +143,24 @@ def test_no_gpu_is_a_clear_error(tmp_path):
     assert not (tmp_path / "data").exists()  # failed before downloading anything
 
 
-@pytest.mark.e2e
-@NEEDS_CPU_PATH
-def test_en_de_base_from_nothing_to_bleu_then_skips_what_is_done(mirror, en_de_data, tmp_path):
-    work = tmp_path / "base"
-    env = tiny_env(work, mirror / "en-de", en_de_data, REPORT_EVERY=0)  # REPORT=0: not even at each checkpoint
+@lane_job
+def en_de_base_runs(tmp_path_factory, lane):
+    """The base recipe from nothing on the whole mirror, then run again as docs/recipes.md's re-run table says,
+    each run's checks made as it ends (later runs change what an earlier one left): (the mirror, its DATA_DIR)."""
+    mirror, data = whole_en_de_mirror(tmp_path_factory)
+    work = tmp_path_factory.mktemp("base") / "base"
+    env = tiny_env(work, mirror, data, REPORT_EVERY=0)  # REPORT=0: not even at each checkpoint
     result = run_recipe("wmt14_en_de_base.sh", env)
-    data_bin = en_de_data / "data-bin"
+    data_bin = data / "data-bin"
 
     # Data: joint BPE with 300 merges gives at most 300 + 2 x characters symbols; every dev/test sentence.
     dictionary = Dictionary.load(str(data_bin / "dict.en.txt"))
     assert (data_bin / "dict.de.txt").read_text() == (data_bin / "dict.en.txt").read_text()  # joined
-    merges = [
-        line for line in (en_de_data / "bpe" / "codes").read_text().splitlines() if not line.startswith("#version")
-    ]
+    merges = [line for line in (data / "bpe" / "codes").read_text().splitlines() if not line.startswith("#version")]
     assert len(merges) == 300 and 300 < len(dictionary) - dictionary.nspecial < 300 + 2 * 200
     assert binarised_sentences(data_bin, "valid", "en-de") == 3000
     assert binarised_sentences(data_bin, "test", "en-de") == 3003
-    train_lines = len((en_de_data / "bpe" / "train.en").read_text().splitlines())
+    train_lines = len((data / "bpe" / "train.en").read_text().splitlines())
     assert binarised_sentences(data_bin, "train", "en-de") == train_lines > 0
 
     # Training: the base arch with the paper's settings; checkpoints every 2 updates, the last 2 averaged.
@@ -217,12 +219,21 @@ def test_en_de_base_from_nothing_to_bleu_then_skips_what_is_done(mirror, en_de_d
 
     # A recipe killed in training, re-run, resumes from checkpoint_last.pt and runs the later stages again:
     # test_resume.py. The other rows of the table: test_a_stage_runs_again_when_its_plan_changes_..., test_records.py.
+    return mirror, data
+
+
+@pytest.mark.e2e
+@NEEDS_CPU_PATH
+@pytest.mark.lane("en_de_base_runs")
+def test_en_de_base_from_nothing_to_bleu_then_skips_what_is_done(lane):
+    lane["en_de_base_runs"].result()  # its checks: made by the job, run by run
 
 
 def run_on_a_mirror_of_its_own(tmp_path_factory, script, pair, **settings):
     """SCRIPT from nothing on its own mirror and DATA_DIR (root/raw, root/data; WORK_DIR root/work), so that it
-    can run on the second lane beside the base test, which prepares en_de_data. The mirror holds a part of the
-    newstest sets (wmt_mirror.py): the base test prepares and translates them whole. Returns (root, result)."""
+    can run beside the base recipe's job, which prepares its DATA_DIR for Table 3 too. The mirror holds a part of
+    the newstest sets (wmt_mirror.py): the base recipe's job prepares and translates them whole. Returns (root,
+    result)."""
     root = tmp_path_factory.mktemp(Path(script).stem)
     build_mirror(root / "raw", pair, part=True)
     return root, run_recipe(script, tiny_env(root / "work", root / "raw", root / "data", **settings))
@@ -275,11 +286,20 @@ def test_en_fr_big(lane):
     check_scores(result.stdout, sentences)
 
 
+@lane_job
+def table3_row_e(tmp_path_factory, lane):
+    """Table 3's row E on the base recipe's DATA_DIR: (whether it was prepared before, WORK_DIR, the run)."""
+    mirror, data = en_de_data(tmp_path_factory, lane)
+    prepared_before = (data / "data-bin").exists()  # by the base recipe's job, unless its test was deselected
+    work = tmp_path_factory.mktemp("table3") / "table3"
+    return prepared_before, work, run_recipe("table3.sh", tiny_env(work, mirror, data), "E")
+
+
 @pytest.mark.e2e
 @NEEDS_CPU_PATH
-def test_table3_row_prints_ours_next_to_the_papers(mirror, en_de_data, tmp_path):
-    prepared_before = (en_de_data / "data-bin").exists()  # by the base recipe's test, unless it was deselected
-    result = run_recipe("table3.sh", tiny_env(tmp_path / "table3", mirror / "en-de", en_de_data), "E")
+@pytest.mark.lane("table3_row_e")
+def test_table3_row_prints_ours_next_to_the_papers(lane):
+    prepared_before, work, result = lane["table3_row_e"].result()
     if prepared_before:  # the shared DATA_DIR is reused: every preparation stage is skipped
         skipped = re.findall(r"^\[\d+/(\d+)\] .*: done before, skipping", result.stderr, re.M)
         assert skipped and len(skipped) == int(skipped[0]), result.stderr
@@ -288,18 +308,26 @@ def test_table3_row_prints_ours_next_to_the_papers(mirror, en_de_data, tmp_path)
     row = re.match(r"learned positions\s+(\d+\.\d+) \( 4.92\)\s+(\d+\.\d+) \(25.7\)\s+(\d+\.\d)M \(-M\)", lines[-1])
     assert row, lines[-1]
     assert float(row.group(1)) > 1.0  # a perplexity
-    train_log = (tmp_path / "table3" / "E-1" / "train.log").read_text()
+    train_log = (work / "E-1" / "train.log").read_text()
     assert "'encoder_learned_pos': True" in train_log and "'decoder_learned_pos': True" in train_log
+
+
+@lane_job
+def diverging_runs(tmp_path_factory, lane):
+    """The base recipe on its DATA_DIR with eq. 3's rate scaled by 1e9 after one warm-up update, twice."""
+    mirror, data = en_de_data(tmp_path_factory, lane)
+    diverging = f"{TINY} --disable-validation --warmup-updates 1 --factor 1e9"
+    env = tiny_env(tmp_path_factory.mktemp("diverging"), mirror, data, STOP_AFTER="train", EXTRA_TRAIN_ARGS=diverging)
+    return [run_recipe("wmt14_en_de_base.sh", env, check=False) for _ in range(2)]
 
 
 @pytest.mark.e2e
 @NEEDS_CPU_PATH
-def test_a_diverging_training_ends_in_one_line_and_is_refused_until_a_setting_changes(mirror, en_de_data, tmp_path):
+@pytest.mark.lane("diverging_runs")
+def test_a_diverging_training_ends_in_one_line_and_is_refused_until_a_setting_changes(lane):
     """docs/recipes.md, "When training stops early": eq. 3's rate scaled by 1e9 after one warm-up update diverges.
     One line names the update, no traceback; the same command again refuses in one line without training."""
-    diverging = f"{TINY} --disable-validation --warmup-updates 1 --factor 1e9"
-    env = tiny_env(tmp_path, mirror / "en-de", en_de_data, STOP_AFTER="train", EXTRA_TRAIN_ARGS=diverging)
-    first = run_recipe("wmt14_en_de_base.sh", env, check=False)
+    first, again = lane["diverging_runs"].result()
     said = first.stdout + first.stderr
     assert first.returncode == 1 and "Traceback" not in said, said[-3000:]
     update = re.search(r"^vaswani_plugin: error: training diverged at update (\d+) \(", said, re.M).group(1)
@@ -308,7 +336,6 @@ def test_a_diverging_training_ends_in_one_line_and_is_refused_until_a_setting_ch
         .splitlines()[-1]
         .startswith(f"wmt14_en_de_base: error: stage train: training diverged at update {update}; change a setting")
     )
-    again = run_recipe("wmt14_en_de_base.sh", env, check=False)
     assert again.returncode == 1 and "fairseq_cli.train" not in again.stderr
     assert f"training diverged at update {update} with these very settings" in again.stderr.strip().splitlines()[-1]
     # A lower rate goes on: test_stages.py, on real checkpoints in process (a third recipe run costs 15 s).
