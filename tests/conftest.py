@@ -288,17 +288,21 @@ def _skipped(item) -> bool:
 
 @pytest.fixture(scope="session", autouse=True)
 def lane(request, tmp_path_factory):
-    """The second lane: a thread that runs, from the start of the session and in the order of the selected tests
-    that check them, the slow jobs (whole recipe runs) marked on those tests. A recipe run is mostly Python
-    start-up on one core (importing fairseq takes 3.5 s), so beside the tests in the foreground it costs
-    almost no wall time on CI's 2 cores; the suite would take minutes longer with them one after another. A job the
-    foreground reads before the lane has started it, the foreground runs itself (the lane skips it): whichever of
-    the two is free takes the next job, so that they end together on a VM where either is the longer."""
+    """The second lane: a thread that runs, from the start of the session, the slow jobs (whole recipe runs) marked
+    on the selected tests. A recipe run is mostly Python start-up on one core (importing fairseq takes 3.5 s), so
+    beside the tests in the foreground it costs almost no wall time on CI's 2 cores; the suite would take minutes
+    longer with them one after another. The lane takes the jobs from the last test's end, and the foreground reads
+    them from the first test's; a job that nobody has started, whoever reads it runs it, and the lane then skips
+    it. So the two meet and end together, whichever is the longer on a VM."""
+    groups = [
+        list(marker.args)
+        for item in request.session.items
+        if not _skipped(item)
+        for marker in item.iter_markers("lane")
+    ]
     wanted = []
-    for item in request.session.items:
-        if not _skipped(item):
-            for marker in item.iter_markers("lane"):
-                wanted += [name for name in marker.args if name not in wanted]
+    for group in reversed(groups):  # the last tests' jobs first, each test's in the order it names them
+        wanted += [name for name in group if name not in wanted]
     futures = {}
     # pytest makes its temporary folder on first use; made here first, so the two lanes never race to make it.
     tmp_path_factory.getbasetemp()
@@ -315,9 +319,8 @@ FOREGROUND_WAITS = {}
 
 
 class _Job:
-    """A job of the second lane, queued there. result(), from the foreground, runs it at once in the foreground if
-    the lane has not started it yet, and counts how long the foreground waited for it otherwise (a job reads the
-    jobs before it: the lane's reads never wait, and a job run in the foreground reads them as it would)."""
+    """A job of the second lane, queued there. result() runs it at once, in the thread that asks, if nobody has
+    started it (a job may read one after it in the queue), and otherwise waits for it: from the foreground, counted."""
 
     def __init__(self, name, pool, args):
         self.name, self.args, self.lock = name, args, threading.Lock()
@@ -326,32 +329,41 @@ class _Job:
     def result(self):
         foreground = threading.current_thread() is threading.main_thread()
         with self.lock:
-            stolen = foreground and self.future.cancel()
-            if stolen:
+            here = self.future.cancel()  # not started: the lane will skip it
+            if here:
                 self.future = Future()
             future = self.future
-        if stolen:
+        if here:
             try:
-                done = _timed(FOREGROUND_SECONDS, self.name, *self.args)
+                done = _timed(FOREGROUND_SECONDS if foreground else LANE_SECONDS, self.name, *self.args)
             except BaseException as error:  # every later reader gets it too, as from the lane
                 future.set_exception(error)
                 raise
             future.set_result(done)
             return done
-        start = time.monotonic()
+        start = clock()
         try:
             return future.result()
         finally:
             if foreground:
-                FOREGROUND_WAITS[self.name] = FOREGROUND_WAITS.get(self.name, 0) + time.monotonic() - start
+                FOREGROUND_WAITS[self.name] = FOREGROUND_WAITS.get(self.name, 0) + clock() - start
+
+
+_INSIDE = threading.local()  # .seconds: what the jobs run inside the thread's current job took
+clock = time.monotonic  # test_lane.py's own clock in its place
 
 
 def _timed(seconds, name, *args):
-    start = time.monotonic()
+    """LANE_JOBS[name](*args); its own seconds, less those of the jobs it ran inside it, into `seconds`."""
+    outer = getattr(_INSIDE, "seconds", None)
+    _INSIDE.seconds = 0.0
+    start = clock()
     try:
         return LANE_JOBS[name](*args)
     finally:
-        seconds[name] = time.monotonic() - start
+        took = clock() - start
+        seconds[name] = took - _INSIDE.seconds
+        _INSIDE.seconds = None if outer is None else outer + took
 
 
 def pytest_terminal_summary(terminalreporter):
