@@ -245,7 +245,7 @@ LANE_JOBS = {}
 def lane_job(function):
     """Make FUNCTION(tmp_path_factory, lane) a job of the second lane, under its name. A test that checks its
     result is marked @pytest.mark.lane(name, ...) (the jobs it needs, in the order they must run) and reads it
-    with lane[name].result(); a job can read the jobs before it in the same way."""
+    with lane[name].result(); a job can read other jobs in the same way (one nobody has started runs there)."""
     LANE_JOBS[function.__name__] = function
     return function
 
