@@ -17,11 +17,11 @@ at most 50 MiB in all:
   refused): the data's licence forbids committing it;
 - kit.json: the Python version, the packages' versions, the date and the commit it was built from.
 The command notes its start (GPU_ACCEPTANCE_STARTED: the acceptance's deadlines count from it), installs the
-wheels with pip --no-index --target under $TMPDIR (default /tmp), puts that on
-PYTHONPATH and runs the acceptance with the kit's Multi30k, its work under $TMPDIR and its report, with an archive of
-the logs, in $OUT when that is set (the device tool's), else in the kit folder. The device tool runs it from the
-repository root with carry: [".gpu_kit"]. --python-version 3.11 builds a kit for this machine's Python instead: the
-tests run the same command here, on CPU (GPU_ACCEPTANCE_STAND_IN=1).
+wheels with pip --no-index --target under $TMPDIR (default /tmp), puts that first on PYTHONPATH (before what it
+holds already: the tests' start-up folder here) and runs the acceptance with the kit's Multi30k, its work under
+$TMPDIR and its report, with an archive of the logs, in $OUT when that is set (the device tool's), else in the kit
+folder. The device tool runs it from the repository root with carry: [".gpu_kit"]. --python-version 3.11 builds a
+kit for this machine's Python instead: the tests run the same command here, on CPU (GPU_ACCEPTANCE_STAND_IN=1).
 """
 
 import argparse
@@ -221,7 +221,8 @@ def command(kit):
     quoted = shlex.quote(where)
     return (
         f"export GPU_ACCEPTANCE_STARTED=$(date +%s) && python3 -m pip install -q --no-index --no-deps --no-compile "
-        f'--upgrade --target "${{TMPDIR:-/tmp}}/gpu_kit" {quoted}/*.whl && PYTHONPATH="${{TMPDIR:-/tmp}}/gpu_kit" '
+        f'--upgrade --target "${{TMPDIR:-/tmp}}/gpu_kit" {quoted}/*.whl && '
+        f'PYTHONPATH="${{TMPDIR:-/tmp}}/gpu_kit${{PYTHONPATH:+:$PYTHONPATH}}" '
         f"python3 benchmarks/gpu_acceptance.py --kit {quoted} --raw-dir {quoted}/multi30k --work-dir "
         f'"${{TMPDIR:-/tmp}}/gpu_acceptance" --report-dir "${{OUT:-{where}}}"'
     )
