@@ -10,18 +10,22 @@ from vaswani_plugin.lr_scheduler.noam import noam_learning_rate
 
 
 def reversal_batch(dictionary, size, generator, min_len=3, max_len=8):
-    """Right-padded source, target (= reversed source) and prev_output_tokens (</s> then target), as fairseq."""
+    """Right-padded source, target (= reversed source) and prev_output_tokens (</s> then target), as fairseq. The
+    words are drawn in one call: the generator's stream is the same as drawn a row at a time."""
     lengths = torch.randint(min_len, max_len + 1, (size,), generator=generator)
+    words = torch.randint(dictionary.nspecial, len(dictionary), (int(lengths.sum()),), generator=generator)
     pad, eos = dictionary.pad(), dictionary.eos()
     width = int(lengths.max()) + 1
+    positions = torch.arange(width)
+    inside = positions < lengths[:, None]  # (size, width): each row's words
     source = torch.full((size, width), pad)
-    target = torch.full((size, width), pad)
+    source[inside] = words  # row by row, in the order drawn
+    reversed_ = source.gather(1, (lengths[:, None] - 1 - positions).clamp(min=0))
+    target = torch.where(inside, reversed_, pad)
     prev = torch.full((size, width), pad)
-    for row, n in enumerate(lengths.tolist()):
-        words = torch.randint(dictionary.nspecial, len(dictionary), (n,), generator=generator)
-        source[row, : n + 1] = torch.cat([words, torch.tensor([eos])])
-        target[row, : n + 1] = torch.cat([words.flip(0), torch.tensor([eos])])
-        prev[row, : n + 1] = torch.cat([torch.tensor([eos]), words.flip(0)])
+    prev[:, 1:] = target[:, :-1]
+    rows = torch.arange(size)
+    source[rows, lengths] = target[rows, lengths] = prev[:, 0] = eos
     return source, lengths + 1, target, prev
 
 
